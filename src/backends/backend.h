@@ -1,0 +1,45 @@
+// Backend interface and registry. A backend lowers an IR graph to its runtime's ops and writes
+// the component's files; nothing outside the registry switches on the format.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace hfx {
+
+struct BackendOptions {
+  DType dtype = DType::F32;
+};
+
+struct TensorSpec {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
+struct WrittenComponent {
+  std::string file;  // relative to the output directory
+  std::vector<std::string> extra_files;
+  std::vector<TensorSpec> inputs, outputs;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view format() const = 0;
+  // Rejects options this backend cannot honour, with a one-line reason.
+  virtual void check_options(const BackendOptions& opt) const = 0;
+  // Lowers `graph` (consumed: passes rewrite it) and writes `name`'s files under `dir`.
+  virtual WrittenComponent write(const std::string& name, Graph& graph, const std::filesystem::path& dir,
+                                 const BackendOptions& opt) = 0;
+};
+
+std::unique_ptr<Backend> make_backend(const std::string& format);
+std::vector<std::string> supported_formats();
+
+std::unique_ptr<Backend> make_onnx_backend();
+
+}  // namespace hfx

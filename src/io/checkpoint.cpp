@@ -1,0 +1,96 @@
+#include "io/checkpoint.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+
+namespace hfx {
+
+namespace fs = std::filesystem;
+
+Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
+  if (!fs::is_directory(dir)) fail(dir.string(), ": not a directory");
+  const fs::path config_path = dir / "config.json";
+  if (!fs::exists(config_path)) fail(dir.string(), ": no config.json");
+  config_.emplace(read_json_file(config_path), config_path.string());
+  const fs::path gen_path = dir / "generation_config.json";
+  if (fs::exists(gen_path)) generation_config_.emplace(read_json_file(gen_path), gen_path.string());
+
+  const fs::path single = dir / "model.safetensors";
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    open_index(index);
+  } else if (fs::exists(single)) {
+    open_shards({single});
+  } else {
+    std::vector<fs::path> found;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".safetensors") found.push_back(e.path());
+    std::sort(found.begin(), found.end());
+    if (found.empty())
+      fail(dir.string(), ": no model.safetensors, model.safetensors.index.json or *.safetensors file");
+    open_shards(found);
+  }
+}
+
+void Checkpoint::open_shards(const std::vector<fs::path>& files) {
+  for (const auto& path : files) {
+    files_.push_back(std::make_unique<SafetensorsFile>(path));
+    for (const auto& t : files_.back()->tensors()) {
+      const auto [it, inserted] = tensors_.emplace(t.name, &t);
+      if (!inserted)
+        fail(path.string(), ": tensor '", t.name, "' also appears in ", it->second->file->path().string());
+    }
+  }
+}
+
+void Checkpoint::open_index(const fs::path& index_path) {
+  const JsonConfig index(read_json_file(index_path), index_path.string());
+  const auto& map = index.at("weight_map");
+  if (!map.is_object()) index.invalid("weight_map", "must be an object");
+  std::set<std::string> shard_names;
+  for (const auto& [name, file] : map.items()) {
+    if (!file.is_string()) fail(index_path.string(), ": weight_map['", name, "'] is not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.find('/') != std::string::npos || f == "..")
+      fail(index_path.string(), ": weight_map['", name, "'] names a file outside the checkpoint: ", f);
+    shard_names.insert(f);
+  }
+  std::vector<fs::path> shards;
+  for (const auto& f : shard_names) {
+    if (!fs::exists(dir_ / f)) fail(index_path.string(), ": lists shard ", f, " which does not exist");
+    shards.push_back(dir_ / f);
+  }
+  open_shards(shards);
+  for (const auto& [name, file] : map.items()) {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end() || it->second->file->path().filename() != file.get<std::string>())
+      fail(index_path.string(), ": maps tensor '", name, "' to ", file.get<std::string>(),
+           " but that shard does not hold it");
+  }
+}
+
+const TensorInfo* Checkpoint::find(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : it->second;
+}
+
+std::vector<const TensorInfo*> Checkpoint::tensors() const {
+  std::vector<const TensorInfo*> out;
+  for (const auto& [name, t] : tensors_) out.push_back(t);
+  return out;
+}
+
+DType Checkpoint::dominant_float_dtype() const {
+  std::map<DType, size_t> bytes;
+  for (const auto& [name, t] : tensors_)
+    if (is_float(t->dtype)) bytes[t->dtype] += t->nbytes;
+  DType best = DType::F32;
+  size_t most = 0;
+  for (const auto& [type, n] : bytes)
+    if (n > most) best = type, most = n;
+  return best;
+}
+
+}  // namespace hfx

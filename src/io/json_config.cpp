@@ -1,0 +1,88 @@
+#include "io/json_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace hfx {
+
+using nlohmann::json;
+
+json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) fail(path.string(), ": cannot read");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail(path.string(), ": not valid JSON");
+  if (!j.is_object()) fail(path.string(), ": top level is not a JSON object");
+  return j;
+}
+
+bool JsonConfig::has(const std::string& key) const {
+  return json_.contains(key) && !json_.at(key).is_null();
+}
+
+const nlohmann::json& JsonConfig::at(const std::string& key) const {
+  if (!has(key)) fail(where_, ": required key '", key, "' is missing");
+  return json_.at(key);
+}
+
+void JsonConfig::invalid(const std::string& key, const std::string& why) const {
+  fail(where_, ": '", key, "' ", why, (has(key) ? ", got " + json_.at(key).dump() : std::string()));
+}
+
+int64_t JsonConfig::integer(const std::string& key) const {
+  const nlohmann::json& v = at(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+    return static_cast<int64_t>(v.get<double>());
+  invalid(key, "must be an integer");
+}
+
+int64_t JsonConfig::integer(const std::string& key, int64_t fallback) const {
+  return has(key) ? integer(key) : fallback;
+}
+
+int64_t JsonConfig::positive(const std::string& key) const {
+  const int64_t v = integer(key);
+  if (v <= 0) invalid(key, "must be a positive integer");
+  return v;
+}
+
+int64_t JsonConfig::positive(const std::string& key, int64_t fallback) const {
+  return has(key) ? positive(key) : fallback;
+}
+
+double JsonConfig::number(const std::string& key) const {
+  const nlohmann::json& v = at(key);
+  if (!v.is_number()) invalid(key, "must be a number");
+  return v.get<double>();
+}
+
+double JsonConfig::number(const std::string& key, double fallback) const {
+  return has(key) ? number(key) : fallback;
+}
+
+bool JsonConfig::boolean(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& v = json_.at(key);
+  if (!v.is_boolean()) invalid(key, "must be true or false");
+  return v.get<bool>();
+}
+
+std::string JsonConfig::string(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& v = json_.at(key);
+  if (!v.is_string()) invalid(key, "must be a string");
+  return v.get<std::string>();
+}
+
+std::optional<JsonConfig> JsonConfig::object(const std::string& key) const {
+  if (!has(key)) return std::nullopt;
+  if (!json_.at(key).is_object()) invalid(key, "must be an object");
+  return JsonConfig(json_.at(key), where_ + ": " + key);
+}
+
+}  // namespace hfx

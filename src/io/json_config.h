@@ -1,0 +1,39 @@
+// Typed, validated access to a JSON config (config.json, generation_config.json). Every error
+// names the file and the key.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace hfx {
+
+nlohmann::json read_json_file(const std::filesystem::path& path);
+
+class JsonConfig {
+ public:
+  JsonConfig(nlohmann::json json, std::string where) : json_(std::move(json)), where_(std::move(where)) {}
+
+  // A key counts as present only when it is not null (HF writes null for "unset").
+  bool has(const std::string& key) const;
+  int64_t integer(const std::string& key) const;
+  int64_t integer(const std::string& key, int64_t fallback) const;
+  int64_t positive(const std::string& key) const;
+  int64_t positive(const std::string& key, int64_t fallback) const;
+  double number(const std::string& key) const;
+  double number(const std::string& key, double fallback) const;
+  bool boolean(const std::string& key, bool fallback) const;
+  std::string string(const std::string& key, const std::string& fallback) const;
+  std::optional<JsonConfig> object(const std::string& key) const;
+  const nlohmann::json& at(const std::string& key) const;
+  const nlohmann::json& json() const { return json_; }
+  const std::string& where() const { return where_; }
+  [[noreturn]] void invalid(const std::string& key, const std::string& why) const;
+
+ private:
+  nlohmann::json json_;
+  std::string where_;
+};
+
+}  // namespace hfx

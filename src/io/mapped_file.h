@@ -1,0 +1,28 @@
+// A read-only memory map of a whole file. Pages can be released after use so that streaming
+// a checkpoint through the exporter does not grow the resident set to the checkpoint's size.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+
+namespace hfx {
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+  // Drops the pages of [ptr, ptr + n) from this process's resident set (they stay in page cache).
+  void release(const std::byte* ptr, size_t n) const;
+
+ private:
+  std::filesystem::path path_;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace hfx

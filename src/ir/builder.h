@@ -1,0 +1,77 @@
+// Appends ops to a Graph, inferring each result's dtype and symbolic shape. Shape errors here
+// are bugs in a frontend or pass, so they report as internal errors with the node's scope.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace hfx {
+
+class Builder {
+ public:
+  explicit Builder(Graph& graph) : g_(graph), sink_(&graph.order) {}
+
+  Graph& graph() { return g_; }
+  // Nodes are appended to `sink` (a pass rebuilding the order points it at its new list).
+  void set_sink(std::vector<Node*>* sink) { sink_ = sink; }
+  void set_scope(std::string scope) { scope_ = std::move(scope); }
+  const std::string& scope() const { return scope_; }
+
+  Value* input(const std::string& name, DType dtype, Shape shape);
+  void output(Value* v, const std::string& name);
+  Value* weight(const TensorInfo& tensor, DType dtype);
+  Value* constant(std::vector<std::byte> bytes, DType dtype, std::vector<int64_t> shape,
+                  const std::string& hint);
+  Value* const_i64(const std::vector<int64_t>& data, std::vector<int64_t> shape = {});
+  Value* const_f32(const std::vector<float>& data, std::vector<int64_t> shape = {});
+  Value* scalar(double v, DType dtype);
+
+  Value* binary(OpKind op, Value* a, Value* b);
+  Value* add(Value* a, Value* b) { return binary(OpKind::Add, a, b); }
+  Value* sub(Value* a, Value* b) { return binary(OpKind::Sub, a, b); }
+  Value* mul(Value* a, Value* b) { return binary(OpKind::Mul, a, b); }
+  Value* div(Value* a, Value* b) { return binary(OpKind::Div, a, b); }
+  Value* pow(Value* a, Value* b) { return binary(OpKind::Pow, a, b); }
+  Value* max(Value* a, Value* b) { return binary(OpKind::Max, a, b); }
+  Value* compare(OpKind op, Value* a, Value* b);  // Equal, Less, LessOrEqual, Greater -> bool
+  Value* logical_and(Value* a, Value* b);
+  Value* logical_not(Value* x);
+  Value* unary(OpKind op, Value* x);
+  Value* matmul(Value* a, Value* b);
+  Value* softmax(Value* x, int64_t axis);
+  Value* reduce(OpKind op, Value* x, std::vector<int64_t> axes, bool keepdims);
+  Value* cast(Value* x, DType dtype);
+  Value* reshape(Value* x, Shape shape);
+  Value* transpose(Value* x, std::vector<int64_t> perm);
+  Value* slice(Value* x, int64_t axis, int64_t start, int64_t end);
+  Value* concat(const std::vector<Value*>& xs, int64_t axis);
+  Value* gather(Value* data, Value* indices, int64_t axis);
+  Value* unsqueeze(Value* x, std::vector<int64_t> axes);
+  Value* where(Value* cond, Value* a, Value* b);
+  Value* range(Value* start, Value* limit, Value* delta, Dim length);
+  Value* shape_of(Value* x);
+  Value* expand(Value* x, Shape shape);
+
+  Value* linear(Value* x, Value* weight, Value* bias = nullptr);
+  Value* embedding(Value* weight, Value* ids);
+  Value* rms_norm(Value* x, Value* weight, double epsilon);
+  Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);
+  Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap);
+  Value* silu(Value* x);
+  Value* gelu(Value* x, const std::string& approximate);
+
+  // Lowest-level hook: appends a node with explicit result types.
+  Value* emit(OpKind op, std::vector<Value*> inputs, Attrs attrs, DType dtype, Shape shape);
+
+ private:
+  Graph& g_;
+  std::vector<Node*>* sink_;
+  std::string scope_;
+  int counter_ = 0;
+};
+
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+int64_t normalize_axis(int64_t axis, size_t rank);
+
+}  // namespace hfx

@@ -1,0 +1,116 @@
+#include "ir/graph.h"
+
+#include <set>
+
+#include "core/error.h"
+
+namespace hfx {
+
+namespace {
+struct OpRow {
+  std::string_view name;
+  bool high_level;
+};
+constexpr OpRow kOps[] = {
+#define X(name, high_level) {#name, high_level},
+#include "ir/ops.def"
+#undef X
+};
+}  // namespace
+
+std::string_view op_name(OpKind op) { return kOps[static_cast<size_t>(op)].name; }
+bool op_is_high_level(OpKind op) { return kOps[static_cast<size_t>(op)].high_level; }
+
+int64_t Attrs::i(const std::string& key) const {
+  const auto it = map_.find(key);
+  HFX_CHECK(it != map_.end() && std::holds_alternative<int64_t>(it->second), "int attr ", key);
+  return std::get<int64_t>(it->second);
+}
+
+double Attrs::f(const std::string& key) const {
+  const auto it = map_.find(key);
+  HFX_CHECK(it != map_.end() && std::holds_alternative<double>(it->second), "float attr ", key);
+  return std::get<double>(it->second);
+}
+
+const std::vector<int64_t>& Attrs::ints(const std::string& key) const {
+  const auto it = map_.find(key);
+  HFX_CHECK(it != map_.end() && std::holds_alternative<std::vector<int64_t>>(it->second), "ints attr ",
+            key);
+  return std::get<std::vector<int64_t>>(it->second);
+}
+
+const std::string& Attrs::s(const std::string& key) const {
+  const auto it = map_.find(key);
+  HFX_CHECK(it != map_.end() && std::holds_alternative<std::string>(it->second), "string attr ", key);
+  return std::get<std::string>(it->second);
+}
+
+const Symbol* Graph::symbol(const std::string& name, int64_t min, int64_t max) {
+  for (const auto& s : symbols_)
+    if (s.name == name) return &s;
+  symbols_.push_back(Symbol{name, min, max});
+  return &symbols_.back();
+}
+
+Value* Graph::new_value(DType dtype, Shape shape, std::string name) {
+  values_.emplace_back();
+  Value* v = &values_.back();
+  v->id = static_cast<int>(values_.size());
+  v->dtype = dtype;
+  v->shape = std::move(shape);
+  v->name = name.empty() ? "v" + std::to_string(v->id) : std::move(name);
+  return v;
+}
+
+Node* Graph::new_node(OpKind op, std::vector<Value*> inputs, Attrs attrs, std::string name) {
+  nodes_.push_back(Node{op, std::move(inputs), {}, std::move(attrs), std::move(name)});
+  return &nodes_.back();
+}
+
+std::vector<Value*> Graph::constants() const {
+  std::vector<Value*> out;
+  std::set<const Value*> seen;
+  for (const Node* n : order)
+    for (Value* v : n->inputs)
+      if (v && v->is_constant() && seen.insert(v).second) out.push_back(v);
+  return out;
+}
+
+void verify(const Graph& graph) {
+  std::set<const Value*> defined;
+  std::set<std::string> names;
+  for (const Value* v : graph.inputs) {
+    if (!defined.insert(v).second) fail("IR verifier: input '", v->name, "' listed twice");
+    if (v->producer) fail("IR verifier: input '", v->name, "' has a producer");
+  }
+  for (const Node* n : graph.order) {
+    const std::string at = str("IR verifier: ", op_name(n->op), " node '", n->name, "'");
+    for (const Value* in : n->inputs) {
+      if (!in) continue;
+      if (in->is_constant()) {
+        const auto& c = *in->constant;
+        int64_t numel = 1;
+        for (int64_t d : c.src_shape) numel *= d;
+        if (c.nbytes() != static_cast<size_t>(numel) * dtype_size(c.src_dtype))
+          fail(at, ": constant '", in->name, "' holds ", c.nbytes(), " bytes for shape ",
+               shape_string(c.src_shape));
+        continue;
+      }
+      if (!defined.count(in)) fail(at, ": uses '", in->name, "' before it is defined");
+    }
+    if (n->outputs.empty()) fail(at, ": has no outputs");
+    for (const Value* out : n->outputs) {
+      if (out->producer != n) fail(at, ": output '", out->name, "' names another producer");
+      if (!defined.insert(out).second) fail(at, ": redefines '", out->name, "'");
+      if (!names.insert(out->name).second) fail(at, ": duplicate value name '", out->name, "'");
+      for (const Dim& d : out->shape)
+        if (d.is_static() && d.value() < 0) fail(at, ": output '", out->name, "' has a negative dim");
+    }
+  }
+  for (const Value* v : graph.outputs)
+    if (!defined.count(v) && !v->is_constant())
+      fail("IR verifier: output '", v->name, "' is never produced");
+}
+
+}  // namespace hfx

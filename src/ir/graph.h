@@ -1,0 +1,106 @@
+// The IR: a graph of values (typed, with symbolic shapes) and ops from ops.def.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "io/safetensors.h"
+
+namespace hfx {
+
+enum class OpKind : uint8_t {
+#define X(name, high_level) name,
+#include "ir/ops.def"
+#undef X
+};
+
+std::string_view op_name(OpKind op);
+bool op_is_high_level(OpKind op);
+
+using Attr = std::variant<int64_t, double, std::vector<int64_t>, std::string>;
+
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<const std::string, Attr>> init) : map_(init) {}
+  void set(const std::string& key, Attr value) { map_[key] = std::move(value); }
+  bool has(const std::string& key) const { return map_.count(key) != 0; }
+  int64_t i(const std::string& key) const;
+  double f(const std::string& key) const;
+  const std::vector<int64_t>& ints(const std::string& key) const;
+  const std::string& s(const std::string& key) const;
+  int64_t i(const std::string& key, int64_t fallback) const { return has(key) ? i(key) : fallback; }
+  double f(const std::string& key, double fallback) const { return has(key) ? f(key) : fallback; }
+  const std::map<std::string, Attr>& all() const { return map_; }
+
+ private:
+  std::map<std::string, Attr> map_;
+};
+
+// Bytes behind a constant: a lazy view into a checkpoint tensor, or a small owned buffer.
+// Materialised (converted to the value's dtype, optionally transposed) only by a backend writer.
+struct ConstantData {
+  DType src_dtype = DType::F32;
+  std::vector<int64_t> src_shape;
+  const TensorInfo* tensor = nullptr;  // checkpoint view, or null when `owned` holds the bytes
+  std::vector<std::byte> owned;
+  bool transpose = false;  // 2-D only: the value is the transpose of the source
+
+  const std::byte* bytes() const { return tensor ? tensor->data : owned.data(); }
+  size_t nbytes() const { return tensor ? tensor->nbytes : owned.size(); }
+};
+
+struct Node;
+
+struct Value {
+  int id = 0;
+  std::string name;  // graph inputs/outputs/constants carry names; others get one from the node
+  DType dtype = DType::F32;
+  Shape shape;
+  Node* producer = nullptr;
+  std::shared_ptr<const ConstantData> constant;  // set for constants (weights and small tables)
+
+  bool is_constant() const { return constant != nullptr; }
+  size_t rank() const { return shape.size(); }
+};
+
+struct Node {
+  OpKind op;
+  std::vector<Value*> inputs;  // null entries are absent optional inputs
+  std::vector<Value*> outputs;
+  Attrs attrs;
+  std::string name;  // scope of the HF module that produced it, e.g. model.layers.3.self_attn
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  const Symbol* symbol(const std::string& name, int64_t min, int64_t max);
+  Value* new_value(DType dtype, Shape shape, std::string name = {});
+  Node* new_node(OpKind op, std::vector<Value*> inputs, Attrs attrs, std::string name);
+
+  std::vector<Value*> inputs;
+  std::vector<Value*> outputs;
+  std::vector<Node*> order;  // topological
+  const std::deque<Symbol>& symbols() const { return symbols_; }
+  std::vector<Value*> constants() const;  // every constant used by a node in `order`
+
+ private:
+  std::deque<Symbol> symbols_;
+  std::deque<Value> values_;
+  std::deque<Node> nodes_;
+};
+
+// Checks every invariant the backends rely on; throws Error naming the first broken one.
+void verify(const Graph& graph);
+
+}  // namespace hfx

@@ -1,0 +1,52 @@
+#include "models/model_builder.h"
+
+#include "core/error.h"
+
+namespace hfx {
+
+ModelBuilder::ModelBuilder(const Checkpoint& ckpt, const BuildOptions& opt)
+    : ckpt_(ckpt), opt_(opt), graph_(std::make_unique<Graph>()), builder_(*graph_) {}
+
+void ModelBuilder::expect(const std::string& name, std::vector<int64_t> shape) {
+  expected_[name] = std::move(shape);
+}
+
+void ModelBuilder::check_checkpoint() const {
+  std::vector<std::string> problems;
+  for (const auto& [name, shape] : expected_) {
+    const TensorInfo* t = ckpt_.find(name);
+    if (!t) {
+      problems.push_back(str(ckpt_.dir().string(), ": missing tensor '", name, "' (expected shape ",
+                             shape_string(shape), ")"));
+    } else if (t->shape != shape) {
+      problems.push_back(str(t->file->path().string(), ": tensor '", name, "' has shape ",
+                             shape_string(t->shape), ", expected ", shape_string(shape)));
+    } else if (!is_float(t->dtype) || t->dtype == DType::F64) {
+      problems.push_back(str(t->file->path().string(), ": tensor '", name, "' has dtype ",
+                             dtype_name(t->dtype), ", expected float32, float16 or bfloat16"));
+    }
+  }
+  for (const TensorInfo* t : ckpt_.tensors()) {
+    const bool rotary_cache = t->name.ends_with(".rotary_emb.inv_freq");  // old checkpoints carry it
+    if (!expected_.count(t->name) && !tolerated_.count(t->name) && !rotary_cache)
+      problems.push_back(str(t->file->path().string(), ": unexpected tensor '", t->name, "' (shape ",
+                             shape_string(t->shape), ") is not part of this architecture"));
+  }
+  if (problems.empty()) return;
+  std::string more = problems.size() > 1 ? str(" (and ", problems.size() - 1, " more tensor problems)") : "";
+  fail(problems.front(), more);
+}
+
+Value* ModelBuilder::weight(const std::string& name) {
+  if (const auto it = weights_.find(name); it != weights_.end()) return it->second;
+  HFX_CHECK(expected_.count(name), "weight '", name, "' was not declared");
+  const TensorInfo* t = ckpt_.find(name);
+  HFX_CHECK(t != nullptr, "weight '", name, "' missing after check");
+  Value* v = builder_.weight(*t, opt_.dtype);
+  weights_[name] = v;
+  return v;
+}
+
+std::unique_ptr<Graph> ModelBuilder::finish() { return std::move(graph_); }
+
+}  // namespace hfx

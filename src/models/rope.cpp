@@ -1,0 +1,144 @@
+#include "models/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace hfx {
+namespace {
+
+// HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
+std::vector<float> default_inv_freq(double base, int64_t dim) {
+  std::vector<float> out;
+  for (int64_t i = 0; i < dim; i += 2)
+    out.push_back(1.0f / std::pow(static_cast<float>(base), static_cast<float>(i) / static_cast<float>(dim)));
+  return out;
+}
+
+void apply_llama3(RopeConfig& r, const JsonConfig& p) {
+  const double factor = p.number("factor");
+  const double low = p.number("low_freq_factor");
+  const double high = p.number("high_freq_factor");
+  const double old_len = p.number("original_max_position_embeddings");
+  if (high == low) p.invalid("high_freq_factor", "must differ from low_freq_factor");
+  const double low_wavelen = old_len / low, high_wavelen = old_len / high;
+  for (float& f : r.inv_freq) {
+    const float wavelen = static_cast<float>(2 * M_PI) / f;
+    float scaled = wavelen > low_wavelen ? f / static_cast<float>(factor) : f;
+    if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+      const float smooth = static_cast<float>((old_len / wavelen - low) / (high - low));
+      scaled = (1 - smooth) * scaled / static_cast<float>(factor) + smooth * scaled;
+    }
+    f = scaled;
+  }
+}
+
+void apply_yarn(RopeConfig& r, const JsonConfig& p, const JsonConfig& config) {
+  const double factor = p.number("factor");
+  const double base = r.theta;
+  const auto dim = static_cast<double>(r.rotary_dim);
+  const double original = p.has("original_max_position_embeddings")
+                              ? p.number("original_max_position_embeddings")
+                              : static_cast<double>(config.positive("max_position_embeddings"));
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (p.has("attention_factor")) {
+    r.attention_scaling = p.number("attention_factor");
+  } else if (p.number("mscale", 0) != 0 && p.number("mscale_all_dim", 0) != 0) {
+    r.attention_scaling = mscale(factor, p.number("mscale")) / mscale(factor, p.number("mscale_all_dim"));
+  } else {
+    r.attention_scaling = mscale(factor, 1.0);
+  }
+  const double beta_fast = p.number("beta_fast", 0) != 0 ? p.number("beta_fast") : 32.0;
+  const double beta_slow = p.number("beta_slow", 0) != 0 ? p.number("beta_slow") : 1.0;
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
+  if (p.boolean("truncate", true)) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;
+  const std::vector<float> extrapolation = r.inv_freq;
+  for (size_t i = 0; i < r.inv_freq.size(); ++i) {
+    const float pos_freq = std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float interpolation = 1.0f / (static_cast<float>(factor) * pos_freq);
+    const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) /
+                                      static_cast<float>(high - low), 0.0f, 1.0f);
+    const float extrapolation_factor = 1 - ramp;
+    r.inv_freq[i] = interpolation * (1 - extrapolation_factor) + extrapolation[i] * extrapolation_factor;
+  }
+}
+
+}  // namespace
+
+RopeConfig parse_rope(const JsonConfig& config, int64_t head_dim, int64_t max_position_embeddings) {
+  // 4.x `rope_scaling` wins over 5.x `rope_parameters`, as in transformers' own conversion.
+  std::optional<JsonConfig> params = config.object("rope_scaling");
+  if (!params) params = config.object("rope_parameters");
+  if (!params) params = JsonConfig(nlohmann::json::object(), config.where());
+  RopeConfig r;
+  r.type = params->string("rope_type", params->string("type", "default"));
+  r.theta = params->number("rope_theta", config.number("rope_theta", 10000.0));
+  if (r.theta <= 0) config.invalid("rope_theta", "must be positive");
+  const double partial = config.has("partial_rotary_factor") ? config.number("partial_rotary_factor")
+                                                              : params->number("partial_rotary_factor", 1.0);
+  if (partial <= 0 || partial > 1) config.invalid("partial_rotary_factor", "must be in (0, 1]");
+  r.rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
+  if (r.rotary_dim < 2 || r.rotary_dim % 2) fail(config.where(), ": rotary dimension ", r.rotary_dim, " must be even and positive");
+  r.max_position_embeddings = max_position_embeddings;
+  r.inv_freq = default_inv_freq(r.theta, r.rotary_dim);
+  if (r.type == "default") {
+  } else if (r.type == "linear") {
+    r.factor = params->number("factor");
+    for (float& f : r.inv_freq) f /= static_cast<float>(r.factor);
+  } else if (r.type == "dynamic") {
+    r.factor = params->number("factor");
+  } else if (r.type == "llama3") {
+    apply_llama3(r, *params);
+  } else if (r.type == "yarn") {
+    apply_yarn(r, *params, config);
+  } else {
+    fail(params->where(), ": rope type '", r.type,
+         "' is not supported (supported: default, linear, dynamic, llama3, yarn)");
+  }
+  if (r.type != "default" && r.type != "llama3" && r.type != "yarn" && r.factor <= 0)
+    params->invalid("factor", "must be positive");
+  return r;
+}
+
+std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids) {
+  const auto half = static_cast<int64_t>(rope.inv_freq.size());
+  Value* inv_freq;
+  if (rope.type == "dynamic") {
+    // NTK: base' = base * (factor * L / max_pos - (factor - 1)) ** (dim / (dim - 2)),
+    // L = max(max(position_ids) + 1, max_pos), all in float32 as HF.
+    Value* seen = b.add(b.reduce(OpKind::ReduceMax, position_ids, {}, false), b.const_i64({1}));
+    Value* len = b.cast(b.max(seen, b.const_i64({rope.max_position_embeddings})), DType::F32);
+    Value* ratio = b.div(b.mul(len, b.scalar(rope.factor, DType::F32)),
+                         b.scalar(static_cast<double>(rope.max_position_embeddings), DType::F32));
+    const auto dim = static_cast<double>(rope.rotary_dim);
+    Value* base = b.mul(b.scalar(rope.theta, DType::F32),
+                        b.pow(b.sub(ratio, b.scalar(rope.factor - 1, DType::F32)),
+                              b.scalar(dim / (dim - 2), DType::F32)));
+    std::vector<float> exponents;
+    for (int64_t i = 0; i < rope.rotary_dim; i += 2)
+      exponents.push_back(static_cast<float>(i) / static_cast<float>(rope.rotary_dim));
+    inv_freq = b.unary(OpKind::Reciprocal, b.pow(base, b.const_f32(exponents, {half})));
+  } else {
+    inv_freq = b.const_f32(rope.inv_freq, {half});
+  }
+  Value* pos = b.unsqueeze(b.cast(position_ids, DType::F32), {-1});  // [B, S, 1]
+  Value* freqs = b.mul(pos, inv_freq);                               // [B, S, R/2]
+  Value* emb = b.concat({freqs, freqs}, -1);
+  Value* cos = b.unary(OpKind::Cos, emb);
+  Value* sin = b.unary(OpKind::Sin, emb);
+  if (rope.attention_scaling != 1.0) {
+    Value* s = b.scalar(rope.attention_scaling, DType::F32);
+    cos = b.mul(cos, s);
+    sin = b.mul(sin, s);
+  }
+  return {cos, sin};
+}
+
+}  // namespace hfx

@@ -1,0 +1,28 @@
+// Rotary position embedding parameters, read from either config style: transformers 4.x
+// (`rope_theta` + `rope_scaling`) or 5.x (`rope_parameters`), and the cos/sin tables HF computes.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/json_config.h"
+#include "ir/builder.h"
+
+namespace hfx {
+
+struct RopeConfig {
+  std::string type = "default";  // default, linear, dynamic, llama3, yarn
+  double theta = 10000.0;
+  int64_t rotary_dim = 0;        // head_dim * partial_rotary_factor
+  std::vector<float> inv_freq;   // rotary_dim / 2 entries (static types)
+  double attention_scaling = 1.0;
+  double factor = 1.0;           // dynamic: recomputed in-graph from the sequence length
+  int64_t max_position_embeddings = 0;
+};
+
+RopeConfig parse_rope(const JsonConfig& config, int64_t head_dim, int64_t max_position_embeddings);
+
+// cos and sin of shape [batch, sequence, rotary_dim] in float32, as HF's rotary embedding module.
+std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids);
+
+}  // namespace hfx

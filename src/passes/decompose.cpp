@@ -1,0 +1,169 @@
+// Reference decompositions of the high-level ops into primitives. These define the semantics a
+// fused backend op must reproduce; they follow transformers' eager implementations.
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "core/error.h"
+#include "ir/builder.h"
+#include "passes/passes.h"
+
+namespace hfx {
+namespace {
+
+Value* decompose_linear(Builder& b, const Node& n) {
+  Value* y = b.matmul(n.inputs[0], b.transpose(n.inputs[1], {1, 0}));
+  return n.inputs.size() > 2 && n.inputs[2] ? b.add(y, n.inputs[2]) : y;
+}
+
+Value* decompose_embedding(Builder& b, const Node& n) { return b.gather(n.inputs[0], n.inputs[1], 0); }
+
+// HF: x.float(); x * rsqrt(mean(x^2) + eps); weight * x.to(input dtype).
+Value* decompose_rms_norm(Builder& b, const Node& n) {
+  Value* x = b.cast(n.inputs[0], DType::F32);
+  Value* mean_sq = b.reduce(OpKind::ReduceMean, b.mul(x, x), {-1}, true);
+  Value* inv = b.unary(OpKind::Reciprocal,
+                       b.unary(OpKind::Sqrt, b.add(mean_sq, b.scalar(n.attrs.f("epsilon"), DType::F32))));
+  Value* normed = b.cast(b.mul(x, inv), n.inputs[0]->dtype);
+  Value* w = n.inputs[1];
+  return b.mul(w->dtype == normed->dtype ? w : b.cast(w, normed->dtype), normed);
+}
+
+// HF rotate_half form: out = x * cos + concat(-x2, x1) * sin on the first R dims.
+Value* decompose_rope(Builder& b, const Node& n) {
+  Value* x = n.inputs[0];
+  Value* cos = b.unsqueeze(b.cast(n.inputs[1], x->dtype), {1});
+  Value* sin = b.unsqueeze(b.cast(n.inputs[2], x->dtype), {1});
+  const int64_t rot = n.inputs[1]->shape.back().value();
+  const int64_t head = x->shape.back().value();
+  Value* xr = rot < head ? b.slice(x, -1, 0, rot) : x;
+  Value* rotated;
+  if (n.attrs.i("interleaved", 0)) {
+    // Pairs (x0, x1) -> (-x1, x0) along the last dim.
+    Shape pairs = xr->shape;
+    pairs.back() = Dim(rot / 2);
+    pairs.push_back(Dim(2));
+    Value* p = b.reshape(xr, pairs);
+    Value* even = b.slice(p, -1, 0, 1);
+    Value* odd = b.slice(p, -1, 1, 2);
+    rotated = b.reshape(b.concat({b.unary(OpKind::Neg, odd), even}, -1), xr->shape);
+  } else {
+    Value* x1 = b.slice(xr, -1, 0, rot / 2);
+    Value* x2 = b.slice(xr, -1, rot / 2, rot);
+    rotated = b.concat({b.unary(OpKind::Neg, x2), x1}, -1);
+  }
+  Value* out = b.add(b.mul(xr, cos), b.mul(rotated, sin));
+  return rot < head ? b.concat({out, b.slice(x, -1, rot, head)}, -1) : out;
+}
+
+// HF eager attention: softmax((q k^T) * scale + mask) v, with grouped kv heads broadcast.
+// Masked scores take the lowest finite value so that fully masked (padding) rows stay finite.
+Value* decompose_attention(Builder& b, const Node& n) {
+  Value* q = n.inputs[0];
+  Value* k = n.inputs[1];
+  Value* v = n.inputs[2];
+  Value* mask = n.inputs.size() > 3 ? n.inputs[3] : nullptr;
+  const int64_t hq = q->shape[1].value(), hkv = k->shape[1].value();
+  const int64_t groups = hq / hkv;
+  const bool grouped = groups > 1;
+  if (grouped) {
+    q = b.reshape(q, {q->shape[0], Dim(hkv), Dim(groups), q->shape[2], q->shape[3]});
+    k = b.unsqueeze(k, {2});
+    v = b.unsqueeze(v, {2});
+    if (mask) mask = b.unsqueeze(mask, {2});
+  }
+  const int64_t r = static_cast<int64_t>(k->rank());
+  std::vector<int64_t> perm(static_cast<size_t>(r));
+  for (int64_t i = 0; i < r; ++i) perm[static_cast<size_t>(i)] = i;
+  std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
+  Value* scores = b.mul(b.matmul(q, b.transpose(k, perm)), b.scalar(n.attrs.f("scale"), q->dtype));
+  scores = b.cast(scores, DType::F32);
+  if (const double cap = n.attrs.f("softcap", 0.0); cap > 0) {
+    Value* c = b.scalar(cap, DType::F32);
+    scores = b.mul(b.unary(OpKind::Tanh, b.div(scores, c)), c);
+  }
+  if (mask) scores = b.where(mask, scores, b.scalar(std::numeric_limits<float>::lowest(), DType::F32));
+  Value* probs = b.cast(b.softmax(scores, -1), v->dtype);
+  Value* out = b.matmul(probs, v);
+  if (grouped) out = b.reshape(out, {out->shape[0], Dim(hq), out->shape[3], out->shape[4]});
+  return out;
+}
+
+Value* decompose_silu(Builder& b, const Node& n) {
+  return b.mul(n.inputs[0], b.unary(OpKind::Sigmoid, n.inputs[0]));
+}
+
+Value* decompose_gelu(Builder& b, const Node& n) {
+  Value* x = n.inputs[0];
+  const DType t = x->dtype;
+  if (n.attrs.s("approximate") == "tanh") {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    Value* cube = b.mul(b.mul(x, x), x);
+    Value* inner = b.mul(b.add(x, b.mul(cube, b.scalar(0.044715, t))), b.scalar(std::sqrt(2.0 / M_PI), t));
+    return b.mul(b.mul(x, b.scalar(0.5, t)), b.add(b.unary(OpKind::Tanh, inner), b.scalar(1.0, t)));
+  }
+  Value* e = b.unary(OpKind::Erf, b.mul(x, b.scalar(M_SQRT1_2, t)));
+  return b.mul(b.mul(x, b.scalar(0.5, t)), b.add(e, b.scalar(1.0, t)));
+}
+
+Value* decompose_node(Builder& b, const Node& n) {
+  switch (n.op) {
+    case OpKind::Linear: return decompose_linear(b, n);
+    case OpKind::Embedding: return decompose_embedding(b, n);
+    case OpKind::RMSNorm: return decompose_rms_norm(b, n);
+    case OpKind::RoPE: return decompose_rope(b, n);
+    case OpKind::Attention: return decompose_attention(b, n);
+    case OpKind::SiLU: return decompose_silu(b, n);
+    case OpKind::GELU: return decompose_gelu(b, n);
+    default: fail("internal error: no decomposition for ", op_name(n.op));
+  }
+}
+
+}  // namespace
+
+void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_maps_natively) {
+  std::vector<Node*> order;
+  std::map<Value*, Value*> replaced;
+  Builder b(graph);
+  b.set_sink(&order);
+  auto remap = [&](Value* v) {
+    const auto it = replaced.find(v);
+    return it == replaced.end() ? v : it->second;
+  };
+  for (Node* n : graph.order) {
+    for (Value*& in : n->inputs)
+      if (in) in = remap(in);
+    if (!op_is_high_level(n->op) || backend_maps_natively(*n)) {
+      order.push_back(n);
+      continue;
+    }
+    b.set_scope(n->name.substr(0, n->name.rfind('/')));
+    Value* out = decompose_node(b, *n);
+    HFX_CHECK(out->dtype == n->outputs[0]->dtype && out->shape == n->outputs[0]->shape,
+              "decomposition of ", op_name(n->op), " changed the result type");
+    replaced[n->outputs[0]] = out;
+  }
+  for (Value*& out : graph.outputs) {
+    Value* r = remap(out);
+    if (r != out) r->name = out->name;
+    out = r;
+  }
+  graph.order = std::move(order);
+}
+
+void eliminate_dead_code(Graph& graph) {
+  std::map<const Value*, bool> live;
+  for (Value* v : graph.outputs) live[v] = true;
+  std::vector<Node*> kept;
+  for (auto it = graph.order.rbegin(); it != graph.order.rend(); ++it) {
+    bool used = false;
+    for (Value* out : (*it)->outputs) used = used || live.count(out);
+    if (!used) continue;
+    kept.push_back(*it);
+    for (Value* in : (*it)->inputs)
+      if (in) live[in] = true;
+  }
+  graph.order.assign(kept.rbegin(), kept.rend());
+}
+
+}  // namespace hfx

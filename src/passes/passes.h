@@ -1,0 +1,15 @@
+// Graph passes. Each is a small rewrite; run verify() between them in debug builds.
+#pragma once
+#include <functional>
+
+#include "ir/graph.h"
+
+namespace hfx {
+
+// Replaces every high-level op the backend cannot map natively with its reference decomposition.
+void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_maps_natively);
+
+// Drops nodes whose results nothing uses.
+void eliminate_dead_code(Graph& graph);
+
+}  // namespace hfx
