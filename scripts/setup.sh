@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One-time setup on a fresh Debian machine: the C++ build dependencies from Debian, and a Python
+# virtual environment at .venv holding hfexport (built from this checkout) and the test tools.
+# Safe to re-run: it installs only what is missing and rebuilds hfexport.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debian_packages=(g++ libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev libcli11-dev)
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+# torch first and pinned: the CPU wheel; an unpinned resolve would pull a multi-GB CUDA build.
+.venv/bin/python -c "import torch" 2>/dev/null || "${pip[@]}" "torch==2.13.0"
+"${pip[@]}" -r requirements-test.txt
+"${pip[@]}" --no-build-isolation --no-deps .
+echo "setup: ready ($(.venv/bin/hfexport --version))"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test: C++ unit tests, the same under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and the pytest parity and bad-input suites.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+export PATH="$PWD/.venv/bin:$PATH"
+jobs=$(nproc)
+python_exe="$PWD/.venv/bin/python"
+
+echo "== C++ unit tests"
+cmake -S . -B build/unit -G Ninja -DHFX_BUILD_TESTS=ON -DPython3_EXECUTABLE="$python_exe" >/dev/null
+ninja -C build/unit -j "$jobs"
+ctest --test-dir build/unit --output-on-failure -j "$jobs"
+
+echo "== C++ unit tests under ASan + UBSan"
+cmake -S . -B build/asan -G Ninja -DHFX_BUILD_TESTS=ON -DHFX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+  -DPython3_EXECUTABLE="$python_exe" >/dev/null
+ninja -C build/asan -j "$jobs"
+ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+echo "== bad-input CLI tests with the sanitized binary"
+HFEXPORT_BIN="$PWD/build/asan/hfexport" python -m pytest -q tests/parity/test_bad_input.py
+
+echo "== parity tests"
+python -m pytest -q tests

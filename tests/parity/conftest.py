@@ -1,0 +1,200 @@
+"""Shared fixtures for the parity and bad-input tests.
+
+- ``hfexport_bin``: the CLI under test (env HFEXPORT_BIN, else the venv's ``hfexport``, else
+  ``<repo>/build/hfexport``).
+- ``make_tiny_model``: builds a seeded random-weight HF causal LM from a config dict and saves it.
+- ``run_hfexport`` / ``export_model``: run the CLI (raw, or asserting success).
+- ``support_matrix``: session recorder; ``support_matrix.md`` / ``.json`` are written at the repo
+  root when the session ends (only if something was recorded).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# --------------------------------------------------------------------------------------------
+# The binary
+
+
+def _find_binary() -> Path | None:
+    env = os.environ.get("HFEXPORT_BIN")
+    if env:
+        return Path(env)
+    candidates = [
+        Path(sys.prefix) / "bin" / "hfexport",  # the venv running pytest, if the package is installed
+        REPO_ROOT / ".venv" / "bin" / "hfexport",
+        REPO_ROOT / "build" / "hfexport",
+    ]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+@pytest.fixture(scope="session")
+def hfexport_bin() -> Path:
+    path = _find_binary()
+    if path is None or not path.is_file():
+        pytest.fail(
+            "hfexport binary not found: set HFEXPORT_BIN, install the package into the venv, "
+            f"or build it at {REPO_ROOT / 'build' / 'hfexport'}",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def run_hfexport(hfexport_bin):
+    """run_hfexport(*args, timeout=120) -> CompletedProcess (text mode, never raises on rc)."""
+
+    def run(*args, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(hfexport_bin), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def export_model(run_hfexport):
+    """export_model(model_dir, out_dir, *extra_args) -> out_dir; fails the test on a non-zero exit."""
+
+    def export(model_dir, out_dir, *extra) -> Path:
+        proc = run_hfexport("export", model_dir, "-o", out_dir, *extra)
+        if proc.returncode != 0:
+            raise ExportFailed(proc)
+        return Path(out_dir)
+
+    return export
+
+
+class ExportFailed(AssertionError):
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.proc = proc
+        super().__init__(
+            f"hfexport exited with {proc.returncode}\nargs: {proc.args}\nstderr: {proc.stderr.strip()}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny random HF models
+
+
+def build_tiny_model(
+    out_dir,
+    model_type: str,
+    config: dict,
+    *,
+    seed: int = 0,
+    dtype: str | None = None,
+    max_shard_size=None,
+):
+    """Builds a random-weight causal LM, saves it to ``out_dir`` and returns (out_dir, model).
+
+    The returned model is the float32 eager model the checkpoint was saved from (before any
+    dtype conversion), in eval mode.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = AutoConfig.for_model(model_type, **config)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    # Default init (std 0.02) gives near-constant logits; widen the weights a little so that
+    # differences in rope, masks or biases show up in the logits.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            elif "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.08)
+    model.eval()
+    out_dir = Path(out_dir)
+    save_kwargs = {}
+    if max_shard_size is not None:
+        save_kwargs["max_shard_size"] = max_shard_size
+    if dtype is not None:
+        copy.deepcopy(model).to(getattr(torch, dtype)).save_pretrained(out_dir, **save_kwargs)
+    else:
+        model.save_pretrained(out_dir, **save_kwargs)
+    return out_dir, model
+
+
+@pytest.fixture(scope="session")
+def make_tiny_model():
+    return build_tiny_model
+
+
+# --------------------------------------------------------------------------------------------
+# Support matrix
+
+
+@dataclass
+class SupportMatrix:
+    rows: list = field(default_factory=list)
+
+    def record(self, model_type: str, variant: str, passed: bool, max_abs_err=None, note: str = "") -> None:
+        self.rows.append(
+            {
+                "model_type": model_type,
+                "variant": variant,
+                "format": "onnx",
+                "result": "pass" if passed else "fail",
+                "max_abs_err": None if max_abs_err is None else float(max_abs_err),
+                "note": note,
+            }
+        )
+
+    def write(self, root: Path) -> None:
+        if not self.rows:
+            return
+        rows = sorted(self.rows, key=lambda r: (r["model_type"], r["variant"]))
+        (root / "support_matrix.json").write_text(json.dumps({"backend": "onnx", "rows": rows}, indent=2) + "\n")
+        lines = [
+            "# hfexport support matrix",
+            "",
+            "Generated by `pytest tests/parity` (onnxruntime CPUExecutionProvider vs transformers eager).",
+            "",
+            "| model_type | variant | onnx | max abs err | note |",
+            "|---|---|---|---|---|",
+        ]
+        for r in rows:
+            err = "" if r["max_abs_err"] is None else f"{r['max_abs_err']:.2e}"
+            note = r["note"].replace("|", "\\|").replace("\n", " ")
+            if len(note) > 160:
+                note = note[:157] + "..."
+            lines.append(f"| {r['model_type']} | {r['variant']} | {r['result']} | {err} | {note} |")
+        passed = sum(r["result"] == "pass" for r in rows)
+        lines += ["", f"{passed}/{len(rows)} pass", ""]
+        (root / "support_matrix.md").write_text("\n".join(lines))
+
+
+_MATRIX = SupportMatrix()
+
+
+@pytest.fixture(scope="session")
+def support_matrix() -> SupportMatrix:
+    return _MATRIX
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # each xdist worker would clobber the others' rows
+    _MATRIX.write(REPO_ROOT)
