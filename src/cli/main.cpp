@@ -1,5 +1,6 @@
 // The hfexport command-line program.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 
 #include "core/error.h"
@@ -25,8 +26,17 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    std::cerr << "hfexport: error: " << message << " (see hfexport --help)\n";
+    return 2;
   }
   try {
     if (*exp) {

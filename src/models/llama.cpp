@@ -1,5 +1,6 @@
 // Llama family: llama, mistral, qwen2, qwen3. Pre-norm decoder blocks with grouped-query
 // attention and a gated MLP; the members differ only in biases, q/k norm and sliding windows.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <vector>
@@ -92,7 +93,7 @@ LlamaFamilyConfig parse_config(const JsonConfig& c) {
   if (act != "silu" && act != "swish" && act != "gelu" && act != "gelu_pytorch_tanh" && act != "gelu_new" &&
       act != "gelu_fast")
     c.invalid("hidden_act", "is not a supported activation (silu, gelu, gelu_pytorch_tanh, gelu_new)");
-  cfg.rope = parse_rope(c, a.head_dim, cfg.max_positions);
+  cfg.rope = parse_rope(c, a.head_dim, cfg.max_positions, /*partial_rotary=*/false);
   cfg.layer_window = sliding_windows(c, cfg.model_type, cfg.layers);
   return cfg;
 }
@@ -122,7 +123,11 @@ ExportModel build_llama_family(const Checkpoint& ckpt, const BuildOptions& opt) 
   m.check_checkpoint();
 
   Builder& b = m.b();
-  const DecoderInputs in = decoder_inputs(b, cfg.max_positions);
+  // Dynamic NTK exists to run past max_position_embeddings; the bound says how far it stretches.
+  const int64_t max_sequence = cfg.rope.type == "dynamic"
+                                   ? static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, cfg.rope.factor))
+                                   : cfg.max_positions;
+  const DecoderInputs in = decoder_inputs(b, max_sequence);
   Value* full_mask = nullptr;
   std::map<int64_t, Value*> window_masks;
   b.set_scope("model.rotary_emb");

@@ -20,7 +20,10 @@ struct RopeConfig {
   int64_t max_position_embeddings = 0;
 };
 
-RopeConfig parse_rope(const JsonConfig& config, int64_t head_dim, int64_t max_position_embeddings);
+// `partial_rotary` says whether the family honours partial_rotary_factor (transformers' Llama
+// family reads the key but rotates the whole head, so it must be ignored there).
+RopeConfig parse_rope(const JsonConfig& config, int64_t head_dim, int64_t max_position_embeddings,
+                      bool partial_rotary);
 
 // cos and sin of shape [batch, sequence, rotary_dim] in float32, as HF's rotary embedding module.
 std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids);

@@ -1,6 +1,6 @@
 """Shared fixtures for the parity and bad-input tests.
 
-- ``hfexport_bin``: the CLI under test (env HFEXPORT_BIN, else the venv's ``hfexport``, else
+- ``hfexport_bin``: the CLI under test (env HFEXPORT_BIN, else ``<repo>/.venv/bin/hfexport``, else
   ``<repo>/build/hfexport``).
 - ``make_tiny_model``: builds a seeded random-weight HF causal LM from a config dict and saves it.
 - ``run_hfexport`` / ``export_model``: run the CLI (raw, or asserting success).
@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +31,6 @@ def _find_binary() -> Path | None:
     if env:
         return Path(env)
     candidates = [
-        Path(sys.prefix) / "bin" / "hfexport",  # the venv running pytest, if the package is installed
         REPO_ROOT / ".venv" / "bin" / "hfexport",
         REPO_ROOT / "build" / "hfexport",
     ]

@@ -1,0 +1,387 @@
+"""Bad input through the CLI: every failure is one clean line on stderr and leaves nothing behind.
+
+Each case asserts: non-zero exit (not a signal / abort), stderr is exactly one non-empty line that
+starts with "hfexport: error: " and names the offending thing, no Python traceback or sanitizer
+report, OUT_DIR not created, and no hidden staging directory (.OUT.tmp-* / .OUT.old-*) left in
+its parent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+BASE_CONFIG = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+ST = "model.safetensors"
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def leftovers(out_dir: Path) -> list[str]:
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return []
+    prefixes = (f".{out_dir.name}.tmp-", f".{out_dir.name}.old-")
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(prefixes))
+
+
+def assert_clean_error(proc, out_dir: Path | None, *mentions: str) -> str:
+    """Returns the error line after checking the contract."""
+    err = proc.stderr
+    assert proc.returncode != 0, f"expected failure, got exit 0\nstdout: {proc.stdout}\nstderr: {err}"
+    assert proc.returncode > 0 and proc.returncode not in (134, 136, 139), (
+        f"crashed (exit {proc.returncode})\nstderr: {err}"
+    )
+    for bad in ("Traceback", "terminate called", "AddressSanitizer", "runtime error:", "Segmentation"):
+        assert bad not in err, f"stderr holds {bad!r}:\n{err}"
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].strip(), f"stderr is not exactly one line:\n{err!r}"
+    line = lines[0]
+    assert line.startswith("hfexport: error: "), f"bad prefix: {line!r}"
+    assert len(line) > len("hfexport: error: "), "empty message"
+    for m in mentions:
+        assert m in line, f"error does not mention {m!r}: {line!r}"
+    if out_dir is not None:
+        assert not out_dir.exists(), f"{out_dir} was left behind"
+        assert not leftovers(out_dir), f"staging dirs left behind: {leftovers(out_dir)}"
+    print(line)  # shown with pytest -rP
+    return line
+
+
+def mentions_shape(line: str, shape) -> bool:
+    """True if the shape appears in the line as [a, b], (a, b), [a,b] or axb."""
+    pattern = r"\s*(?:,|x|×)\s*".join(str(d) for d in shape)
+    return re.search(r"(?<![\d])" + pattern + r"(?![\d])", line) is not None
+
+
+def read_safetensors(path: Path) -> tuple[dict, bytes]:
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
+
+
+def write_safetensors(path: Path, header: dict, data: bytes) -> None:
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def edit_config(model_dir: Path, fn) -> None:
+    p = model_dir / "config.json"
+    cfg = json.loads(p.read_text())
+    fn(cfg)
+    p.write_text(json.dumps(cfg, indent=2))
+
+
+# --------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory, make_tiny_model) -> Path:
+    d, _ = make_tiny_model(tmp_path_factory.mktemp("bad_input_base") / "hf", "llama", BASE_CONFIG)
+    return d
+
+
+@pytest.fixture
+def model(base_model, tmp_path) -> Path:
+    """A fresh, writable copy of the good tiny llama checkpoint."""
+    d = tmp_path / "model"
+    shutil.copytree(base_model, d)
+    return d
+
+
+@pytest.fixture
+def out(tmp_path) -> Path:
+    return tmp_path / "exports" / "out"
+
+
+@pytest.fixture(scope="module")
+def good_export(base_model, tmp_path_factory, export_model) -> Path:
+    return export_model(base_model, tmp_path_factory.mktemp("good_export") / "out")
+
+
+def export(run_hfexport, model_dir, out_dir, *extra):
+    return run_hfexport("export", model_dir, "-o", out_dir, *extra)
+
+
+# --------------------------------------------------------------------------------------------
+# config.json
+
+
+def test_unsupported_model_type(model, out, run_hfexport):
+    edit_config(model, lambda c: c.update(model_type="gpt2"))
+    assert_clean_error(export(run_hfexport, model, out), out, "gpt2", "llama", "qwen3")
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "num_attention_heads", "vocab_size"])
+def test_config_missing_required_key(key, model, out, run_hfexport):
+    edit_config(model, lambda c: c.pop(key))
+    assert_clean_error(export(run_hfexport, model, out), out, key)
+
+
+def test_kv_heads_not_dividing_heads(model, out, run_hfexport):
+    edit_config(model, lambda c: c.update(num_key_value_heads=3))
+    assert_clean_error(export(run_hfexport, model, out), out, "num_key_value_heads")
+
+
+def test_negative_hidden_size(model, out, run_hfexport):
+    edit_config(model, lambda c: c.update(hidden_size=-64))
+    assert_clean_error(export(run_hfexport, model, out), out, "hidden_size")
+
+
+def test_wrong_type_value(model, out, run_hfexport):
+    edit_config(model, lambda c: c.update(num_hidden_layers="two"))
+    assert_clean_error(export(run_hfexport, model, out), out, "num_hidden_layers")
+
+
+def test_unsupported_rope_type(model, out, run_hfexport):
+    edit_config(model, lambda c: c.update(rope_parameters={"rope_type": "bogus_rope", "rope_theta": 1e4}))
+    assert_clean_error(export(run_hfexport, model, out), out, "bogus_rope")
+
+
+def test_config_not_json(model, out, run_hfexport):
+    (model / "config.json").write_text('{"model_type": "llama", ')
+    assert_clean_error(export(run_hfexport, model, out), out, "config.json")
+
+
+def test_config_missing(model, out, run_hfexport):
+    (model / "config.json").unlink()
+    assert_clean_error(export(run_hfexport, model, out), out, "config.json")
+
+
+def test_model_dir_does_not_exist(tmp_path, out, run_hfexport):
+    missing = tmp_path / "no_such_model"
+    assert_clean_error(export(run_hfexport, missing, out), out, "no_such_model")
+
+
+def test_no_weights(model, out, run_hfexport):
+    (model / ST).unlink()
+    assert_clean_error(export(run_hfexport, model, out), out, "safetensors")
+
+
+# --------------------------------------------------------------------------------------------
+# safetensors container
+
+
+def test_safetensors_empty(model, out, run_hfexport):
+    (model / ST).write_bytes(b"")
+    assert_clean_error(export(run_hfexport, model, out), out, ST)
+
+
+def test_safetensors_truncated(model, out, run_hfexport):
+    raw = (model / ST).read_bytes()
+    (model / ST).write_bytes(raw[: len(raw) // 2])
+    assert_clean_error(export(run_hfexport, model, out), out, ST)
+
+
+def test_safetensors_tiny_file(model, out, run_hfexport):
+    (model / ST).write_bytes(b"\x10\x00\x00")
+    assert_clean_error(export(run_hfexport, model, out), out, ST)
+
+
+def test_safetensors_absurd_header_length(model, out, run_hfexport):
+    raw = (model / ST).read_bytes()
+    (model / ST).write_bytes(struct.pack("<Q", 2**62) + raw[8:])
+    assert_clean_error(export(run_hfexport, model, out), out, ST)
+
+
+def test_safetensors_header_not_json(model, out, run_hfexport):
+    _, data = read_safetensors(model / ST)
+    text = b"{this is not json" + b" " * 15
+    (model / ST).write_bytes(struct.pack("<Q", len(text)) + text + data)
+    assert_clean_error(export(run_hfexport, model, out), out, ST)
+
+
+def test_safetensors_offsets_out_of_range(model, out, run_hfexport):
+    header, data = read_safetensors(model / ST)
+    name = "model.layers.1.mlp.down_proj.weight"
+    begin, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [begin + len(data), end + len(data)]  # same span, past the end
+    write_safetensors(model / ST, header, data)
+    assert_clean_error(export(run_hfexport, model, out), out, ST, name)
+
+
+def test_safetensors_overlapping_offsets(model, out, run_hfexport):
+    header, data = read_safetensors(model / ST)
+    a, b = "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"
+    assert header[a]["shape"] == header[b]["shape"]
+    begin, end = header[a]["data_offsets"]
+    header[b]["data_offsets"] = [begin + 8, end + 8]  # overlaps a by all but 8 bytes
+    write_safetensors(model / ST, header, data)
+    line = assert_clean_error(export(run_hfexport, model, out), out, ST, b)
+    assert "overlap" in line.lower()
+
+
+def test_safetensors_unknown_dtype(model, out, run_hfexport):
+    header, data = read_safetensors(model / ST)
+    name = "model.norm.weight"
+    header[name]["dtype"] = "Q7_K"
+    write_safetensors(model / ST, header, data)
+    assert_clean_error(export(run_hfexport, model, out), out, ST, name, "Q7_K")
+
+
+def test_safetensors_shape_does_not_match_bytes(model, out, run_hfexport):
+    header, data = read_safetensors(model / ST)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    header[name]["shape"] = [64, 65]
+    write_safetensors(model / ST, header, data)
+    assert_clean_error(export(run_hfexport, model, out), out, ST, name)
+
+
+def test_safetensors_negative_dim(model, out, run_hfexport):
+    header, data = read_safetensors(model / ST)
+    name = "model.norm.weight"
+    header[name]["shape"] = [-64]
+    write_safetensors(model / ST, header, data)
+    assert_clean_error(export(run_hfexport, model, out), out, ST, name)
+
+
+def test_sharded_index_names_missing_shard(model, out, run_hfexport):
+    header, _ = read_safetensors(model / ST)
+    weight_map = {n: ST for n in header if n != "__metadata__"}
+    weight_map["model.norm.weight"] = "model-00002-of-00002.safetensors"
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    assert_clean_error(export(run_hfexport, model, out), out, "model-00002-of-00002.safetensors")
+
+
+# --------------------------------------------------------------------------------------------
+# tensors vs. architecture
+
+
+def _rewrite_tensors(model: Path, fn) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(model / ST)
+    fn(tensors)
+    save_file(tensors, model / ST, metadata={"format": "pt"})
+
+
+def test_tensor_missing(model, out, run_hfexport):
+    name = "model.layers.1.self_attn.k_proj.weight"
+    _rewrite_tensors(model, lambda t: t.pop(name))
+    assert_clean_error(export(run_hfexport, model, out), out, name)
+
+
+def test_tensor_misshaped(model, out, run_hfexport):
+    import torch
+
+    name = "model.layers.0.mlp.gate_proj.weight"  # expected [96, 64]
+    _rewrite_tensors(model, lambda t: t.update({name: torch.zeros(97, 64)}))
+    line = assert_clean_error(export(run_hfexport, model, out), out, name)
+    assert mentions_shape(line, (97, 64)), f"actual shape missing: {line}"
+    assert mentions_shape(line, (96, 64)), f"expected shape missing: {line}"
+
+
+def test_tensor_unexpected_extra(model, out, run_hfexport):
+    import torch
+
+    name = "model.layers.0.self_attn.extra_proj.weight"
+    _rewrite_tensors(model, lambda t: t.update({name: torch.zeros(4, 4)}))
+    assert_clean_error(export(run_hfexport, model, out), out, name)
+
+
+def test_tensor_integer_dtype(model, out, run_hfexport):
+    name = "model.norm.weight"
+    _rewrite_tensors(model, lambda t: t.update({name: t[name].to(__import__("torch").int32)}))
+    assert_clean_error(export(run_hfexport, model, out), out, name)
+
+
+# --------------------------------------------------------------------------------------------
+# output directory and options
+
+
+def test_out_dir_exists_without_overwrite(model, out, run_hfexport):
+    out.mkdir(parents=True)
+    (out / "keep.txt").write_text("precious")
+    proc = export(run_hfexport, model, out)
+    assert_clean_error(proc, None, str(out.name), "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "precious"
+    assert not leftovers(out)
+
+
+def test_out_dir_exists_with_overwrite(model, out, run_hfexport):
+    out.mkdir(parents=True)
+    (out / "keep.txt").write_text("stale")
+    proc = export(run_hfexport, model, out, "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model.onnx").is_file() and (out / "export.json").is_file()
+    assert not (out / "keep.txt").exists()
+    assert not leftovers(out)
+
+
+def test_out_dir_parent_is_a_file(model, tmp_path, run_hfexport):
+    blocker = tmp_path / "blocker.txt"
+    blocker.write_text("not a directory")
+    out_dir = blocker / "out"
+    line = assert_clean_error(export(run_hfexport, model, out_dir), None, "blocker.txt")
+    assert blocker.read_text() == "not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker.txt", "model"], line
+
+
+def test_out_dir_is_a_file_with_overwrite(model, tmp_path, run_hfexport):
+    target = tmp_path / "out_file"
+    target.write_text("x")
+    assert_clean_error(export(run_hfexport, model, target, "--overwrite"), None, "out_file")
+    assert target.read_text() == "x"
+    assert not leftovers(target)
+
+
+def test_bad_format(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "nonsense"), out, "nonsense", "onnx")
+
+
+def test_bad_dtype(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--dtype", "int8"), out, "int8", "float32")
+
+
+def test_unknown_option(model, out, run_hfexport):
+    """Usage errors follow the same one-line contract as every other error."""
+    assert_clean_error(export(run_hfexport, model, out, "--bogus-flag"), out, "--bogus-flag")
+
+
+# --------------------------------------------------------------------------------------------
+# inspect
+
+
+def test_inspect_good_export(good_export, run_hfexport):
+    proc = run_hfexport("inspect", good_export)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    for word in ("onnx", "llama", "model.onnx", "input_ids", "attention_mask", "position_ids", "logits"):
+        assert word in text, f"inspect output lacks {word!r}:\n{text}"
+    assert proc.stderr == ""
+
+
+def test_inspect_not_an_export(tmp_path, run_hfexport):
+    d = tmp_path / "plain_dir"
+    d.mkdir()
+    (d / "README.txt").write_text("hello")
+    assert_clean_error(run_hfexport("inspect", d), None, "plain_dir")
+
+
+def test_inspect_missing_dir(tmp_path, run_hfexport):
+    assert_clean_error(run_hfexport("inspect", tmp_path / "nowhere"), None, "nowhere")
+
+
+def test_inspect_corrupt_manifest(good_export, tmp_path, run_hfexport):
+    d = tmp_path / "broken"
+    shutil.copytree(good_export, d)
+    (d / "export.json").write_text("{ nope")
+    assert_clean_error(run_hfexport("inspect", d), None, "export.json")

@@ -1,0 +1,485 @@
+"""Parity: tiny random HF models exported to ONNX, run in onnxruntime (CPU), against transformers eager.
+
+Every case: export with the CLI, ``onnx.checker.check_model(full_check=True)``, check export.json,
+then compare logits for a left-padded batch of three prompts (lengths 12, 9, 5) at the
+non-padded positions, with ``position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)`` fed to
+both sides.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+FP32_TOL = 1e-4
+FP16_TOL = 2e-2
+PROMPT_LENGTHS = (12, 9, 5)
+
+BASE = dict(
+    vocab_size=160,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+)
+
+ARCH_NAMES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+def rope(rope_type: str, theta: float = 10000.0, **kw) -> dict:
+    return {"rope_parameters": {"rope_type": rope_type, "rope_theta": theta, **kw}}
+
+
+LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
+YARN = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1.0)
+
+# (model_type, variant, config overrides). Together: GQA/MQA/MHA, explicit head_dim != hidden/heads,
+# tied embeddings, biases, q/k norm (qwen3), every rope type, sliding windows.
+CASES = [
+    # llama
+    ("llama", "gqa-rope_default", dict(num_key_value_heads=2, **rope("default"))),
+    ("llama", "mqa-rope_linear", dict(num_key_value_heads=1, **rope("linear", factor=2.0))),
+    (
+        "llama",
+        "mha-rope_dynamic-maxpos8",
+        dict(num_key_value_heads=4, max_position_embeddings=8, **rope("dynamic", factor=2.0)),
+    ),
+    (
+        "llama",
+        "gqa-head_dim32-tied-attn_bias-mlp_bias-rope_llama3",
+        dict(
+            num_key_value_heads=2,
+            head_dim=32,
+            tie_word_embeddings=True,
+            attention_bias=True,
+            mlp_bias=True,
+            max_position_embeddings=256,
+            **rope("llama3", theta=500000.0, **LLAMA3),
+        ),
+    ),
+    ("llama", "gqa-rope_yarn", dict(num_key_value_heads=2, **rope("yarn", **YARN))),
+    # HF llama's default rope ignores partial_rotary_factor (inv_freq spans the full head_dim):
+    # parity here means the exporter must ignore it too.
+    (
+        "llama",
+        "gqa-partial_rotary_0.5",
+        dict(num_key_value_heads=2, **rope("default", partial_rotary_factor=0.5)),
+    ),
+    # mistral (no attention bias in HF mistral)
+    ("mistral", "gqa-sliding_window4", dict(num_key_value_heads=2, sliding_window=4, **rope("default"))),
+    ("mistral", "mqa-head_dim24", dict(num_key_value_heads=1, head_dim=24, sliding_window=None)),
+    (
+        "mistral",
+        "mha-tied-rope_linear",
+        dict(num_key_value_heads=4, tie_word_embeddings=True, sliding_window=None, **rope("linear", factor=4.0)),
+    ),
+    (
+        "mistral",
+        "gqa-sliding_window4-rope_yarn",
+        dict(num_key_value_heads=2, sliding_window=4, **rope("yarn", **YARN)),
+    ),
+    # qwen2 (q/k/v bias built in)
+    ("qwen2", "gqa-qkv_bias-theta1e6", dict(num_key_value_heads=2, **rope("default", theta=1e6))),
+    (
+        "qwen2",
+        "mqa-use_sliding_window4-max_window_layers1",
+        dict(num_key_value_heads=1, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+    ),
+    (
+        "qwen2",
+        "mha-tied-rope_dynamic-maxpos8",
+        dict(
+            num_key_value_heads=4,
+            tie_word_embeddings=True,
+            max_position_embeddings=8,
+            **rope("dynamic", factor=2.0),
+        ),
+    ),
+    (
+        "qwen2",
+        "gqa-head_dim32-rope_llama3",
+        dict(num_key_value_heads=2, head_dim=32, max_position_embeddings=256, **rope("llama3", **LLAMA3)),
+    ),
+    # qwen3 (q/k RMSNorm built in; head_dim defaults to 128 in HF, so always set it)
+    ("qwen3", "gqa-qk_norm-head_dim16", dict(num_key_value_heads=2, head_dim=16, **rope("default", theta=1e6))),
+    ("qwen3", "mqa-head_dim24-rope_yarn", dict(num_key_value_heads=1, head_dim=24, **rope("yarn", **YARN))),
+    (
+        "qwen3",
+        "mha-head_dim32-tied-attn_bias-rope_llama3",
+        dict(
+            num_key_value_heads=4,
+            head_dim=32,
+            tie_word_embeddings=True,
+            attention_bias=True,
+            max_position_embeddings=256,
+            **rope("llama3", **LLAMA3),
+        ),
+    ),
+    (
+        "qwen3",
+        "gqa-use_sliding_window4-max_window_layers1-rope_linear",
+        dict(
+            num_key_value_heads=2,
+            head_dim=16,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=1,
+            **rope("linear", factor=2.0),
+        ),
+    ),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def make_inputs(vocab: int, lengths=PROMPT_LENGTHS, seed: int = 1234):
+    """Left-padded batch: returns int64 numpy arrays input_ids, attention_mask, position_ids."""
+    rng = np.random.default_rng(seed)
+    seq = max(lengths)
+    input_ids = np.zeros((len(lengths), seq), dtype=np.int64)
+    attention_mask = np.zeros((len(lengths), seq), dtype=np.int64)
+    for row, n in enumerate(lengths):
+        input_ids[row, seq - n :] = rng.integers(1, vocab, size=n)
+        attention_mask[row, seq - n :] = 1
+    position_ids = np.clip(attention_mask.cumsum(-1) - 1, 0, None).astype(np.int64)
+    return input_ids, attention_mask, position_ids
+
+
+def hf_logits(model, inputs) -> np.ndarray:
+    input_ids, attention_mask, position_ids = (torch.from_numpy(a) for a in inputs)
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    return out.logits.float().numpy()
+
+
+def ort_logits(onnx_path: Path, inputs) -> np.ndarray:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    feed_all = dict(zip(("input_ids", "attention_mask", "position_ids"), inputs))
+    missing = set(names) - set(feed_all)
+    assert not missing, f"ONNX model wants inputs we do not know: {sorted(missing)}"
+    (logits,) = sess.run(["logits"], {n: feed_all[n] for n in names})
+    return logits
+
+
+def masked_max_abs_diff(a: np.ndarray, b: np.ndarray, attention_mask: np.ndarray) -> float:
+    assert a.shape == b.shape, f"logits shape {a.shape} != reference {b.shape}"
+    keep = attention_mask.astype(bool)
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))[keep]
+    if not np.all(np.isfinite(diff)):
+        return float("nan")
+    return float(diff.max())
+
+
+def check_manifest(out_dir: Path, *, model_type: str, vocab: int, dtype: str, source_dtype: str) -> dict:
+    manifest = json.loads((out_dir / "export.json").read_text())
+    assert manifest["schema_version"] == 1
+    assert isinstance(manifest["producer"], str) and manifest["producer"].startswith("hfexport")
+    assert manifest["format"] == "onnx"
+    assert manifest["dtype"] == dtype
+    src = manifest["source"]
+    assert src["model_type"] == model_type
+    assert src["architectures"] == [ARCH_NAMES[model_type]]
+    assert src["dtype"] == source_dtype
+
+    comp = manifest["components"]["model"]
+    assert comp["file"] == "model.onnx"
+    assert (out_dir / comp["file"]).is_file()
+    assert isinstance(comp["data_files"], list)
+    for f in comp["data_files"]:
+        assert (out_dir / f).is_file(), f"data file {f} listed in export.json but missing"
+    assert "model.onnx.data" in comp["data_files"]
+    assert comp["inputs"] == [
+        {"name": n, "dtype": "int64", "shape": ["batch", "sequence"]}
+        for n in ("input_ids", "attention_mask", "position_ids")
+    ]
+    assert comp["outputs"] == [{"name": "logits", "dtype": "float32", "shape": ["batch", "sequence", vocab]}]
+
+    for dim in ("batch", "sequence"):
+        d = manifest["dims"][dim]
+        assert isinstance(d["min"], int) and isinstance(d["max"], int)
+        assert 1 <= d["min"] <= d["max"], f"dims.{dim} = {d}"
+
+    assert (out_dir / "config.json").is_file()
+    assert (out_dir / "generation_config.json").is_file()
+    return manifest
+
+
+def check_onnx_graph(onnx_path: Path) -> None:
+    onnx.checker.check_model(str(onnx_path), full_check=True)
+    m = onnx.load(str(onnx_path), load_external_data=False)
+    assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask", "position_ids"]
+    assert [o.name for o in m.graph.output] == ["logits"]
+    assert m.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+
+
+def verify_export(
+    *,
+    support_matrix,
+    export_model,
+    model_type: str,
+    variant: str,
+    model_dir: Path,
+    ref_model,
+    out_dir: Path,
+    extra_args=(),
+    dtype: str = "float32",
+    source_dtype: str = "float32",
+    tol: float = FP32_TOL,
+) -> float:
+    """Exports, checks, compares; records the outcome in the support matrix; returns max abs diff."""
+    diff = None
+    try:
+        export_model(model_dir, out_dir, *extra_args)
+        onnx_path = out_dir / "model.onnx"
+        check_onnx_graph(onnx_path)
+        vocab = ref_model.config.vocab_size
+        check_manifest(out_dir, model_type=model_type, vocab=vocab, dtype=dtype, source_dtype=source_dtype)
+        inputs = make_inputs(vocab)
+        got = ort_logits(onnx_path, inputs)
+        want = hf_logits(ref_model, inputs)
+        diff = masked_max_abs_diff(got, want, inputs[1])
+        assert diff <= tol, (
+            f"{model_type}/{variant}: max abs diff {diff:.3e} > {tol:.0e} at non-padded positions"
+            + per_row_report(got, want, inputs[1])
+        )
+    except Exception as e:  # noqa: BLE001 - record, then re-raise for pytest
+        if hasattr(e, "proc"):  # conftest.ExportFailed: the CLI exited non-zero
+            support_matrix.record(model_type, variant, False, None, "export failed: " + e.proc.stderr.strip())
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        support_matrix.record(model_type, variant, False, diff, f"{type(e).__name__}: {first}")
+        raise
+    support_matrix.record(model_type, variant, True, diff)
+    return diff
+
+
+def per_row_report(got, want, attention_mask) -> str:
+    lines = []
+    for row in range(got.shape[0]):
+        keep = attention_mask[row].astype(bool)
+        d = np.abs(got[row][keep] - want[row][keep]).max(axis=-1)
+        lines.append(f"  row {row} (len {int(keep.sum())}): per-position max diff {np.array2string(d, precision=2)}")
+    return "\n" + "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# tests
+
+
+@pytest.mark.parametrize(
+    "model_type,variant,overrides", CASES, ids=[f"{m}-{v}" for m, v, _ in CASES]
+)
+def test_parity_fp32(model_type, variant, overrides, tmp_path, make_tiny_model, export_model, support_matrix):
+    config = {**BASE, **overrides}
+    model_dir, model = make_tiny_model(tmp_path / "hf", model_type, config)
+    verify_export(
+        support_matrix=support_matrix,
+        export_model=export_model,
+        model_type=model_type,
+        variant=variant,
+        model_dir=model_dir,
+        ref_model=model,
+        out_dir=tmp_path / "out",
+    )
+
+
+# Guards: each feature that a parity case relies on must really change transformers' logits for
+# the prompt batch used here, else the parity case would pass without testing it.
+GUARDS = [
+    ("llama", "rope_dynamic-maxpos8", dict(max_position_embeddings=8, **rope("dynamic", factor=2.0)),
+     dict(max_position_embeddings=8, **rope("default"))),
+    ("mistral", "sliding_window4", dict(sliding_window=4), dict(sliding_window=None)),
+    ("qwen2", "use_sliding_window4", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
+     dict(use_sliding_window=False, sliding_window=4, max_window_layers=1)),
+    ("llama", "rope_yarn", dict(**rope("yarn", **YARN)), dict(**rope("default"))),
+]
+
+
+@pytest.mark.parametrize("model_type,feature,with_,without", GUARDS, ids=[f"{m}-{f}" for m, f, _, _ in GUARDS])
+def test_feature_changes_reference_logits(model_type, feature, with_, without, tmp_path, make_tiny_model):
+    _, a = make_tiny_model(tmp_path / "a", model_type, {**BASE, **with_})
+    _, b = make_tiny_model(tmp_path / "b", model_type, {**BASE, **without})
+    inputs = make_inputs(BASE["vocab_size"])
+    assert masked_max_abs_diff(hf_logits(a, inputs), hf_logits(b, inputs), inputs[1]) > 1e-3
+
+
+# transformers 4.x style config.json: top-level rope_theta + rope_scaling (or no layer_types),
+# compared against the model built from the equivalent 5.x config.
+LEGACY_CASES = [
+    (
+        "llama",
+        "legacy4x-rope_scaling_linear",
+        dict(num_key_value_heads=2, **rope("linear", factor=2.0)),
+        lambda c: c.update(rope_theta=10000.0, rope_scaling={"type": "linear", "factor": 2.0}),
+    ),
+    (
+        "llama",
+        "legacy4x-rope_scaling_llama3-theta5e5",
+        dict(num_key_value_heads=2, max_position_embeddings=256, **rope("llama3", theta=500000.0, **LLAMA3)),
+        lambda c: c.update(rope_theta=500000.0, rope_scaling={"rope_type": "llama3", **LLAMA3}),
+    ),
+    (
+        "qwen2",
+        "legacy4x-rope_scaling_null-theta1e6",
+        dict(num_key_value_heads=2, **rope("default", theta=1e6)),
+        lambda c: c.update(rope_theta=1e6, rope_scaling=None),
+    ),
+    (
+        "mistral",
+        "legacy4x-rope_scaling_yarn",
+        dict(num_key_value_heads=2, sliding_window=None, **rope("yarn", **YARN)),
+        lambda c: c.update(rope_theta=10000.0, rope_scaling={"type": "yarn", **YARN}),
+    ),
+]
+
+
+def _legacy_qwen2_sliding(c):
+    c.update(rope_theta=10000.0, rope_scaling=None)
+    c.pop("layer_types", None)  # 4.x qwen2 configs derive it from use_sliding_window/max_window_layers
+
+
+LEGACY_CASES.append(
+    (
+        "qwen2",
+        "legacy4x-sliding_no_layer_types",
+        dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=4, max_window_layers=1, **rope("default")),
+        _legacy_qwen2_sliding,
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "model_type,variant,overrides,edit", LEGACY_CASES, ids=[f"{m}-{v}" for m, v, _, _ in LEGACY_CASES]
+)
+def test_parity_legacy_config(
+    model_type, variant, overrides, edit, tmp_path, make_tiny_model, export_model, support_matrix
+):
+    config = {**BASE, **overrides}
+    model_dir, model = make_tiny_model(tmp_path / "hf", model_type, config)
+    cfg_path = model_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.pop("rope_parameters", None)
+    edit(cfg)
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+
+    # Sanity of the test itself: transformers reads the hand-written 4.x config as the 5.x one.
+    reloaded = AutoConfig.from_pretrained(model_dir)
+    want_rope = dict(model.config.rope_parameters)
+    got_rope = dict(reloaded.rope_parameters)
+    for k, v in want_rope.items():
+        assert got_rope.get(k) == pytest.approx(v), f"rope_parameters[{k!r}]: {got_rope.get(k)} != {v}"
+    if hasattr(model.config, "layer_types"):
+        assert reloaded.layer_types == model.config.layer_types
+
+    verify_export(
+        support_matrix=support_matrix,
+        export_model=export_model,
+        model_type=model_type,
+        variant=variant,
+        model_dir=model_dir,
+        ref_model=model,
+        out_dir=tmp_path / "out",
+    )
+
+
+def test_bf16_checkpoint_exported_as_float32(tmp_path, make_tiny_model, export_model, support_matrix):
+    config = {**BASE, "num_key_value_heads": 2, **rope("default")}
+    model_dir, _ = make_tiny_model(tmp_path / "hf", "llama", config, dtype="bfloat16")
+    assert json.loads((model_dir / "config.json").read_text()).get("dtype") == "bfloat16"
+    # Reference: the same bf16 weights, upcast.
+    ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    verify_export(
+        support_matrix=support_matrix,
+        export_model=export_model,
+        model_type="llama",
+        variant="bf16-checkpoint-to-fp32",
+        model_dir=model_dir,
+        ref_model=ref,
+        out_dir=tmp_path / "out",
+        source_dtype="bfloat16",
+    )
+
+
+def test_sharded_checkpoint(tmp_path, make_tiny_model, export_model, support_matrix):
+    config = {**BASE, "num_key_value_heads": 2, **rope("default")}
+    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", {**config, "head_dim": 16}, max_shard_size=40_000)
+    assert (model_dir / "model.safetensors.index.json").is_file()
+    shards = sorted(model_dir.glob("*.safetensors"))
+    assert len(shards) > 1, shards
+    verify_export(
+        support_matrix=support_matrix,
+        export_model=export_model,
+        model_type="qwen3",
+        variant=f"sharded-{len(shards)}-files",
+        model_dir=model_dir,
+        ref_model=model,
+        out_dir=tmp_path / "out",
+    )
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_fp16_export(model_type, tmp_path, make_tiny_model, export_model, support_matrix):
+    """--dtype float16 runs in onnxruntime CPU and stays close to the fp32 reference."""
+    config = {**BASE, "num_key_value_heads": 2, **rope("default")}
+    model_dir, model = make_tiny_model(tmp_path / "hf", model_type, config)
+    verify_export(
+        support_matrix=support_matrix,
+        export_model=export_model,
+        model_type=model_type,
+        variant="gqa-export_float16",
+        model_dir=model_dir,
+        ref_model=model,
+        out_dir=tmp_path / "out",
+        extra_args=("--dtype", "float16"),
+        dtype="float16",
+        tol=FP16_TOL,
+    )
+    # Argmax agreement too (a loose tolerance alone could hide garbage on near-flat logits).
+    inputs = make_inputs(model.config.vocab_size)
+    got = ort_logits(tmp_path / "out" / "model.onnx", inputs)
+    want = hf_logits(model, inputs)
+    keep = inputs[1].astype(bool)
+    agree = (got.argmax(-1) == want.argmax(-1))[keep].mean()
+    assert agree >= 0.9, f"fp16 argmax agrees with fp32 on only {agree:.0%} of positions"
+
+
+def test_bf16_export_valid_or_cleanly_refused(tmp_path, make_tiny_model, run_hfexport):
+    """--dtype bfloat16 for onnx: either a structurally valid export (manifest says bfloat16, weights
+    bf16, logits still float32) or a clean one-line refusal naming bfloat16 with no OUT_DIR left.
+    (onnxruntime's CPU provider lacks bf16 kernels for most ops, so the graph is not run here.)"""
+    config = {**BASE, "num_key_value_heads": 2, **rope("default")}
+    model_dir, _ = make_tiny_model(tmp_path / "hf", "llama", config)
+    out = tmp_path / "out"
+    proc = run_hfexport("export", model_dir, "-o", out, "--dtype", "bfloat16")
+    if proc.returncode != 0:
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("hfexport: error: "), proc.stderr
+        assert "bfloat16" in lines[0]
+        assert not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+        return
+    check_onnx_graph(out / "model.onnx")
+    check_manifest(out, model_type="llama", vocab=BASE["vocab_size"], dtype="bfloat16", source_dtype="float32")
+    m = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    bf16_inits = [t.name for t in m.graph.initializer if t.data_type == onnx.TensorProto.BFLOAT16]
+    assert bf16_inits, "no bfloat16 weights in a --dtype bfloat16 export"
