@@ -4,6 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 
@@ -12,8 +16,33 @@
 namespace hfx {
 
 namespace {
-constexpr size_t kChunkBytes = 8u << 20;  // bounds the converted data held in memory at once
+constexpr size_t kChunkBytes = 16u << 20;  // bounds the converted data held in memory at once
+
+// dst[c * rows + r] = src[r * cols + c], in square tiles so both sides stay in cache.
+template <class T>
+void transpose_tiles(const std::byte* src_bytes, std::byte* dst_bytes, size_t rows, size_t cols) {
+  constexpr size_t kTile = 32;
+  const auto* src = reinterpret_cast<const T*>(src_bytes);
+  auto* dst = reinterpret_cast<T*>(dst_bytes);
+  for (size_t r0 = 0; r0 < rows; r0 += kTile)
+    for (size_t c0 = 0; c0 < cols; c0 += kTile) {
+      const size_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (size_t r = r0; r < r1; ++r)
+        for (size_t c = c0; c < c1; ++c) dst[c * rows + r] = src[r * cols + c];
+    }
 }
+
+void transpose(const std::byte* src, std::byte* dst, size_t rows, size_t cols, size_t elem_size) {
+  switch (elem_size) {
+    case 1: return transpose_tiles<uint8_t>(src, dst, rows, cols);
+    case 2: return transpose_tiles<uint16_t>(src, dst, rows, cols);
+    case 4: return transpose_tiles<uint32_t>(src, dst, rows, cols);
+    case 8: return transpose_tiles<uint64_t>(src, dst, rows, cols);
+    default: fail("internal error: transpose of ", elem_size, "-byte elements");
+  }
+}
+
+}  // namespace
 
 WeightFile::WeightFile(const std::filesystem::path& path, uint64_t alignment)
     : path_(path), alignment_(alignment) {
@@ -32,7 +61,7 @@ void WeightFile::close() {
   fd_ = -1;
 }
 
-void WeightFile::write_at(const void* data, size_t n, uint64_t offset) {
+void WeightFile::write_at(const void* data, size_t n, uint64_t offset) const {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
@@ -44,51 +73,90 @@ void WeightFile::write_at(const void* data, size_t n, uint64_t offset) {
   }
 }
 
-WeightFile::Span WeightFile::append(const Value& v) {
+namespace {
+
+uint64_t output_bytes(const WeightFile::Item& item) {
+  const ConstantData& c = *item.value->constant;
+  return c.nbytes() / dtype_size(c.src_dtype) * dtype_size(item.value->dtype);
+}
+
+}  // namespace
+
+void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch) const {
+  const Value& v = *item.value;
   HFX_CHECK(v.is_constant(), "append of non-constant ", v.name);
   const ConstantData& c = *v.constant;
   const size_t in_size = dtype_size(c.src_dtype), out_size = dtype_size(v.dtype);
   const size_t numel = c.nbytes() / in_size;
   const bool convert = c.src_dtype != v.dtype;
   HFX_CHECK(!convert || (is_float(c.src_dtype) && is_float(v.dtype)), "cast of ", v.name);
-  const uint64_t offset = (end_ + alignment_ - 1) / alignment_ * alignment_;
   const std::byte* src = c.bytes();
-  if (!c.transpose) {
+  if (!item.transpose) {
     const size_t chunk = std::max<size_t>(1, kChunkBytes / std::max(in_size, out_size));
     for (size_t i = 0; i < numel; i += chunk) {
       const size_t n = std::min(chunk, numel - i);
       if (convert) {
-        buffer_.resize(n * out_size);
-        convert_floats(src + i * in_size, c.src_dtype, buffer_.data(), v.dtype, n);
-        write_at(buffer_.data(), n * out_size, offset + i * out_size);
+        scratch.converted.resize(n * out_size);
+        convert_floats(src + i * in_size, c.src_dtype, scratch.converted.data(), v.dtype, n);
+        write_at(scratch.converted.data(), n * out_size, offset + i * out_size);
       } else {
         write_at(src + i * in_size, n * in_size, offset + i * in_size);
       }
       if (c.tensor) c.tensor->file->release(src + i * in_size, n * in_size);
     }
-  } else {
-    // Source [rows, cols] -> destination [cols, rows]: take a band of source rows, transpose it in
-    // memory, and write each destination row's segment for that band.
-    HFX_CHECK(c.src_shape.size() == 2, "transpose of non-matrix ", v.name);
-    const auto rows = static_cast<size_t>(c.src_shape[0]), cols = static_cast<size_t>(c.src_shape[1]);
-    const size_t band = std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, cols * std::max(in_size, out_size)));
-    for (size_t r0 = 0; r0 < rows; r0 += band) {
-      const size_t nr = std::min(band, rows - r0);
-      buffer_.resize(nr * cols * out_size);
-      convert_floats(src + r0 * cols * in_size, c.src_dtype, buffer_.data(), v.dtype, nr * cols);
-      transposed_.resize(buffer_.size());
-      for (size_t r = 0; r < nr; ++r)
-        for (size_t col = 0; col < cols; ++col)
-          std::memcpy(transposed_.data() + (col * nr + r) * out_size, buffer_.data() + (r * cols + col) * out_size,
-                      out_size);
-      for (size_t col = 0; col < cols; ++col)
-        write_at(transposed_.data() + col * nr * out_size, nr * out_size, offset + (col * rows + r0) * out_size);
-      if (c.tensor) c.tensor->file->release(src + r0 * cols * in_size, nr * cols * in_size);
-    }
+    return;
   }
-  const uint64_t length = numel * out_size;
-  end_ = offset + length;
-  return {offset, length};
+  // Source [rows, cols] -> destination [cols, rows]: take a band of source rows, transpose it in
+  // memory, and write each destination row's segment for that band.
+  HFX_CHECK(c.src_shape.size() == 2, "transpose of non-matrix ", v.name);
+  const auto rows = static_cast<size_t>(c.src_shape[0]), cols = static_cast<size_t>(c.src_shape[1]);
+  const size_t band = std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, cols * std::max(in_size, out_size)));
+  for (size_t r0 = 0; r0 < rows; r0 += band) {
+    const size_t nr = std::min(band, rows - r0);
+    scratch.converted.resize(nr * cols * out_size);
+    convert_floats(src + r0 * cols * in_size, c.src_dtype, scratch.converted.data(), v.dtype, nr * cols);
+    scratch.transposed.resize(scratch.converted.size());
+    transpose(scratch.converted.data(), scratch.transposed.data(), nr, cols, out_size);
+    for (size_t col = 0; col < cols; ++col)
+      write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size, offset + (col * rows + r0) * out_size);
+    if (c.tensor) c.tensor->file->release(src + r0 * cols * in_size, nr * cols * in_size);
+  }
+}
+
+std::vector<WeightFile::Span> WeightFile::append_all(const std::vector<Item>& items) {
+  std::vector<Span> spans;
+  for (const Item& item : items) {
+    const uint64_t offset = (end_ + alignment_ - 1) / alignment_ * alignment_;
+    spans.push_back({offset, output_bytes(item)});
+    end_ = offset + spans.back().length;
+  }
+  // Items are independent byte ranges of one file: workers take the next item and pwrite it.
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    Scratch scratch;
+    for (size_t i = next++; i < items.size(); i = next++) {
+      try {
+        write_item(items[i], spans[i].offset, scratch);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = items.size();
+      }
+    }
+  };
+  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < std::min(workers, items.size()); ++i) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  return spans;
+}
+
+WeightFile::Span WeightFile::append(const Value& v, bool transpose) {
+  return append_all({{&v, transpose}}).front();
 }
 
 }  // namespace hfx

@@ -20,20 +20,28 @@ class WeightFile {
   struct Span {
     uint64_t offset, length;
   };
-  // Appends `v` (a constant) as v.dtype, transposed when its ConstantData says so.
-  Span append(const Value& v);
+  // Appends `v` (a constant) as v.dtype, transposed when `transpose` is set (2-D only).
+  Span append(const Value& v, bool transpose = false);
+  struct Item {
+    const Value* value;
+    bool transpose;
+  };
+  // Appends all items, converting and writing them on several threads; spans in item order.
+  std::vector<Span> append_all(const std::vector<Item>& items);
   void close();
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  void write_at(const void* data, size_t n, uint64_t offset);
+  struct Scratch {
+    std::vector<std::byte> converted, transposed;
+  };
+  void write_at(const void* data, size_t n, uint64_t offset) const;
+  void write_item(const Item& item, uint64_t offset, Scratch& scratch) const;
 
   std::filesystem::path path_;
   uint64_t alignment_;
   int fd_ = -1;
   uint64_t end_ = 0;
-  std::vector<std::byte> buffer_;
-  std::vector<std::byte> transposed_;
 };
 
 }  // namespace hfx

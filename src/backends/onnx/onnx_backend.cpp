@@ -292,6 +292,8 @@ class OnnxBackend final : public Backend {
   static void write_initializers(onnx::GraphProto& g, const std::vector<Lowering::Init>& inits,
                                  const std::filesystem::path& data_path) {
     WeightFile data(data_path, kDataAlignment);
+    std::vector<WeightFile::Item> external;
+    std::vector<onnx::TensorProto*> external_protos;
     for (const auto& init : inits) {
       const Value& v = *init.value;
       auto* t = g.add_initializer();
@@ -313,11 +315,12 @@ class OnnxBackend final : public Backend {
         t->set_raw_data(raw);
         continue;
       }
-      ConstantData view = *v.constant;
-      view.transpose = init.transposed;
-      Value staged = v;
-      staged.constant = std::make_shared<ConstantData>(view);
-      const WeightFile::Span span = data.append(staged);
+      external.push_back({&v, init.transposed});
+      external_protos.push_back(t);
+    }
+    const std::vector<WeightFile::Span> spans = data.append_all(external);
+    for (size_t i = 0; i < spans.size(); ++i) {
+      onnx::TensorProto* t = external_protos[i];
       t->set_data_location(onnx::TensorProto::EXTERNAL);
       auto add = [&](const char* key, const std::string& value) {
         auto* e = t->add_external_data();
@@ -325,8 +328,8 @@ class OnnxBackend final : public Backend {
         e->set_value(value);
       };
       add("location", data_path.filename().string());
-      add("offset", std::to_string(span.offset));
-      add("length", std::to_string(span.length));
+      add("offset", std::to_string(spans[i].offset));
+      add("length", std::to_string(spans[i].length));
     }
     data.close();
   }
