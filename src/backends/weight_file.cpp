@@ -76,6 +76,7 @@ void WeightFile::write_at(const void* data, size_t n, uint64_t offset) const {
 namespace {
 
 uint64_t output_bytes(const WeightFile::Item& item) {
+  HFX_CHECK(item.value->is_constant(), "weight file item '", item.value->name, "' is not a constant");
   const ConstantData& c = *item.value->constant;
   return c.nbytes() / dtype_size(c.src_dtype) * dtype_size(item.value->dtype);
 }

@@ -1,5 +1,6 @@
 #include "io/json_config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -36,8 +37,10 @@ void JsonConfig::invalid(const std::string& key, const std::string& why) const {
 int64_t JsonConfig::integer(const std::string& key) const {
   const nlohmann::json& v = at(key);
   if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
-    return static_cast<int64_t>(v.get<double>());
+  if (v.is_number_float()) {  // 32.0 is an integer; 1e300 and 2.5 are not
+    const double d = v.get<double>();
+    if (std::abs(d) < 9.0e18 && d == std::trunc(d)) return static_cast<int64_t>(d);
+  }
   invalid(key, "must be an integer");
 }
 

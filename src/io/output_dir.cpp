@@ -39,6 +39,7 @@ void AtomicOutputDir::commit() {
   std::error_code ec;
   fs::path old;
   if (fs::exists(target_)) {
+    if (!overwrite_) fail(target_.string(), ": output directory already exists (created while exporting)");
     old = target_.parent_path() / ("." + target_.filename().string() + ".old-" + std::to_string(::getpid()));
     fs::rename(target_, old, ec);
     if (ec) fail(target_.string(), ": cannot replace existing directory: ", ec.message());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -100,12 +101,15 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
   }
   std::vector<const Parsed*> by_offset;
   for (const auto& p : parsed) by_offset.push_back(&p);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const Parsed* a, const Parsed* b) { return a->begin < b->begin; });
-  for (size_t i = 1; i < by_offset.size(); ++i)
-    if (by_offset[i]->begin < by_offset[i - 1]->end)
-      fail(where, ": tensors '", by_offset[i - 1]->info.name, "' and '", by_offset[i]->info.name,
-           "' overlap in the data section");
+  std::sort(by_offset.begin(), by_offset.end(), [](const Parsed* a, const Parsed* b) {
+    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  });
+  const Parsed* furthest = nullptr;  // the tensor reaching furthest so far (empty ones overlap nothing)
+  for (const Parsed* p : by_offset) {
+    if (furthest && p->begin < furthest->end && p->end > p->begin)
+      fail(where, ": tensors '", furthest->info.name, "' and '", p->info.name, "' overlap in the data section");
+    if (!furthest || p->end > furthest->end) furthest = p;
+  }
   for (auto& p : parsed) {
     index_[p.info.name] = tensors_.size();
     tensors_.push_back(std::move(p.info));

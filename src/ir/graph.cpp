@@ -79,10 +79,11 @@ std::vector<Value*> Graph::constants() const {
 
 void verify(const Graph& graph) {
   std::set<const Value*> defined;
-  std::set<std::string> names;
+  std::set<std::string> names;  // graph inputs and node outputs share one namespace
   for (const Value* v : graph.inputs) {
     if (!defined.insert(v).second) fail("IR verifier: input '", v->name, "' listed twice");
     if (v->producer) fail("IR verifier: input '", v->name, "' has a producer");
+    if (!names.insert(v->name).second) fail("IR verifier: duplicate input name '", v->name, "'");
   }
   for (const Node* n : graph.order) {
     const std::string at = str("IR verifier: ", op_name(n->op), " node '", n->name, "'");

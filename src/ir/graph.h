@@ -50,7 +50,6 @@ struct ConstantData {
   std::vector<int64_t> src_shape;
   const TensorInfo* tensor = nullptr;  // checkpoint view, or null when `owned` holds the bytes
   std::vector<std::byte> owned;
-  bool transpose = false;  // 2-D only: the value is the transpose of the source
 
   const std::byte* bytes() const { return tensor ? tensor->data : owned.data(); }
   size_t nbytes() const { return tensor ? tensor->nbytes : owned.size(); }

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -56,8 +55,12 @@ inline void write_file(const fs::path& path, const std::string& bytes) {
 }
 
 inline std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  std::string out(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
 }
 
 template <class T>

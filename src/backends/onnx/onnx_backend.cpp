@@ -162,7 +162,7 @@ void Lowering::lower(const Node& n) {
     case OpKind::Tanh: case OpKind::Erf: case OpKind::Cos: case OpKind::Sin: case OpKind::Sigmoid:
     case OpKind::MatMul: case OpKind::Where: case OpKind::Equal: case OpKind::Less:
     case OpKind::LessOrEqual: case OpKind::Greater: case OpKind::And: case OpKind::Not:
-    case OpKind::Range:
+    case OpKind::Range: case OpKind::Expand:
       node(std::string(op_name(n.op)), in, {out});
       return;
     case OpKind::Softmax:
@@ -308,7 +308,7 @@ class OnnxBackend final : public Backend {
         for (int64_t d : src_shape) t->add_dims(d);
       }
       const size_t out_bytes = v.constant->nbytes() / dtype_size(v.constant->src_dtype) * dtype_size(v.dtype);
-      if (!v.constant->tensor && out_bytes <= kInlineConstantLimit) {
+      if (!v.constant->tensor && !init.transposed && out_bytes <= kInlineConstantLimit) {
         std::string raw(out_bytes, '\0');
         if (v.dtype == v.constant->src_dtype) std::memcpy(raw.data(), v.constant->bytes(), out_bytes);
         else convert_floats(v.constant->bytes(), v.constant->src_dtype, raw.data(), v.dtype, out_bytes / dtype_size(v.dtype));
