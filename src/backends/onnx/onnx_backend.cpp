@@ -162,7 +162,7 @@ void Lowering::lower(const Node& n) {
     case OpKind::Tanh: case OpKind::Erf: case OpKind::Cos: case OpKind::Sin: case OpKind::Sigmoid:
     case OpKind::MatMul: case OpKind::Where: case OpKind::Equal: case OpKind::Less:
     case OpKind::LessOrEqual: case OpKind::Greater: case OpKind::And: case OpKind::Not:
-    case OpKind::Range:
+    case OpKind::Range: case OpKind::Expand:
       node(std::string(op_name(n.op)), in, {out});
       return;
     case OpKind::Softmax:
@@ -194,6 +194,9 @@ void Lowering::lower(const Node& n) {
       return;
     case OpKind::Unsqueeze:
       node("Unsqueeze", {in[0], ints(n.attrs.ints("axes"))}, {out});
+      return;
+    case OpKind::ScatterElements:
+      attr_int(node("ScatterElements", in, {out}), "axis", n.attrs.i("axis"));
       return;
     case OpKind::ShapeOf:
       node("Shape", in, {out});
