@@ -1,10 +1,49 @@
 // The hfexport command-line program.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <iostream>
 
 #include "core/error.h"
 #include "export/exporter.h"
+
+namespace {
+
+// The Python next to this executable (a venv's bin/), else HFEXPORT_PYTHON, else python3 on PATH.
+std::string python_interpreter() {
+  if (const char* env = std::getenv("HFEXPORT_PYTHON"); env && *env) return env;
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const char* name : {"python", "python3"}) {
+      const auto candidate = self.parent_path() / name;
+      if (std::filesystem::exists(candidate)) return candidate.string();
+    }
+  }
+  return "python3";
+}
+
+int run_python_generate(int argc, char** argv) {
+  const std::string python = python_interpreter();
+  std::vector<std::string> args{python, "-m", "hfexport.generate"};
+  for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  ::execvp(python.c_str(), cargs.data());
+  std::cerr << "hfexport: error: generate: cannot run " << python << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"hfexport: export Hugging Face checkpoints to deployment runtimes", "hfexport"};
@@ -19,10 +58,20 @@ int main(int argc, char** argv) {
   exp->add_option("--format", req.format, "onnx");
   exp->add_option("--dtype", dtype, "float32 | float16 | bfloat16 (weights and compute)");
   exp->add_flag("--overwrite", req.overwrite, "replace OUT_DIR if it exists");
+  exp->add_flag("--for-generation", req.generation.enabled, "export prefill/decode graphs with a KV cache");
+  exp->add_flag("--multi-token-decode", req.generation.multi_token, "one decode graph for any query length");
+  exp->add_flag("--static-cache", req.generation.static_cache, "fixed-size KV cache buffers written in place");
+  exp->add_option("--max-cache-len", req.generation.max_cache_len, "static cache length bound");
+  exp->add_option("--batch-size", req.generation.batch_size, "static cache batch size (default 1)");
 
   std::string inspect_dir;
   auto* ins = app.add_subcommand("inspect", "describe an export directory");
   ins->add_option("OUT_DIR", inspect_dir)->required();
+
+  // The decode loop runs on onnxruntime's Python API (no C/C++ SDK installable here): the
+  // subcommand is handed, arguments untouched, to the runner in hfexport's Python package.
+  if (argc > 1 && std::string_view(argv[1]) == "generate") return run_python_generate(argc, argv);
+  app.add_subcommand("generate", "generate tokens from an export (runs python -m hfexport.generate)");
 
   try {
     app.parse(argc, argv);

@@ -47,6 +47,50 @@ void progress(const std::string& message) {
   if (::isatty(STDERR_FILENO)) std::cerr << "\r\033[K" << message << std::flush;
 }
 
+void check_generation_options(const GenerationOptions& g) {
+  if (!g.enabled && (g.multi_token || g.static_cache))
+    fail(g.multi_token ? "--multi-token-decode" : "--static-cache", " needs --for-generation");
+  if (g.static_cache && g.max_cache_len <= 0) fail("--static-cache needs --max-cache-len N (N > 0)");
+  if (!g.static_cache && g.max_cache_len != 0) fail("--max-cache-len applies only with --static-cache");
+  if (g.batch_size <= 0) fail("--batch-size must be positive, got ", g.batch_size);
+  if (!g.static_cache && g.batch_size != 1) fail("--batch-size applies only with --static-cache (other graphs take any batch)");
+}
+
+// Token ids that end generation: generation_config.json wins over config.json, as in transformers.
+json eos_token_ids(const Checkpoint& ckpt) {
+  json ids = json::array();
+  const JsonConfig* sources[] = {ckpt.generation_config() ? &*ckpt.generation_config() : nullptr, &ckpt.config()};
+  for (const JsonConfig* src : sources) {
+    if (!src || !src->has("eos_token_id")) continue;
+    const json& v = src->at("eos_token_id");
+    if (v.is_number_integer()) ids.push_back(v);
+    else if (v.is_array())
+      for (const auto& id : v)
+        if (id.is_number_integer()) ids.push_back(id);
+    break;
+  }
+  return ids;
+}
+
+json generation_json(const GenerationOptions& g, const ExportModel& model, const Checkpoint& ckpt,
+                     const json& cache_pairs) {
+  json out = {{"cache", g.static_cache ? "static" : "dynamic"},
+              {"multi_token_decode", g.static_cache || g.multi_token},
+              {"cache_pairs", cache_pairs},
+              {"eos_token_id", eos_token_ids(ckpt)}};
+  json components = json::array();
+  for (const Component& c : model.components) components.push_back(c.name);
+  out["components"] = components;
+  if (g.static_cache) {
+    out["max_cache_len"] = g.max_cache_len;
+    out["batch_size"] = g.batch_size;
+  }
+  const auto& gen = ckpt.generation_config();
+  for (const char* key : {"bos_token_id", "pad_token_id"})
+    if (gen && gen->has(key)) out[key] = gen->at(key);
+  return out;
+}
+
 }  // namespace
 
 void run_export(const ExportRequest& req) {
@@ -59,7 +103,8 @@ void run_export(const ExportRequest& req) {
   backend->check_options(backend_options);
 
   progress("hfexport: building graph");
-  ExportModel model = build(ckpt, BuildOptions{req.dtype});
+  check_generation_options(req.generation);
+  ExportModel model = build(ckpt, BuildOptions{req.dtype, req.generation});
   AtomicOutputDir out(req.out_dir, req.overwrite);
 
   json manifest = {{"schema_version", 1},
@@ -72,6 +117,7 @@ void run_export(const ExportRequest& req) {
                      {"dtype", std::string(dtype_name(ckpt.dominant_float_dtype()))}}}};
   json components = json::object();
   json dims = json::object();
+  json cache_pairs = json::array();
   for (Component& c : model.components) {
     progress("hfexport: writing " + c.name);
     for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
@@ -80,15 +126,14 @@ void run_export(const ExportRequest& req) {
                           {"data_files", w.extra_files},
                           {"inputs", tensors_json(w.inputs)},
                           {"outputs", tensors_json(w.outputs)}};
+    if (c.name == "decode")
+      for (const StatePair& state : c.graph->states)
+        cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
   }
   manifest["components"] = components;
   manifest["dims"] = dims;
-  if (const auto& gen = ckpt.generation_config()) {
-    json g = json::object();
-    for (const char* key : {"eos_token_id", "bos_token_id", "pad_token_id"})
-      if (gen->has(key)) g[key] = gen->at(key);
-    manifest["generation_config"] = g;
-  }
+  if (req.generation.enabled)
+    manifest["generation"] = generation_json(req.generation, model, ckpt, cache_pairs);
   {
     std::ofstream f(out.path() / "export.json");
     f << manifest.dump(2) << "\n";

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "models/registry.h"
 
 namespace hfx {
 
@@ -13,6 +14,7 @@ struct ExportRequest {
   std::string format = "onnx";
   DType dtype = DType::F32;
   bool overwrite = false;
+  GenerationOptions generation;
 };
 
 void run_export(const ExportRequest& request);

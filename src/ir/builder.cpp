@@ -176,7 +176,7 @@ Value* Builder::slice(Value* x, int64_t axis, int64_t start, int64_t end) {
               std::move(out));
 }
 
-Value* Builder::concat(const std::vector<Value*>& xs, int64_t axis) {
+Value* Builder::concat(const std::vector<Value*>& xs, int64_t axis, std::optional<Dim> axis_dim) {
   HFX_CHECK(!xs.empty(), "empty concat at ", scope_);
   axis = normalize_axis(axis, xs[0]->rank());
   Shape out = xs[0]->shape;
@@ -185,9 +185,12 @@ Value* Builder::concat(const std::vector<Value*>& xs, int64_t axis) {
     HFX_CHECK(xs[i]->rank() == out.size() && xs[i]->dtype == xs[0]->dtype, "concat operands at ", scope_);
     for (size_t j = 0; j < out.size(); ++j)
       if (j != a) HFX_CHECK(xs[i]->shape[j] == out[j], "concat dims at ", scope_);
-    HFX_CHECK(out[a].is_static() && xs[i]->shape[a].is_static(), "concat of symbolic axis at ", scope_);
-    out[a] = Dim(out[a].value() + xs[i]->shape[a].value());
+    if (!axis_dim) {
+      HFX_CHECK(out[a].is_static() && xs[i]->shape[a].is_static(), "concat of symbolic axis at ", scope_);
+      out[a] = Dim(out[a].value() + xs[i]->shape[a].value());
+    }
   }
+  if (axis_dim) out[a] = *axis_dim;
   return emit(OpKind::Concat, xs, {{"axis", axis}}, xs[0]->dtype, std::move(out));
 }
 
@@ -226,8 +229,16 @@ Value* Builder::shape_of(Value* x) {
   return emit(OpKind::ShapeOf, {x}, {}, DType::I64, {Dim(static_cast<int64_t>(x->rank()))});
 }
 
-Value* Builder::expand(Value* x, Shape shape) {
-  return emit(OpKind::Expand, {x}, {}, x->dtype, std::move(shape));
+Value* Builder::expand(Value* x, Value* shape_tensor, Shape shape) {
+  HFX_CHECK(shape_tensor->dtype == DType::I64 && shape_tensor->rank() == 1, "Expand shape at ", scope_);
+  return emit(OpKind::Expand, {x, shape_tensor}, {}, x->dtype, std::move(shape));
+}
+
+Value* Builder::scatter_elements(Value* data, Value* indices, Value* updates, int64_t axis) {
+  HFX_CHECK(data->rank() == indices->rank() && indices->shape == updates->shape && data->dtype == updates->dtype,
+            "ScatterElements operands at ", scope_);
+  return emit(OpKind::ScatterElements, {data, indices, updates}, {{"axis", normalize_axis(axis, data->rank())}},
+              data->dtype, data->shape);
 }
 
 Value* Builder::linear(Value* x, Value* weight, Value* bias) {

@@ -1,6 +1,7 @@
 // Appends ops to a Graph, inferring each result's dtype and symbolic shape. Shape errors here
 // are bugs in a frontend or pass, so they report as internal errors with the node's scope.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,13 +46,15 @@ class Builder {
   Value* reshape(Value* x, Shape shape);
   Value* transpose(Value* x, std::vector<int64_t> perm);
   Value* slice(Value* x, int64_t axis, int64_t start, int64_t end);
-  Value* concat(const std::vector<Value*>& xs, int64_t axis);
+  // A symbolic concat axis needs the result's dim from the caller (e.g. past + new = total).
+  Value* concat(const std::vector<Value*>& xs, int64_t axis, std::optional<Dim> axis_dim = std::nullopt);
   Value* gather(Value* data, Value* indices, int64_t axis);
   Value* unsqueeze(Value* x, std::vector<int64_t> axes);
   Value* where(Value* cond, Value* a, Value* b);
   Value* range(Value* start, Value* limit, Value* delta, Dim length);
   Value* shape_of(Value* x);
-  Value* expand(Value* x, Shape shape);
+  Value* expand(Value* x, Value* shape_tensor, Shape shape);
+  Value* scatter_elements(Value* data, Value* indices, Value* updates, int64_t axis);
 
   Value* linear(Value* x, Value* weight, Value* bias = nullptr);
   Value* embedding(Value* weight, Value* ids);

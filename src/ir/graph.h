@@ -77,6 +77,15 @@ struct Node {
   std::string name;  // scope of the HF module that produced it, e.g. model.layers.3.self_attn
 };
 
+// A cache tensor carried from one run to the next: read from `input`, written to `output`.
+// Backends lower the pair (ONNX: past/present or in-place input/output pair, OpenVINO:
+// ReadValue/Assign, ...).
+struct StatePair {
+  std::string name;  // e.g. past_key_values.0.key
+  Value* input;
+  Value* output;
+};
+
 class Graph {
  public:
   Graph() = default;
@@ -90,6 +99,7 @@ class Graph {
   std::vector<Value*> inputs;
   std::vector<Value*> outputs;
   std::vector<Node*> order;  // topological
+  std::vector<StatePair> states;
   const std::deque<Symbol>& symbols() const { return symbols_; }
   std::vector<Value*> constants() const;  // every constant used by a node in `order`
 

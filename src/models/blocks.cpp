@@ -1,32 +1,11 @@
 #include "models/blocks.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 
 namespace hfx {
-
-DecoderInputs decoder_inputs(Builder& b, int64_t max_positions) {
-  Graph& g = b.graph();
-  const Symbol* batch = g.symbol("batch", 1, 4096);
-  const Symbol* seq = g.symbol("sequence", 1, max_positions);
-  return {b.input("input_ids", DType::I64, {batch, seq}), b.input("attention_mask", DType::I64, {batch, seq}),
-          b.input("position_ids", DType::I64, {batch, seq})};
-}
-
-Value* causal_mask(Builder& b, const DecoderInputs& in, std::optional<int64_t> sliding_window) {
-  b.set_scope(sliding_window ? "mask.sliding" : "mask.causal");
-  const Dim seq = in.input_ids->shape[1];
-  Value* len = b.gather(b.shape_of(in.input_ids), b.const_i64({1}), 0);
-  Value* pos = b.range(b.const_i64({0}), len, b.const_i64({1}), seq);
-  Value* rows = b.unsqueeze(pos, {1});  // query positions [S, 1]
-  Value* cols = b.unsqueeze(pos, {0});  // key positions [1, S]
-  Value* keep = b.compare(OpKind::LessOrEqual, cols, rows);
-  if (sliding_window)
-    keep = b.logical_and(keep, b.compare(OpKind::Greater, cols, b.sub(rows, b.const_i64({*sliding_window}))));
-  Value* padding = b.unsqueeze(b.compare(OpKind::Greater, in.attention_mask, b.const_i64({0})), {1, 2});
-  return b.logical_and(b.unsqueeze(keep, {0, 1}), padding);
-}
 
 void declare_attention(ModelBuilder& m, const std::string& p, const AttentionSpec& s) {
   const int64_t q_out = s.heads * s.head_dim, kv_out = s.kv_heads * s.head_dim;
@@ -61,7 +40,7 @@ Value* project_heads(ModelBuilder& m, const std::string& proj, bool bias, int64_
 }  // namespace
 
 Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpec& s, Value* x, Value* cos,
-                       Value* sin, Value* mask) {
+                       Value* sin, Value* mask, const KvCacheHook& cache) {
   Builder& b = m.b();
   b.set_scope(p.substr(0, p.size() - 1));
   Value* q = project_heads(m, p + "q_proj", s.qkv_bias, s.heads, s.head_dim, x,
@@ -71,6 +50,7 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   Value* v = project_heads(m, p + "v_proj", s.qkv_bias, s.kv_heads, s.head_dim, x, "", 0);
   q = b.rope(q, cos, sin, false);
   k = b.rope(k, cos, sin, false);
+  std::tie(k, v) = cache(k, v);
   const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   Value* o = b.attention(q, k, v, mask, scale, 0.0);
   o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {x->shape[0], x->shape[1], Dim(s.heads * s.head_dim)});

@@ -1,5 +1,6 @@
-// Blocks shared by decoder families: inputs, masks, attention and MLP sub-graphs.
+// Blocks shared by decoder families: attention and MLP sub-graphs.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -7,18 +8,6 @@
 #include "models/model_builder.h"
 
 namespace hfx {
-
-struct DecoderInputs {
-  Value* input_ids;       // [batch, sequence] int64
-  Value* attention_mask;  // [batch, sequence] int64, 1 = real token
-  Value* position_ids;    // [batch, sequence] int64
-};
-
-DecoderInputs decoder_inputs(Builder& b, int64_t max_positions);
-
-// [batch, 1, sequence, sequence] bool: causal, padding from attention_mask, and the sliding window
-// (key kept when query - key < window) when one is given.
-Value* causal_mask(Builder& b, const DecoderInputs& in, std::optional<int64_t> sliding_window);
 
 struct AttentionSpec {
   int64_t hidden, heads, kv_heads, head_dim;
@@ -28,11 +17,14 @@ struct AttentionSpec {
   double scale = 0;
 };
 
+// Stores a layer's fresh keys/values in the cache; returns what attention reads.
+using KvCacheHook = std::function<std::pair<Value*, Value*>(Value* k, Value* v)>;
+
 // Self-attention over `x` [B, S, hidden] with HF weight names under `prefix` (e.g.
-// "model.layers.0.self_attn."). Declares its tensors when `declare` is set.
+// "model.layers.0.self_attn.").
 void declare_attention(ModelBuilder& m, const std::string& prefix, const AttentionSpec& spec);
 Value* attention_block(ModelBuilder& m, const std::string& prefix, const AttentionSpec& spec, Value* x,
-                       Value* cos, Value* sin, Value* mask);
+                       Value* cos, Value* sin, Value* mask, const KvCacheHook& cache);
 
 struct MlpSpec {
   int64_t hidden, intermediate;

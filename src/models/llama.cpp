@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/blocks.h"
+#include "models/decoder_io.h"
 #include "models/registry.h"
 #include "models/rope.h"
 
@@ -114,10 +115,17 @@ void declare_tensors(ModelBuilder& m, const LlamaFamilyConfig& cfg) {
   else m.expect("lm_head.weight", {cfg.vocab, cfg.hidden});
 }
 
-}  // namespace
+// The graph variants to export: the plain forward, or the components a decode loop needs.
+std::vector<std::pair<std::string, DecoderVariant>> components_for(const GenerationOptions& gen) {
+  if (!gen.enabled) return {{"model", {}}};
+  if (gen.static_cache)
+    return {{"decode", {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
+  if (gen.multi_token) return {{"decode", {CacheKind::Dynamic, true, false}}};
+  return {{"prefill", {CacheKind::Dynamic, false, false}}, {"decode", {CacheKind::Dynamic, true, true}}};
+}
 
-ExportModel build_llama_family(const Checkpoint& ckpt, const BuildOptions& opt) {
-  const LlamaFamilyConfig cfg = parse_config(ckpt.config());
+std::unique_ptr<Graph> build_graph(const Checkpoint& ckpt, const BuildOptions& opt, const LlamaFamilyConfig& cfg,
+                                   const DecoderVariant& variant) {
   ModelBuilder m(ckpt, opt);
   declare_tensors(m, cfg);
   m.check_checkpoint();
@@ -127,22 +135,20 @@ ExportModel build_llama_family(const Checkpoint& ckpt, const BuildOptions& opt) 
   const int64_t max_sequence = cfg.rope.type == "dynamic"
                                    ? static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, cfg.rope.factor))
                                    : cfg.max_positions;
-  const DecoderInputs in = decoder_inputs(b, max_sequence);
-  Value* full_mask = nullptr;
-  std::map<int64_t, Value*> window_masks;
+  b.set_scope("inputs");
+  DecoderIO io(b, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, opt.dtype});
   b.set_scope("model.rotary_emb");
-  const auto [cos, sin] = rope_cos_sin(b, cfg.rope, in.position_ids);
+  const auto [cos, sin] = rope_cos_sin(b, cfg.rope, io.position_ids());
 
   b.set_scope("model.embed_tokens");
-  Value* x = b.embedding(m.weight("model.embed_tokens.weight"), in.input_ids);
+  Value* x = b.embedding(m.weight("model.embed_tokens.weight"), io.input_ids());
   for (int64_t i = 0; i < cfg.layers; ++i) {
     const std::string p = layer_prefix(i);
-    const auto window = cfg.layer_window[static_cast<size_t>(i)];
-    Value*& mask = window ? window_masks[*window] : full_mask;
-    if (!mask) mask = causal_mask(b, in, window);
+    Value* mask = io.mask(cfg.layer_window[static_cast<size_t>(i)]);
     b.set_scope(p + "input_layernorm");
     Value* h = b.rms_norm(x, m.weight(p + "input_layernorm.weight"), cfg.rms_eps);
-    x = b.add(x, attention_block(m, p + "self_attn.", cfg.attention, h, cos, sin, mask));
+    auto cache = [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); };
+    x = b.add(x, attention_block(m, p + "self_attn.", cfg.attention, h, cos, sin, mask, cache));
     b.set_scope(p + "post_attention_layernorm");
     h = b.rms_norm(x, m.weight(p + "post_attention_layernorm.weight"), cfg.rms_eps);
     x = b.add(x, gated_mlp(m, p + "mlp.", cfg.mlp, h));
@@ -151,10 +157,17 @@ ExportModel build_llama_family(const Checkpoint& ckpt, const BuildOptions& opt) 
   x = b.rms_norm(x, m.weight("model.norm.weight"), cfg.rms_eps);
   b.set_scope("lm_head");
   Value* logits = b.linear(x, m.weight(cfg.tied ? "model.embed_tokens.weight" : "lm_head.weight"));
-  b.output(b.cast(logits, DType::F32), "logits");
+  io.finish(b.cast(logits, DType::F32));
+  return m.finish();
+}
 
+}  // namespace
+
+ExportModel build_llama_family(const Checkpoint& ckpt, const BuildOptions& opt) {
+  const LlamaFamilyConfig cfg = parse_config(ckpt.config());
   ExportModel out{cfg.model_type, cfg.architectures, {}};
-  out.components.push_back({"model", m.finish()});
+  for (const auto& [name, variant] : components_for(opt.generation))
+    out.components.push_back({name, build_graph(ckpt, opt, cfg, variant)});
   return out;
 }
 

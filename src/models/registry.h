@@ -11,8 +11,17 @@
 
 namespace hfx {
 
+struct GenerationOptions {
+  bool enabled = false;        // export the components a decode loop needs
+  bool multi_token = false;    // one decode graph with a symbolic query length
+  bool static_cache = false;   // fixed-size cache buffers written in place
+  int64_t max_cache_len = 0;   // static cache: upper bound of the cache dim
+  int64_t batch_size = 1;      // static cache: fixed batch
+};
+
 struct BuildOptions {
   DType dtype = DType::F32;  // compute and weight dtype of the exported graph
+  GenerationOptions generation;
 };
 
 // One exported graph and the name it is published under in export.json.

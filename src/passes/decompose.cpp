@@ -148,6 +148,7 @@ void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_map
     if (r != out) r->name = out->name;
     out = r;
   }
+  for (StatePair& state : graph.states) state.output = remap(state.output);
   graph.order = std::move(order);
 }
 

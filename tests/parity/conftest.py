@@ -4,8 +4,13 @@
   ``<repo>/build/hfexport``).
 - ``make_tiny_model``: builds a seeded random-weight HF causal LM from a config dict and saves it.
 - ``run_hfexport`` / ``export_model``: run the CLI (raw, or asserting success).
+- ``assert_clean_error`` / ``leftovers``: the one-line error contract of every failing CLI call.
 - ``support_matrix``: session recorder; ``support_matrix.md`` / ``.json`` are written at the repo
   root when the session ends (only if something was recorded).
+- ``hfexport`` (the Python runner package) is made importable (``<repo>/python`` unless installed),
+  and every CLI call gets ``HFEXPORT_PYTHON`` (this interpreter, unless already set) and that
+  package's directory on ``PYTHONPATH``, so that ``hfexport generate`` (which execs
+  ``python -m hfexport.generate``) runs the runner under test.
 """
 
 from __future__ import annotations
@@ -14,12 +19,32 @@ import copy
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+PYTHON_DIR = REPO_ROOT / "python"
+
+try:
+    import hfexport
+except ImportError:
+    sys.path.insert(0, str(PYTHON_DIR))
+    import hfexport
+
+# The directory holding the hfexport package these tests import; CLI calls get the same one.
+HFEXPORT_PY_ROOT = Path(hfexport.__file__).resolve().parents[1]
+
+
+def cli_env() -> dict:
+    """Environment for CLI calls: `hfexport generate` (which execs `python -m hfexport.generate`)
+    runs this interpreter on the same hfexport package the tests import."""
+    env = dict(os.environ)
+    env.setdefault("HFEXPORT_PYTHON", sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HFEXPORT_PY_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,6 +88,7 @@ def run_hfexport(hfexport_bin):
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
+            env=cli_env(),
         )
 
     return run
@@ -90,6 +116,41 @@ class ExportFailed(AssertionError):
 
 
 # --------------------------------------------------------------------------------------------
+# Clean CLI errors (shared by the bad-input and generation tests)
+
+
+def leftovers(out_dir: Path) -> list[str]:
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return []
+    prefixes = (f".{out_dir.name}.tmp-", f".{out_dir.name}.old-")
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(prefixes))
+
+
+def assert_clean_error(proc, out_dir: Path | None, *mentions: str) -> str:
+    """Returns the error line after checking the contract."""
+    err = proc.stderr
+    assert proc.returncode != 0, f"expected failure, got exit 0\nstdout: {proc.stdout}\nstderr: {err}"
+    assert proc.returncode > 0 and proc.returncode not in (134, 136, 139), (
+        f"crashed (exit {proc.returncode})\nstderr: {err}"
+    )
+    for bad in ("Traceback", "terminate called", "AddressSanitizer", "runtime error:", "Segmentation"):
+        assert bad not in err, f"stderr holds {bad!r}:\n{err}"
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].strip(), f"stderr is not exactly one line:\n{err!r}"
+    line = lines[0]
+    assert line.startswith("hfexport: error: "), f"bad prefix: {line!r}"
+    assert len(line) > len("hfexport: error: "), "empty message"
+    for m in mentions:
+        assert m in line, f"error does not mention {m!r}: {line!r}"
+    if out_dir is not None:
+        assert not out_dir.exists(), f"{out_dir} was left behind"
+        assert not leftovers(out_dir), f"staging dirs left behind: {leftovers(out_dir)}"
+    print(line)  # shown with pytest -rP
+    return line
+
+
+# --------------------------------------------------------------------------------------------
 # Tiny random HF models
 
 
@@ -101,11 +162,12 @@ def build_tiny_model(
     seed: int = 0,
     dtype: str | None = None,
     max_shard_size=None,
+    weight_std: float = 0.08,
 ):
     """Builds a random-weight causal LM, saves it to ``out_dir`` and returns (out_dir, model).
 
     The returned model is the float32 eager model the checkpoint was saved from (before any
-    dtype conversion), in eval mode.
+    dtype conversion), in eval mode. ``weight_std`` is the std of the re-initialised matrices.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -122,7 +184,7 @@ def build_tiny_model(
             elif "norm" in name:
                 p.uniform_(0.5, 1.5)
             else:
-                p.normal_(0.0, 0.08)
+                p.normal_(0.0, weight_std)
     model.eval()
     out_dir = Path(out_dir)
     save_kwargs = {}

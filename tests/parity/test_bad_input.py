@@ -15,6 +15,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import assert_clean_error, leftovers  # noqa: F401 - shared with test_generation
 
 BASE_CONFIG = dict(
     vocab_size=128,
@@ -30,37 +31,6 @@ ST = "model.safetensors"
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def leftovers(out_dir: Path) -> list[str]:
-    parent = out_dir.parent
-    if not parent.is_dir():
-        return []
-    prefixes = (f".{out_dir.name}.tmp-", f".{out_dir.name}.old-")
-    return sorted(p.name for p in parent.iterdir() if p.name.startswith(prefixes))
-
-
-def assert_clean_error(proc, out_dir: Path | None, *mentions: str) -> str:
-    """Returns the error line after checking the contract."""
-    err = proc.stderr
-    assert proc.returncode != 0, f"expected failure, got exit 0\nstdout: {proc.stdout}\nstderr: {err}"
-    assert proc.returncode > 0 and proc.returncode not in (134, 136, 139), (
-        f"crashed (exit {proc.returncode})\nstderr: {err}"
-    )
-    for bad in ("Traceback", "terminate called", "AddressSanitizer", "runtime error:", "Segmentation"):
-        assert bad not in err, f"stderr holds {bad!r}:\n{err}"
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].strip(), f"stderr is not exactly one line:\n{err!r}"
-    line = lines[0]
-    assert line.startswith("hfexport: error: "), f"bad prefix: {line!r}"
-    assert len(line) > len("hfexport: error: "), "empty message"
-    for m in mentions:
-        assert m in line, f"error does not mention {m!r}: {line!r}"
-    if out_dir is not None:
-        assert not out_dir.exists(), f"{out_dir} was left behind"
-        assert not leftovers(out_dir), f"staging dirs left behind: {leftovers(out_dir)}"
-    print(line)  # shown with pytest -rP
-    return line
 
 
 def mentions_shape(line: str, shape) -> bool:

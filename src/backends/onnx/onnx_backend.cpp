@@ -195,6 +195,9 @@ void Lowering::lower(const Node& n) {
     case OpKind::Unsqueeze:
       node("Unsqueeze", {in[0], ints(n.attrs.ints("axes"))}, {out});
       return;
+    case OpKind::ScatterElements:
+      attr_int(node("ScatterElements", in, {out}), "axis", n.attrs.i("axis"));
+      return;
     case OpKind::ShapeOf:
       node("Shape", in, {out});
       return;

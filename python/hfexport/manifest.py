@@ -1,0 +1,51 @@
+"""Reads OUT_DIR/export.json, the contract between the exporter and every runner."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ManifestError(ValueError):
+    pass
+
+
+@dataclass
+class ExportManifest:
+    directory: Path
+    data: dict[str, Any]
+    generation: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def format(self) -> str:
+        return self.data["format"]
+
+    def component(self, name: str) -> dict[str, Any]:
+        try:
+            return self.data["components"][name]
+        except KeyError:
+            raise ManifestError(f"{self.directory}: export has no '{name}' component") from None
+
+    def dim_bounds(self, name: str) -> tuple[int, int]:
+        d = self.data.get("dims", {}).get(name, {})
+        return int(d.get("min", 0)), int(d.get("max", 2**62))
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return [int(i) for i in self.generation.get("eos_token_id", [])]
+
+
+def load_manifest(directory: str | Path) -> ExportManifest:
+    directory = Path(directory)
+    path = directory / "export.json"
+    if not path.is_file():
+        raise ManifestError(f"{directory}: not an hfexport output (no export.json)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or "components" not in data or "format" not in data:
+        raise ManifestError(f"{path}: missing 'format' or 'components'")
+    return ExportManifest(directory, data, data.get("generation") or {})

@@ -1,0 +1,145 @@
+"""Decode loop over onnxruntime (Python API: the onnxruntime wheel ships no C/C++ headers, and
+Debian has no libonnxruntime-dev here). Dynamic caches pass present -> past as OrtValues without
+copying to numpy; a static cache binds each input/output pair to one buffer that the graph
+updates in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from .manifest import ExportManifest
+from .runner import DecodeRunner, GenerationError
+
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
+    return np.clip(np.cumsum(attention_mask, -1) - 1, 0, None)
+
+
+class OnnxRuntimeRunner(DecodeRunner):
+    def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
+                 providers: list | None = None):
+        self.manifest = manifest
+        gen = manifest.generation
+        self.static = gen["cache"] == "static"
+        providers = providers or ["CPUExecutionProvider"]
+
+        def session(name: str) -> ort.InferenceSession:
+            path = manifest.directory / manifest.component(name)["file"]
+            return ort.InferenceSession(str(path), session_options, providers=providers)
+
+        self.decode = session("decode")
+        self.prefill_session = session("prefill") if "prefill" in gen["components"] else None
+        self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
+        inputs = {i.name: i for i in self.decode.get_inputs()}
+        self.cache_specs = {name: inputs[name] for name, _ in self.pairs}
+        self.max_cache_len = int(gen.get("max_cache_len", 0))
+        self.batch_bounds = manifest.dim_bounds("batch")
+        self.buffers: dict[str, ort.OrtValue] = {}
+        self.binding: ort.IOBinding | None = None
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _check_request(self, input_ids: np.ndarray, max_new_tokens: int) -> None:
+        batch, length = input_ids.shape
+        if self.static:
+            fixed = int(self.manifest.generation.get("batch_size", 1))
+            if batch != fixed:
+                raise GenerationError(f"batch of {batch} but the static cache was exported for batch {fixed}")
+            if length > self.max_cache_len:
+                raise GenerationError(f"prompt of {length} tokens exceeds max_cache_len {self.max_cache_len}")
+            if length + max_new_tokens - 1 > self.max_cache_len:
+                raise GenerationError(
+                    f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds max_cache_len "
+                    f"{self.max_cache_len}")
+            return
+        low, high = self.batch_bounds
+        if not low <= batch <= high:
+            raise GenerationError(f"batch of {batch} is outside the exported bounds [{low}, {high}]")
+        limit = self.manifest.dim_bounds("total_sequence")[1]
+        if length + max_new_tokens - 1 > limit:
+            raise GenerationError(f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds the exported "
+                                  f"sequence bound {limit}")
+
+    # -- dynamic cache --------------------------------------------------------------------------
+    def _run_dynamic(self, session: ort.InferenceSession, feeds: dict[str, np.ndarray],
+                     past: list[ort.OrtValue] | None) -> np.ndarray:
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for (name, _), value in zip(self.pairs, past or []):
+            binding.bind_ortvalue_input(name, value)
+        for out in session.get_outputs():
+            binding.bind_output(out.name, "cpu")
+        session.run_with_iobinding(binding)
+        outputs = binding.get_outputs()
+        names = [o.name for o in session.get_outputs()]
+        self.past = [outputs[names.index(present)] for _, present in self.pairs]
+        return outputs[names.index("logits")].numpy()[:, -1]
+
+    def _empty_past(self, batch: int) -> list[ort.OrtValue]:
+        values = []
+        for name, _ in self.pairs:
+            spec = self.cache_specs[name]
+            shape = [batch, spec.shape[1], 0, spec.shape[3]]
+            values.append(ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, _NUMPY_TYPES[spec.type])))
+        return values
+
+    # -- static cache ---------------------------------------------------------------------------
+    def _allocate_static(self, batch: int, length: int) -> None:
+        self.binding = self.decode.io_binding()
+        self.buffers = {}
+        for name, _ in self.pairs:
+            spec = self.cache_specs[name]
+            buf = ort.OrtValue.ortvalue_from_numpy(np.zeros([batch, spec.shape[1], length, spec.shape[3]],
+                                                            _NUMPY_TYPES[spec.type]))
+            self.buffers[name] = buf
+            self.binding.bind_ortvalue_input(name, buf)
+        self.cache_len = length
+
+    def _bind_static_outputs(self) -> None:
+        # Logits change shape between prefill and steps, so outputs are bound afresh each run:
+        # logits first (get_outputs() lists outputs in binding order), then each cache output to
+        # its input's buffer, so the graph updates it in place.
+        self.binding.clear_binding_outputs()
+        self.binding.bind_output("logits", "cpu")
+        for name, out in self.pairs:
+            self.binding.bind_ortvalue_output(out, self.buffers[name])
+
+    def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
+        slots = np.arange(self.cache_len)
+        mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
+        # Rows also see only slots that hold their real tokens (always the prefix 0..position).
+        self.binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
+        self.binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
+        self.binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask[:, None]))
+        self._bind_static_outputs()
+        self.decode.run_with_iobinding(self.binding)
+        return self.binding.get_outputs()[0].numpy()[:, -1]
+
+    # -- DecodeRunner -----------------------------------------------------------------------------
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        self._check_request(input_ids, max_new_tokens)
+        positions = left_padded_positions(attention_mask)
+        self.attention_mask = attention_mask
+        self.next_position = positions[:, -1] + 1
+        if self.static:
+            self._allocate_static(input_ids.shape[0], min(self.max_cache_len, input_ids.shape[1] + max_new_tokens))
+            return self._run_static(input_ids, positions, attention_mask)
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
+        if self.prefill_session is not None:
+            return self._run_dynamic(self.prefill_session, feeds, None)
+        return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = tokens.astype(np.int64)[:, None]
+        positions = self.next_position[:, None].astype(np.int64)
+        self.next_position = self.next_position + 1
+        if self.static:
+            if positions.max() >= self.cache_len:
+                raise GenerationError(f"generation reached the cache length {self.cache_len}")
+            return self._run_static(ids, positions, np.ones_like(ids))
+        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
+        feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
+        return self._run_dynamic(self.decode, feeds, self.past)

@@ -1,0 +1,84 @@
+"""The decode-loop interface every runtime implements (prefill, step) and the generation loop on
+top of it (sampling, eos, max new tokens)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .manifest import ExportManifest, load_manifest
+from .sampling import Sampler
+
+
+class GenerationError(ValueError):
+    """A request the exported graphs cannot serve (too long, batch out of bounds, ...)."""
+
+
+class DecodeRunner(ABC):
+    """One runtime's view of an exported generation model."""
+
+    manifest: ExportManifest
+
+    @abstractmethod
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        """Runs the (left-padded) prompt [batch, seq]; returns the last position's logits [batch, vocab].
+        `max_new_tokens` lets a runner size fixed buffers and refuse what cannot fit."""
+
+    @abstractmethod
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """Feeds one new token per row [batch]; returns logits [batch, vocab]."""
+
+
+def open_runner(directory: str | Path, **options) -> DecodeRunner:
+    manifest = load_manifest(directory)
+    if not manifest.generation:
+        raise GenerationError(f"{directory}: not exported with --for-generation")
+    if manifest.format == "onnx":
+        from .onnxruntime_runner import OnnxRuntimeRunner
+
+        return OnnxRuntimeRunner(manifest, **options)
+    raise GenerationError(f"{directory}: no runner for format '{manifest.format}'")
+
+
+def generate(
+    runner: DecodeRunner,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray | None = None,
+    max_new_tokens: int = 32,
+    sampler: Sampler | None = None,
+    eos_token_ids: Sequence[int] | None = None,
+    ignore_eos: bool = False,
+    step_logits: list[np.ndarray] | None = None,
+) -> np.ndarray:
+    """Returns the new tokens [batch, n <= max_new_tokens]. Rows that produced an eos keep emitting
+    the pad id (the manifest's pad_token_id, else the first eos id), as transformers does; the loop
+    stops when every row has finished. Each step's logits are appended to `step_logits` if given."""
+    input_ids = np.asarray(input_ids, dtype=np.int64)
+    if input_ids.ndim == 1:
+        input_ids = input_ids[None]
+    if attention_mask is None:
+        attention_mask = np.ones_like(input_ids)
+    attention_mask = np.asarray(attention_mask, dtype=np.int64)
+    if max_new_tokens < 1:
+        raise GenerationError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    sampler = sampler or Sampler()
+    eos = [] if ignore_eos else list(runner.manifest.eos_token_ids if eos_token_ids is None else eos_token_ids)
+    pad = runner.manifest.generation.get("pad_token_id")
+    pad = int(pad) if isinstance(pad, int) else (eos[0] if eos else 0)
+
+    logits = runner.prefill(input_ids, attention_mask, max_new_tokens)
+    finished = np.zeros(input_ids.shape[0], dtype=bool)
+    out = []
+    for i in range(max_new_tokens):
+        if step_logits is not None:
+            step_logits.append(logits)
+        tokens = np.where(finished, pad, sampler(logits))
+        out.append(tokens)
+        finished |= np.isin(tokens, eos)
+        if finished.all() or i + 1 == max_new_tokens:
+            break
+        logits = runner.step(tokens)
+    return np.stack(out, axis=1)

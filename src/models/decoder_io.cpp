@@ -1,0 +1,111 @@
+#include "models/decoder_io.h"
+
+#include "core/error.h"
+
+namespace hfx {
+
+namespace {
+constexpr int64_t kMaxBatch = 4096;
+}
+
+DecoderIO::DecoderIO(Builder& b, const DecoderVariant& v, int64_t max_positions, const CacheShape& cache)
+    : b_(b), variant_(v), cache_(cache), batch_(1), query_(1) {
+  Graph& g = b.graph();
+  const bool fixed = v.cache == CacheKind::Static;
+  const int64_t max_len = fixed ? v.max_cache_len : max_positions;
+  batch_ = fixed ? Dim(v.batch) : Dim(g.symbol("batch", 1, kMaxBatch));
+  if (!v.single_token) query_ = Dim(g.symbol("sequence", 1, max_len));
+  input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
+  if (fixed) {
+    total_ = Dim(g.symbol("cache", 1, v.max_cache_len));
+    attention_mask_ = b.input("attention_mask", DType::Bool, {batch_, Dim(1), query_, *total_});
+  } else if (v.has_past) {
+    past_ = Dim(g.symbol("past_sequence", 0, max_positions - 1));
+    total_ = Dim(g.symbol("total_sequence", 1, max_positions));
+    attention_mask_ = b.input("attention_mask", DType::I64, {batch_, *total_});
+  } else {
+    attention_mask_ = b.input("attention_mask", DType::I64, {batch_, query_});
+  }
+  position_ids_ = b.input("position_ids", DType::I64, {batch_, query_});
+}
+
+Value* DecoderIO::mask(std::optional<int64_t> window) {
+  Value*& cached = masks_[window];
+  if (!cached) {
+    const std::string scope = b_.scope();
+    b_.set_scope(window ? "mask.sliding" : "mask.causal");
+    cached = variant_.cache == CacheKind::Static ? static_mask(window) : computed_mask(window);
+    b_.set_scope(scope);
+  }
+  return cached;
+}
+
+// Query i sits at cache slot past + i, past = keys - queries; key j is kept when j <= past + i,
+// attention_mask[b, j] is set, and (with a window) past + i - j < window.
+Value* DecoderIO::computed_mask(std::optional<int64_t> window) {
+  Value* zero = b_.const_i64({0});
+  Value* one = b_.const_i64({1});
+  Value* keys = b_.gather(b_.shape_of(attention_mask_), one, 0);
+  Value* queries = b_.gather(b_.shape_of(input_ids_), one, 0);
+  Value* rows = b_.unsqueeze(b_.range(b_.sub(keys, queries), keys, one, query_), {1});
+  Value* cols = b_.unsqueeze(b_.range(zero, keys, one, attention_mask_->shape[1]), {0});
+  Value* keep = b_.compare(OpKind::LessOrEqual, cols, rows);
+  if (window) keep = b_.logical_and(keep, b_.compare(OpKind::Greater, cols, b_.sub(rows, b_.const_i64({*window}))));
+  Value* padding = b_.unsqueeze(b_.compare(OpKind::Greater, attention_mask_, zero), {1, 2});
+  return b_.logical_and(b_.unsqueeze(keep, {0, 1}), padding);
+}
+
+// The caller's mask says which slots each query sees; a sliding layer also drops slots more than
+// `window` positions behind the query (slots are positions in the static cache).
+Value* DecoderIO::static_mask(std::optional<int64_t> window) {
+  if (!window) return attention_mask_;
+  Value* slots_count = b_.gather(b_.shape_of(attention_mask_), b_.const_i64({3}), 0);
+  Value* slots = b_.unsqueeze(b_.range(b_.const_i64({0}), slots_count, b_.const_i64({1}), *total_), {0, 1, 2});
+  Value* query_pos = b_.unsqueeze(position_ids_, {1, 3});
+  Value* in_window = b_.compare(OpKind::Greater, slots, b_.sub(query_pos, b_.const_i64({*window})));
+  return b_.logical_and(attention_mask_, in_window);
+}
+
+Value* DecoderIO::update_one(const std::string& name, Value* fresh) {
+  Graph& g = b_.graph();
+  const Dim kv(cache_.kv_heads), head(cache_.head_dim);
+  switch (variant_.cache) {
+    case CacheKind::None:
+      return fresh;
+    case CacheKind::Dynamic: {
+      const std::string present = "present" + name.substr(name.find('.'));
+      if (!variant_.has_past) {
+        cache_outputs_.emplace_back(present, fresh);
+        return fresh;
+      }
+      Value* past = b_.input(name, cache_.dtype, {batch_, kv, *past_, head});
+      Value* all = b_.concat({past, fresh}, 2, *total_);
+      cache_outputs_.emplace_back(present, all);
+      g.states.push_back({name, past, all});
+      return all;
+    }
+    case CacheKind::Static: {
+      // Rows are written at the slots their positions name; the buffer keeps its shape, so a
+      // runtime can bind input and output to the same memory.
+      Value* buffer = b_.input("input." + name, cache_.dtype, {batch_, kv, *total_, head});
+      Value* slots = b_.expand(b_.unsqueeze(position_ids_, {1, 3}), b_.shape_of(fresh), fresh->shape);
+      Value* written = b_.scatter_elements(buffer, slots, fresh, 2);
+      cache_outputs_.emplace_back("output." + name, written);
+      g.states.push_back({name, buffer, written});
+      return written;
+    }
+  }
+  fail("internal error: cache kind");
+}
+
+std::pair<Value*, Value*> DecoderIO::update_cache(int64_t layer, Value* k, Value* v) {
+  const std::string base = "past_key_values." + std::to_string(layer);
+  return {update_one(base + ".key", k), update_one(base + ".value", v)};
+}
+
+void DecoderIO::finish(Value* logits) {
+  b_.output(logits, "logits");
+  for (auto& [name, v] : cache_outputs_) b_.output(v, name);
+}
+
+}  // namespace hfx

@@ -1,0 +1,62 @@
+// The inputs, masks, KV cache and outputs of a decoder graph, for each generation variant:
+// the plain forward, prefill (no past, emits present), decode with a dynamic cache (past ->
+// present), and the static in-place cache (input.<name> -> output.<name>).
+#pragma once
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "ir/builder.h"
+
+namespace hfx {
+
+enum class CacheKind { None, Dynamic, Static };
+
+struct DecoderVariant {
+  CacheKind cache = CacheKind::None;
+  bool has_past = false;      // dynamic: reads past_key_values.* inputs
+  bool single_token = false;  // query length fixed to 1
+  int64_t batch = 1;          // static: fixed batch size
+  int64_t max_cache_len = 0;  // static: bound of the cache dim
+};
+
+struct CacheShape {
+  int64_t layers, kv_heads, head_dim;
+  DType dtype;
+};
+
+class DecoderIO {
+ public:
+  DecoderIO(Builder& b, const DecoderVariant& variant, int64_t max_positions, const CacheShape& cache);
+
+  Value* input_ids() const { return input_ids_; }
+  Value* position_ids() const { return position_ids_; }
+  // [batch, 1, query, keys] bool, true = attend: causal over cache slots, padding, and the window
+  // (query position - key position < window) when given. Built once per window size.
+  Value* mask(std::optional<int64_t> sliding_window);
+  // Stores this step's keys/values ([batch, kv_heads, query, head_dim]) in the cache and returns
+  // the keys/values attention reads.
+  std::pair<Value*, Value*> update_cache(int64_t layer, Value* k, Value* v);
+  // Registers logits and the cache outputs (in layer order) as graph outputs.
+  void finish(Value* logits);
+
+ private:
+  Value* computed_mask(std::optional<int64_t> window);
+  Value* static_mask(std::optional<int64_t> window);
+  Value* update_one(const std::string& name, Value* fresh);
+
+  Builder& b_;
+  DecoderVariant variant_;
+  CacheShape cache_;
+  Dim batch_, query_;
+  std::optional<Dim> past_, total_;
+  Value* input_ids_;
+  Value* attention_mask_;
+  Value* position_ids_;
+  std::map<std::optional<int64_t>, Value*> masks_;
+  std::vector<std::pair<std::string, Value*>> cache_outputs_;
+  std::vector<Value*> cache_inputs_;
+};
+
+}  // namespace hfx

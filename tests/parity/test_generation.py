@@ -1,0 +1,689 @@
+"""Generation exports (``--for-generation``): greedy decoding through every cache mode against
+transformers' ``generate``, the static cache's in-place contract, the ``hfexport generate`` CLI
+(eos, sampling) and its clean refusals.
+
+Modes: ``dynamic`` (prefill + decode graphs, past -> present), ``multi-token`` (one decode graph,
+symbolic query length, prefill = zero-length past) and ``static`` (one decode graph over
+fixed-size ``input.*``/``output.*`` cache buffers bound to the same memory).
+
+Reference: transformers eager, ``generate(do_sample=False, max_new_tokens=32)`` with
+``eos_token_id=None`` so exactly 32 tokens come out; our side runs ``hfexport.generate(...,
+ignore_eos=True)``. Tokens must be identical and every step's logits (all rows are real at every
+step of a left-padded batch) within 1e-4 of transformers' raw logits.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from conftest import assert_clean_error, build_tiny_model
+from transformers import GenerationConfig
+
+import hfexport
+
+TOL = 1e-4
+NEW_TOKENS = 32
+MAX_CACHE_LEN = 48  # static exports; >= every prompt here + NEW_TOKENS
+SINGLE = (7,)  # prompt lengths: one prompt, and a left-padded batch of two
+BATCH = (9, 5)
+
+# Wider than conftest's default init: tiny models at std 0.08 mostly repeat one token, which makes
+# token identity a weak check; at 0.2 most configs produce varied 32-token continuations.
+WEIGHT_STD = 0.2
+
+BASE = dict(
+    vocab_size=160,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+)
+
+
+def rope(rope_type: str, theta: float = 10000.0, **kw) -> dict:
+    return {"rope_parameters": {"rope_type": rope_type, "rope_theta": theta, **kw}}
+
+
+LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
+YARN = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1.0)
+
+# Two tiny configs per model_type. Together: GQA, MQA, MHA, tied embeddings, qwen2's qkv bias,
+# qwen3's q/k norm, explicit head_dim, llama3 / yarn / linear rope scaling, sliding windows
+# (shorter than the prompts, so decode steps must drop old positions).
+CONFIGS = {
+    "llama-gqa-tied-rope_llama3": (
+        "llama",
+        dict(num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=256,
+             **rope("llama3", theta=500000.0, **LLAMA3)),
+    ),
+    "llama-mqa-rope_yarn": ("llama", dict(num_key_value_heads=1, **rope("yarn", **YARN))),
+    "mistral-gqa-rope_linear": (
+        "mistral",
+        dict(num_key_value_heads=2, sliding_window=None, **rope("linear", factor=2.0)),
+    ),
+    "mistral-mha-sliding_window4": ("mistral", dict(num_key_value_heads=4, sliding_window=4, **rope("default"))),
+    "qwen2-gqa-qkv_bias-theta1e6": ("qwen2", dict(num_key_value_heads=2, **rope("default", theta=1e6))),
+    "qwen2-mqa-tied-use_sliding_window4": (
+        "qwen2",
+        dict(num_key_value_heads=1, tie_word_embeddings=True, use_sliding_window=True, sliding_window=4,
+             max_window_layers=1),
+    ),
+    "qwen3-gqa-qk_norm-head_dim16": ("qwen3", dict(num_key_value_heads=2, head_dim=16, **rope("default", theta=1e6))),
+    "qwen3-mha-head_dim24-tied-rope_yarn": (
+        "qwen3",
+        dict(num_key_value_heads=4, head_dim=24, tie_word_embeddings=True, **rope("yarn", **YARN)),
+    ),
+}
+
+MODES = ("dynamic", "multi-token", "static")
+
+
+def mode_args(mode: str, batch: int = 1, max_cache_len: int = MAX_CACHE_LEN) -> list[str]:
+    if mode == "dynamic":
+        return ["--for-generation"]
+    if mode == "multi-token":
+        return ["--for-generation", "--multi-token-decode"]
+    args = ["--for-generation", "--static-cache", "--max-cache-len", str(max_cache_len)]
+    return args + (["--batch-size", str(batch)] if batch != 1 else [])
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def make_prompts(vocab: int, lengths, seed: int = 1234) -> tuple[np.ndarray, np.ndarray]:
+    """Left-padded int64 input_ids / attention_mask (ids avoid 0..2: pad, bos, eos)."""
+    rng = np.random.default_rng(seed)
+    seq = max(lengths)
+    ids = np.zeros((len(lengths), seq), dtype=np.int64)
+    mask = np.zeros((len(lengths), seq), dtype=np.int64)
+    for row, n in enumerate(lengths):
+        ids[row, seq - n :] = rng.integers(3, vocab, size=n)
+        mask[row, seq - n :] = 1
+    return ids, mask
+
+
+@dataclass
+class Reference:
+    tokens: np.ndarray  # [batch, n]
+    logits: list  # n x [batch, vocab]
+    cache: list  # per layer (keys, values), [batch, kv, seq, head_dim]
+
+
+def hf_generate(model, ids: np.ndarray, mask: np.ndarray, n: int = NEW_TOKENS, eos=None) -> Reference:
+    """transformers greedy; eos None = never stop (exactly n tokens)."""
+    config = GenerationConfig(do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0,
+                              output_logits=True, return_dict_in_generate=True)
+    # generate() fills the None fields of `config` from model.generation_config (eos 2 for these
+    # configs), so the model's own eos is cleared for the call.
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(eos_token_id=None, pad_token_id=0)
+    try:
+        with torch.no_grad():
+            out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), generation_config=config)
+    finally:
+        model.generation_config = saved
+    if eos is None:
+        assert out.sequences.shape[1] - ids.shape[1] == n
+    cache = [(layer.keys.float().numpy(), layer.values.float().numpy()) for layer in out.past_key_values.layers]
+    return Reference(out.sequences[:, ids.shape[1] :].numpy(), [l.float().numpy() for l in out.logits], cache)
+
+
+@dataclass
+class TinyModel:
+    model_type: str
+    model_dir: Path
+    model: object
+    refs: dict = field(default_factory=dict)
+
+    @property
+    def vocab(self) -> int:
+        return self.model.config.vocab_size
+
+    def prompts(self, lengths):
+        return make_prompts(self.vocab, lengths)
+
+    def reference(self, lengths, n: int = NEW_TOKENS) -> Reference:
+        key = (tuple(lengths), n)
+        if key not in self.refs:
+            self.refs[key] = hf_generate(self.model, *self.prompts(lengths), n)
+        return self.refs[key]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """tiny(name, [model_type, overrides]) -> TinyModel, built once per module."""
+    built: dict[str, TinyModel] = {}
+
+    def get(name: str, model_type: str | None = None, overrides: dict | None = None) -> TinyModel:
+        if name not in built:
+            if model_type is None:
+                model_type, overrides = CONFIGS[name]
+            d = tmp_path_factory.mktemp(f"gen-{name}")
+            model_dir, model = build_tiny_model(d / "hf", model_type, {**BASE, **overrides}, weight_std=WEIGHT_STD)
+            built[name] = TinyModel(model_type, model_dir, model)
+        return built[name]
+
+    return get
+
+
+def session_options() -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    return opts
+
+
+def run_ours(out_dir: Path, ids: np.ndarray, mask: np.ndarray, n: int = NEW_TOKENS):
+    runner = hfexport.open_runner(out_dir, session_options=session_options())
+    step_logits: list = []
+    tokens = hfexport.generate(runner, ids, mask, max_new_tokens=n, ignore_eos=True, step_logits=step_logits)
+    return tokens, step_logits, runner
+
+
+def compare(got_tokens, got_logits, ref: Reference, what: str) -> float:
+    """Asserts identical tokens and step logits within TOL; returns the max step-logit error."""
+    want = ref.tokens
+    assert got_tokens.shape == want.shape, f"{what}: got {got_tokens.shape[1]} tokens, want {want.shape[1]}"
+    # Logits are comparable up to (and including) the first step where the tokens differ.
+    same = (got_tokens == want).all(axis=0)
+    first_diff = int(np.argmin(same)) if not same.all() else len(same)
+    steps = min(first_diff + 1, len(same))
+    errs = [float(np.abs(got_logits[i].astype(np.float64) - ref.logits[i]).max()) for i in range(steps)]
+    err = max(errs)
+    assert np.isfinite(err), f"{what}: non-finite logits at step {int(np.argmax(~np.isfinite(errs)))}"
+    if first_diff < len(same):
+        top2 = np.sort(ref.logits[first_diff], axis=-1)[:, -2:]
+        gap = float((top2[:, 1] - top2[:, 0]).min())  # a near-tie in transformers' logits?
+    assert first_diff == len(same), (
+        f"{what}: tokens differ from step {first_diff} (max step-logit err up to there {err:.2e}, "
+        f"transformers' top-2 logit gap there {gap:.2e})\n"
+        f"  got  {got_tokens.tolist()}\n  want {want.tolist()}"
+    )
+    worst = int(np.argmax(errs))
+    assert err <= TOL, f"{what}: step {worst} logits differ by {err:.3e} > {TOL:.0e} (tokens identical)"
+    return err
+
+
+def record(support_matrix, model_type: str, variant: str, fn):
+    """Runs fn() -> max error, recording the outcome in the support matrix."""
+    try:
+        err = fn()
+    except Exception as e:  # noqa: BLE001 - record, then re-raise for pytest
+        if hasattr(e, "proc"):  # conftest.ExportFailed
+            note = "export failed: " + e.proc.stderr.strip()
+        else:
+            text = str(e).strip()
+            note = f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+        support_matrix.record(model_type, variant, False, None, note)
+        raise
+    support_matrix.record(model_type, variant, True, err)
+    return err
+
+
+def check_static_cache_in_place(runner, manifest_pairs) -> None:
+    """Each cache pair's output OrtValue is the input's buffer (same memory), buffers distinct."""
+    assert runner.binding is not None and runner.buffers, "static runner allocated no buffers"
+    outputs = runner.binding.get_outputs()
+    out_ptrs = {v.data_ptr() for v in outputs}
+    in_ptrs = [runner.buffers[p["input"]].data_ptr() for p in manifest_pairs]
+    assert len(set(in_ptrs)) == len(in_ptrs), "two cache pairs share one buffer"
+    for p, ptr in zip(manifest_pairs, in_ptrs):
+        assert ptr in out_ptrs, f"{p['output']} is not written into the buffer bound to {p['input']}"
+    assert len(outputs) == 1 + len(manifest_pairs)
+
+
+def check_static_cache_contents(runner, manifest_pairs, ref: Reference, mask: np.ndarray) -> float:
+    """The buffers hold transformers' K/V for every fed token, at slot = position id."""
+    pad = (mask == 0).sum(axis=1)
+    err = 0.0
+    for p in manifest_pairs:
+        layer, kind = int(p["name"].split(".")[1]), p["name"].split(".")[2]
+        want = ref.cache[layer][0 if kind == "key" else 1]  # [batch, kv, S_h, hd] (padded index)
+        got = runner.buffers[p["input"]].numpy()
+        fed = mask.shape[1] + ref.tokens.shape[1] - 1  # padded prompt + tokens fed back
+        for b in range(mask.shape[0]):
+            h = np.arange(want.shape[2])
+            padded = fed - want.shape[2] + h  # sliding layers in HF keep only the last tokens
+            slot = padded - pad[b]
+            keep = slot >= 0
+            d = np.abs(got[b][:, slot[keep]] - want[b][:, h[keep]]).max()
+            assert d <= TOL, f"{p['input']} row {b}: cache differs from transformers' by {d:.3e}"
+            err = max(err, float(d))
+    return err
+
+
+# --------------------------------------------------------------------------------------------
+# contract: manifest and graph metadata per mode
+
+
+def check_generation_contract(out: Path, mode: str, tm: TinyModel, batch: int = 1) -> dict:
+    manifest = json.loads((out / "export.json").read_text())
+    gen = manifest["generation"]
+    cfg = tm.model.config
+    layers = cfg.num_hidden_layers
+    kv = cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+    gc = json.loads((tm.model_dir / "generation_config.json").read_text())
+    eos = gc.get("eos_token_id")
+    assert gen["eos_token_id"] == ([] if eos is None else eos if isinstance(eos, list) else [eos])
+    assert gen["cache"] == ("static" if mode == "static" else "dynamic")
+    assert gen["multi_token_decode"] is (mode != "dynamic")
+    assert gen["components"] == (["prefill", "decode"] if mode == "dynamic" else ["decode"])
+    assert set(manifest["components"]) == set(gen["components"])
+    names = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    if mode == "static":
+        want_pairs = [{"name": n, "input": f"input.{n}", "output": f"output.{n}"} for n in names]
+        assert gen["max_cache_len"] == MAX_CACHE_LEN and gen["batch_size"] == batch
+    else:
+        want_pairs = [{"name": n, "input": n, "output": "present." + n.split(".", 1)[1]} for n in names]
+    assert sorted(gen["cache_pairs"], key=lambda p: p["name"]) == sorted(want_pairs, key=lambda p: p["name"])
+
+    for comp_name, comp in manifest["components"].items():
+        path = out / comp["file"]
+        onnx.checker.check_model(str(path), full_check=True)
+        sess = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
+        ins = {i.name: i for i in sess.get_inputs()}
+        outs = {o.name: o for o in sess.get_outputs()}
+        # manifest and graph agree
+        assert [i["name"] for i in comp["inputs"]] == list(ins)
+        assert [o["name"] for o in comp["outputs"]] == list(outs)
+        assert list(ins)[:3] == ["input_ids", "attention_mask", "position_ids"]
+        assert ins["input_ids"].type == "tensor(int64)" and ins["position_ids"].type == "tensor(int64)"
+        logits = outs["logits"].shape
+        assert outs["logits"].type == "tensor(float)" and logits[-1] == cfg.vocab_size and len(logits) == 3
+        if mode == "static":
+            b, q = ins["input_ids"].shape
+            assert b == batch and isinstance(q, str)
+            assert ins["position_ids"].shape == [batch, q]
+            m = ins["attention_mask"]
+            assert m.type == "tensor(bool)" and m.shape[:3] == [batch, 1, q] and isinstance(m.shape[3], str)
+            cache_dim = m.shape[3]
+            assert set(ins) == {"input_ids", "attention_mask", "position_ids", *(p["input"] for p in want_pairs)}
+            assert set(outs) == {"logits", *(p["output"] for p in want_pairs)}
+            for p in want_pairs:
+                i, o = ins[p["input"]], outs[p["output"]]
+                assert i.shape == o.shape == [batch, kv, cache_dim, head_dim], (p, i.shape, o.shape)
+                assert i.type == o.type == "tensor(float)"
+            continue
+        batch_dim = ins["input_ids"].shape[0]
+        assert isinstance(batch_dim, str)
+        prefill = comp_name == "prefill"
+        query = ins["input_ids"].shape[1]
+        if mode == "dynamic" and not prefill:
+            assert query == 1 and logits[:2] == [batch_dim, 1]
+        else:
+            assert isinstance(query, str)
+        if prefill:
+            assert list(ins) == ["input_ids", "attention_mask", "position_ids"]
+            assert ins["attention_mask"].shape == [batch_dim, query]
+        else:
+            total = ins["attention_mask"].shape[1]
+            assert isinstance(total, str)
+            past = ins[want_pairs[0]["input"]].shape[2]
+            assert isinstance(past, str) and past != total
+            for p in want_pairs:
+                assert ins[p["input"]].shape == [batch_dim, kv, past, head_dim]
+        present_len = query if prefill else ins["attention_mask"].shape[1]
+        for p in want_pairs:
+            assert outs[p["output"]].shape == [batch_dim, kv, present_len, head_dim]
+    return manifest
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_generation_contract(mode, tiny, tmp_path, export_model):
+    tm = tiny("llama-gqa-tied-rope_llama3")
+    out = export_model(tm.model_dir, tmp_path / "out", *mode_args(mode))
+    check_generation_contract(out, mode, tm)
+    if mode == "static":
+        out2 = export_model(tm.model_dir, tmp_path / "out2", *mode_args(mode, batch=2))
+        check_generation_contract(out2, mode, tm, batch=2)
+
+
+# --------------------------------------------------------------------------------------------
+# 1 + 2: greedy parity, every model_type x mode, one prompt and a left-padded batch of two
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_greedy_matches_transformers(name, mode, tiny, tmp_path, export_model, support_matrix):
+    tm = tiny(name)
+    variant = f"generate-{mode}-{name.split('-', 1)[1]}"
+
+    def run() -> float:
+        err = 0.0
+        for lengths in (SINGLE, BATCH):
+            ids, mask = tm.prompts(lengths)
+            ref = tm.reference(lengths)
+            # dynamic graphs take any batch; the static one is exported per batch size
+            batch = len(lengths) if mode == "static" else 1
+            out = tmp_path / f"out-b{batch}"
+            if not out.exists():
+                export_model(tm.model_dir, out, *mode_args(mode, batch=batch))
+            tokens, logits, runner = run_ours(out, ids, mask)
+            what = f"{name} {mode} prompts {lengths}"
+            err = max(err, compare(tokens, logits, ref, what))
+            if mode == "static":
+                pairs = runner.manifest.generation["cache_pairs"]
+                check_static_cache_in_place(runner, pairs)
+                err = max(err, check_static_cache_contents(runner, pairs, ref, mask))
+        return err
+
+    record(support_matrix, tm.model_type, variant, run)
+
+
+def test_static_cache_reused_across_runs(tiny, tmp_path, export_model):
+    """Two generations on one static runner: still the same buffers in place, same results."""
+    tm = tiny("qwen3-gqa-qk_norm-head_dim16")
+    out = export_model(tm.model_dir, tmp_path / "out", *mode_args("static"))
+    runner = hfexport.open_runner(out, session_options=session_options())
+    pairs = runner.manifest.generation["cache_pairs"]
+    for lengths in (SINGLE, (11,), SINGLE):
+        ids, mask = tm.prompts(lengths)
+        ref = tm.reference(lengths)
+        logits: list = []
+        tokens = hfexport.generate(runner, ids, mask, max_new_tokens=NEW_TOKENS, ignore_eos=True, step_logits=logits)
+        compare(tokens, logits, ref, f"static rerun prompt {lengths}")
+        check_static_cache_in_place(runner, pairs)
+        check_static_cache_contents(runner, pairs, ref, mask)
+
+
+# --------------------------------------------------------------------------------------------
+# 3: a prompt longer than mistral's sliding window
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mistral_prompt_longer_than_sliding_window(mode, tiny, tmp_path, export_model, support_matrix):
+    tm = tiny("mistral-sw4-gqa", "mistral", dict(num_key_value_heads=2, sliding_window=4, **rope("default")))
+    assert tm.model.config.sliding_window == 4
+
+    def run() -> float:
+        ids, mask = tm.prompts((10,))
+        out = export_model(tm.model_dir, tmp_path / "out", *mode_args(mode))
+        tokens, logits, _ = run_ours(out, ids, mask)
+        return compare(tokens, logits, tm.reference((10,)), f"mistral window 4, prompt 10, {mode}")
+
+    record(support_matrix, "mistral", f"generate-{mode}-window4-prompt10", run)
+
+
+def test_sliding_window_changes_reference_generation(tiny):
+    """Guard: the window really changes transformers' generation for that prompt, so the test
+    above would catch an export that ignored it."""
+    a = tiny("mistral-sw4-gqa", "mistral", dict(num_key_value_heads=2, sliding_window=4, **rope("default")))
+    b = tiny("mistral-nosw-gqa", "mistral", dict(num_key_value_heads=2, sliding_window=None, **rope("default")))
+    ra, rb = a.reference((10,)), b.reference((10,))
+    assert np.abs(ra.logits[0] - rb.logits[0]).max() > 1e-3
+    assert (ra.tokens != rb.tokens).any()
+
+
+# --------------------------------------------------------------------------------------------
+# 4: a decode loop written only against the static-cache interface (no hfexport runner)
+
+_NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}
+
+
+def static_interface_greedy(onnx_path: Path, prompt: np.ndarray, n: int, cache_len: int):
+    """Greedy decoding through any static-cache graph: returns tokens [batch, n], step logits."""
+    sess = ort.InferenceSession(str(onnx_path), session_options(), providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in sess.get_inputs()}
+    outputs = {o.name: o for o in sess.get_outputs()}
+    batch, length = prompt.shape
+    binding = sess.io_binding()
+    buffers = {}
+    for name, spec in inputs.items():
+        if not name.startswith("input."):
+            continue
+        symbolic = [d for d in spec.shape if not isinstance(d, int)]
+        assert len(symbolic) == 1, f"{name}: {spec.shape} should have one symbolic (cache) dim"
+        shape = [d if isinstance(d, int) else cache_len for d in spec.shape]
+        assert shape[0] == batch, f"{name}: graph batch {shape[0]}, prompt batch {batch}"
+        buf = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, _NP[spec.type]))
+        out_name = "output." + name[len("input.") :]
+        assert out_name in outputs and outputs[out_name].shape == spec.shape
+        binding.bind_ortvalue_input(name, buf)
+        binding.bind_ortvalue_output(out_name, buf)
+        buffers[name] = buf
+    assert buffers, "no input.* cache buffers in the graph"
+    assert set(inputs) - set(buffers) == {"input_ids", "attention_mask", "position_ids"}
+    vocab = outputs["logits"].shape[-1]
+    ptrs = {name: b.data_ptr() for name, b in buffers.items()}
+
+    def run(ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        slots = np.arange(cache_len)
+        mask = slots[None, None, None, :] <= positions[:, None, :, None]  # [batch, 1, query, cache]
+        binding.bind_cpu_input("input_ids", ids.astype(_NP[inputs["input_ids"].type]))
+        binding.bind_cpu_input("position_ids", positions.astype(_NP[inputs["position_ids"].type]))
+        binding.bind_cpu_input("attention_mask", mask.astype(_NP[inputs["attention_mask"].type]))
+        logits = np.empty((batch, ids.shape[1], vocab), np.float32)
+        binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+        sess.run_with_iobinding(binding)
+        for name, b in buffers.items():
+            assert b.data_ptr() == ptrs[name]
+        assert {v.data_ptr() for v in binding.get_outputs()} >= set(ptrs.values())
+        return logits[:, -1].copy()
+
+    step_logits = [run(prompt, np.tile(np.arange(length), (batch, 1)))]
+    tokens = [step_logits[-1].argmax(-1)]
+    for t in range(1, n):
+        position = np.full((batch, 1), length + t - 1)
+        step_logits.append(run(tokens[-1][:, None], position))
+        tokens.append(step_logits[-1].argmax(-1))
+    return np.stack(tokens, axis=1), step_logits, buffers
+
+
+@pytest.mark.parametrize(
+    "name,batch",
+    [("llama-gqa-tied-rope_llama3", 1), ("mistral-mha-sliding_window4", 1), ("qwen2-gqa-qkv_bias-theta1e6", 2)],
+)
+def test_static_interface_generic_loop(name, batch, tiny, tmp_path, export_model):
+    tm = tiny(name)
+    lengths = (8,) * batch  # no padding: a generic loop over equal-length prompts
+    ids, mask = tm.prompts(lengths)
+    out = export_model(tm.model_dir, tmp_path / "out", *mode_args("static", batch=batch))
+    manifest = json.loads((out / "export.json").read_text())
+    cache_len = ids.shape[1] + NEW_TOKENS + 3  # any length in [prompt + new - 1, max_cache_len]
+    assert cache_len <= manifest["generation"]["max_cache_len"]
+    onnx_path = out / manifest["components"]["decode"]["file"]
+    tokens, logits, _ = static_interface_greedy(onnx_path, ids, NEW_TOKENS, cache_len)
+    compare(tokens, logits, tm.reference(lengths), f"{name} generic static loop batch {batch}")
+
+
+# --------------------------------------------------------------------------------------------
+# 5 + 6: the `hfexport generate` CLI
+
+
+def cli_generate(run_hfexport, out: Path, ids, *args):
+    proc = run_hfexport("generate", out, "--input-ids", ",".join(map(str, ids)), *args)
+    assert proc.returncode == 0, f"hfexport generate exited {proc.returncode}\nstderr: {proc.stderr}"
+    assert "Traceback" not in proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, f"stdout is not one line: {proc.stdout!r}"
+    return [int(t) for t in lines[0].split(" ")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cli_generate_greedy(mode, tiny, tmp_path, export_model, run_hfexport):
+    tm = tiny("qwen2-gqa-qkv_bias-theta1e6")
+    ids, mask = tm.prompts(SINGLE)
+    out = export_model(tm.model_dir, tmp_path / "out", *mode_args(mode))
+    got = cli_generate(run_hfexport, out, ids[0], "--max-new-tokens", NEW_TOKENS, "--ignore-eos")
+    assert got == tm.reference(SINGLE).tokens[0].tolist()
+
+
+def test_cli_generate_stops_at_eos(tiny, tmp_path, export_model, run_hfexport):
+    tm = tiny("qwen2-gqa-qkv_bias-theta1e6")
+    ids, _ = tm.prompts(SINGLE)
+    want = tm.reference(SINGLE).tokens[0].tolist()
+    # eos := the token generated at step k, the first step >= 5 whose token was not generated before
+    k = next(i for i in range(5, len(want)) if want[i] not in want[:i])
+    eos = want[k]
+    model_dir = tmp_path / "hf"
+    shutil.copytree(tm.model_dir, model_dir)
+    gc_path = model_dir / "generation_config.json"
+    gc = json.loads(gc_path.read_text())
+    gc["eos_token_id"] = eos
+    gc_path.write_text(json.dumps(gc, indent=2))
+    # the test's own premise: transformers stops there too
+    ref = hf_generate(tm.model, ids, np.ones_like(ids), NEW_TOKENS, eos=eos)
+    assert ref.tokens[0].tolist() == want[: k + 1]
+
+    out = export_model(model_dir, tmp_path / "out", "--for-generation")
+    assert json.loads((out / "export.json").read_text())["generation"]["eos_token_id"] == [eos]
+    got = cli_generate(run_hfexport, out, ids[0], "--max-new-tokens", NEW_TOKENS)
+    assert len(got) == k + 1 and got[-1] == eos, f"eos {eos} first generated at step {k}: got {got}"
+    assert got == want[: k + 1]
+    assert cli_generate(run_hfexport, out, ids[0], "--max-new-tokens", NEW_TOKENS, "--ignore-eos") == want
+
+    # a list of eos ids: the earliest one generated ends it
+    j = next(i for i in range(2, k) if want[i] not in want[:i])
+    gc["eos_token_id"] = [eos, want[j]]
+    gc_path.write_text(json.dumps(gc, indent=2))
+    out2 = export_model(model_dir, tmp_path / "out2", "--for-generation")
+    assert json.loads((out2 / "export.json").read_text())["generation"]["eos_token_id"] == [eos, want[j]]
+    assert cli_generate(run_hfexport, out2, ids[0], "--max-new-tokens", NEW_TOKENS) == want[: j + 1]
+
+
+def test_cli_generate_sampling(tiny, tmp_path, export_model, run_hfexport):
+    tm = tiny("llama-mqa-rope_yarn")
+    ids, _ = tm.prompts(SINGLE)
+    out = export_model(tm.model_dir, tmp_path / "out", "--for-generation")
+    greedy = tm.reference(SINGLE).tokens[0].tolist()
+    common = ("--max-new-tokens", 16, "--ignore-eos", "--do-sample", "--temperature", 2.0)
+    a = cli_generate(run_hfexport, out, ids[0], *common, "--seed", 7)
+    b = cli_generate(run_hfexport, out, ids[0], *common, "--seed", 7)
+    c = cli_generate(run_hfexport, out, ids[0], *common, "--seed", 8)
+    assert a == b, "same seed, different samples"
+    assert len(a) == 16 and all(0 <= t < tm.vocab for t in a)
+    assert a != c and a != greedy[:16], "sampling at temperature 2 looks greedy (seeds 7 and 8)"
+    top1 = cli_generate(run_hfexport, out, ids[0], *common, "--seed", 7, "--top-k", 1)
+    assert top1 == greedy[:16], "top_k=1 sampling differs from greedy"
+    nucleus = cli_generate(run_hfexport, out, ids[0], "--max-new-tokens", 16, "--ignore-eos", "--do-sample",
+                           "--top-p", 1e-6, "--seed", 3)
+    assert nucleus == greedy[:16], "top_p ~ 0 sampling differs from greedy"
+
+
+# --------------------------------------------------------------------------------------------
+# 7: bad input
+
+
+@pytest.fixture(scope="module")
+def small_static(tiny, tmp_path_factory, export_model):
+    """A static export with max_cache_len 8, batch 1."""
+    tm = tiny("llama-mqa-rope_yarn")
+    out = tmp_path_factory.mktemp("small_static") / "out"
+    return export_model(tm.model_dir, out, *mode_args("static", max_cache_len=8))
+
+
+def test_generate_prompt_longer_than_max_cache_len(small_static, run_hfexport):
+    proc = run_hfexport("generate", small_static, "--input-ids", ",".join(["5"] * 10), "--max-new-tokens", 1)
+    assert_clean_error(proc, None, "max_cache_len")
+
+
+def test_generate_past_max_cache_len(small_static, run_hfexport):
+    proc = run_hfexport("generate", small_static, "--input-ids", "5,6,7,8,9", "--max-new-tokens", 10, "--ignore-eos")
+    assert_clean_error(proc, None, "max_cache_len")
+    assert proc.stdout == ""
+
+
+def test_generate_fills_static_cache_exactly(tiny, small_static, run_hfexport):
+    """prompt + new tokens - 1 == max_cache_len fits: the last token is never fed back."""
+    tm = tiny("llama-mqa-rope_yarn")
+    ids = [5, 6, 7, 8, 9]
+    want = hf_generate(tm.model, np.array([ids]), np.ones((1, 5), np.int64), 4).tokens[0].tolist()
+    assert cli_generate(run_hfexport, small_static, ids, "--max-new-tokens", 4, "--ignore-eos") == want
+
+
+def test_static_runner_refuses_steps_past_cache(small_static):
+    runner = hfexport.open_runner(small_static)
+    ids = np.array([[5, 6, 7, 8, 9]])
+    runner.prefill(ids, np.ones_like(ids), 4)
+    for _ in range(3):
+        runner.step(np.array([4]))
+    with pytest.raises(hfexport.GenerationError):
+        runner.step(np.array([4]))
+
+
+def test_static_batch_beyond_export(small_static):
+    runner = hfexport.open_runner(small_static)
+    ids = np.array([[5, 6, 7], [8, 9, 10]])
+    with pytest.raises(hfexport.GenerationError, match="batch"):
+        hfexport.generate(runner, ids, max_new_tokens=2)
+
+
+def test_dynamic_prompt_beyond_sequence_bound(tiny, tmp_path, export_model, run_hfexport):
+    tm = tiny("llama-mqa-rope_yarn")  # max_position_embeddings 64
+    out = export_model(tm.model_dir, tmp_path / "out", "--for-generation")
+    proc = run_hfexport("generate", out, "--input-ids", ",".join(["5"] * 40), "--max-new-tokens", 30)
+    assert_clean_error(proc, None)
+
+
+def test_generate_out_dir_not_an_export(tmp_path, run_hfexport):
+    (tmp_path / "empty").mkdir()
+    assert_clean_error(run_hfexport("generate", tmp_path / "empty", "--input-ids", "1,2,3"), None, "export")
+    assert_clean_error(run_hfexport("generate", tmp_path / "missing", "--input-ids", "1,2,3"), None)
+
+
+def test_generate_export_without_for_generation(tiny, tmp_path, export_model, run_hfexport):
+    tm = tiny("llama-mqa-rope_yarn")
+    out = export_model(tm.model_dir, tmp_path / "out")
+    proc = run_hfexport("generate", out, "--input-ids", "1,2,3")
+    assert_clean_error(proc, None, "--for-generation")
+    with pytest.raises(hfexport.GenerationError):
+        hfexport.open_runner(out)
+
+
+@pytest.mark.parametrize(
+    "args,mention",
+    [
+        (["--for-generation", "--static-cache"], "--max-cache-len"),
+        (["--multi-token-decode"], "--for-generation"),
+        (["--for-generation", "--batch-size", "2"], "--static-cache"),
+        (["--static-cache", "--max-cache-len", "8"], "--for-generation"),
+        (["--for-generation", "--max-cache-len", "8"], "--static-cache"),
+        (["--for-generation", "--static-cache", "--max-cache-len", "0"], "--max-cache-len"),
+        (["--for-generation", "--static-cache", "--max-cache-len", "8", "--batch-size", "0"], "--batch-size"),
+    ],
+    ids=["static_without_max_len", "multi_token_without_generation", "batch_size_without_static",
+         "static_without_generation", "max_len_without_static", "max_len_zero", "batch_size_zero"],
+)
+def test_export_option_errors(args, mention, tiny, tmp_path, run_hfexport):
+    tm = tiny("llama-mqa-rope_yarn")
+    out = tmp_path / "exports" / "out"
+    proc = run_hfexport("export", tm.model_dir, "-o", out, *args)
+    assert_clean_error(proc, out, mention)
+
+
+@pytest.mark.parametrize(
+    "args,mention",
+    [
+        (["--input-ids", "1,x,3"], "--input-ids"),
+        (["--input-ids", "1,2,999"], "--input-ids"),
+        (["--input-ids", "1,-1"], "--input-ids"),
+        (["--input-ids", ","], "--input-ids"),
+        ([], "--input-ids"),
+        (["--input-ids", "1,2", "--max-new-tokens", "0"], "max_new_tokens"),
+        (["--input-ids", "1,2", "--max-new-tokens", "abc"], "--max-new-tokens"),
+        (["--input-ids", "1,2", "--do-sample", "--temperature", "0"], "temperature"),
+        (["--input-ids", "1,2", "--do-sample", "--top-p", "0"], "top_p"),
+    ],
+    ids=["not_integers", "beyond_vocab", "negative_id", "empty_ids", "no_ids", "zero_new_tokens",
+         "new_tokens_not_int", "temperature_zero", "top_p_zero"],
+)
+def test_generate_option_errors(args, mention, tiny, tmp_path_factory, export_model, run_hfexport):
+    tm = tiny("llama-mqa-rope_yarn")
+    out = tmp_path_factory.mktemp("gen_opts") / "out"
+    export_model(tm.model_dir, out, "--for-generation")
+    proc = run_hfexport("generate", out, *args)
+    assert_clean_error(proc, None, mention)
+    assert proc.stdout == ""
