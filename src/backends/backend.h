@@ -12,6 +12,7 @@ namespace hfx {
 
 struct BackendOptions {
   DType dtype = DType::F32;
+  std::string op_profile;  // backend-specific op set (ONNX: standard | ort); empty = the default
 };
 
 struct TensorSpec {

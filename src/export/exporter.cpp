@@ -99,7 +99,7 @@ void run_export(const ExportRequest& req) {
   if (model_type.empty()) fail(ckpt.config().where(), ": required key 'model_type' is missing");
   const ArchBuilder build = find_arch(model_type);
   std::unique_ptr<Backend> backend = make_backend(req.format);
-  const BackendOptions backend_options{req.dtype};
+  const BackendOptions backend_options{req.dtype, req.op_profile};
   backend->check_options(backend_options);
 
   progress("hfexport: building graph");

@@ -15,6 +15,7 @@ struct ExportRequest {
   DType dtype = DType::F32;
   bool overwrite = false;
   GenerationOptions generation;
+  std::string op_profile;
 };
 
 void run_export(const ExportRequest& request);

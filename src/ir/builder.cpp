@@ -276,6 +276,13 @@ Value* Builder::attention(Value* q, Value* k, Value* v, Value* mask, double scal
               std::move(out));
 }
 
+Value* Builder::kv_append(Value* past, Value* fresh, Dim total) {
+  HFX_CHECK(past->rank() == 4 && fresh->rank() == 4 && past->dtype == fresh->dtype, "KVAppend at ", scope_);
+  Shape out = past->shape;
+  out[2] = total;
+  return emit(OpKind::KVAppend, {past, fresh}, {}, past->dtype, std::move(out));
+}
+
 Value* Builder::silu(Value* x) { return emit(OpKind::SiLU, {x}, {}, x->dtype, x->shape); }
 
 Value* Builder::gelu(Value* x, const std::string& approximate) {

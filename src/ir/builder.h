@@ -61,6 +61,7 @@ class Builder {
   Value* rms_norm(Value* x, Value* weight, double epsilon);
   Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);
   Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap);
+  Value* kv_append(Value* past, Value* fresh, Dim total);
   Value* silu(Value* x);
   Value* gelu(Value* x, const std::string& approximate);
 

@@ -79,7 +79,7 @@ Value* DecoderIO::update_one(const std::string& name, Value* fresh) {
         return fresh;
       }
       Value* past = b_.input(name, cache_.dtype, {batch_, kv, *past_, head});
-      Value* all = b_.concat({past, fresh}, 2, *total_);
+      Value* all = b_.kv_append(past, fresh, *total_);
       cache_outputs_.emplace_back(present, all);
       g.states.push_back({name, past, all});
       return all;

@@ -114,6 +114,7 @@ Value* decompose_node(Builder& b, const Node& n) {
     case OpKind::RoPE: return decompose_rope(b, n);
     case OpKind::Attention: return decompose_attention(b, n);
     case OpKind::SiLU: return decompose_silu(b, n);
+    case OpKind::KVAppend: return b.concat({n.inputs[0], n.inputs[1]}, 2, n.outputs[0]->shape[2]);
     case OpKind::GELU: return decompose_gelu(b, n);
     default: fail("internal error: no decomposition for ", op_name(n.op));
   }

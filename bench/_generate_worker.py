@@ -1,0 +1,309 @@
+"""Worker for bench_generate.py: one export or one timed generation loop, in its own process.
+
+bench_generate.py runs every task in a fresh process, so each configuration starts from a clean heap
+(a 28-layer float32 model is ~2.4 GB of weights per graph) and no thread pool is shared. Tasks:
+
+  export-transformers CKPT OUT --fusions none|cpu
+      transformers.exporters: OnnxExporter().export_for_generation(model, generate inputs,
+      OnnxConfig(dynamic=True, ort_fusions=...)), saved with ExportedModel.save_pretrained
+      (prefill.onnx + decode.onnx, each with its weights).
+  time KIND PATH
+      Greedy generation at batch 1 with a random prompt: a warm-up run, then --repeats timed runs,
+      each timing the prefill (prompt in, first token's logits out, argmax included) and
+      --new-tokens single-token decode steps (argmax included). KIND is
+        hfexport              an hfexport output directory, through hfexport.open_runner
+        transformers-export   a transformers.exporters output directory, through its own runner
+                              (--tf-loop runner) or a minimal IO-binding loop (--tf-loop iobinding)
+        eager                 the checkpoint in PyTorch: a manual forward loop over a DynamicCache
+
+Every task writes its result as JSON to --result; bench_generate.py reads it. Not meant to be run
+by hand, but it can be: python bench/_generate_worker.py time eager CKPT --result r.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def prompt_ids(vocab_size: int, length: int, seed: int) -> np.ndarray:
+    """The benchmark prompt, [1, length] int64: the same in every worker for the same seed."""
+    return np.random.default_rng(seed).integers(0, vocab_size, size=(1, length), dtype=np.int64)
+
+
+def session_options(ort_threads: int):
+    """onnxruntime session options: all defaults (intra-op pool over every physical core) unless
+    ort_threads > 0."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if ort_threads > 0:
+        options.intra_op_num_threads = ort_threads
+    return options
+
+
+# --------------------------------------------------------------------------- generation loops
+#
+# Each loop has prefill(input_ids [1, S]) -> logits [1, vocab] of the last position and
+# step(tokens [1]) -> logits [1, vocab], both as numpy arrays.
+
+
+class HfexportLoop:
+    """An hfexport export through hfexport's own onnxruntime runner (IO binding, cache kept as
+    OrtValues, static caches updated in place)."""
+
+    def __init__(self, path: Path, new_tokens: int, ort_threads: int):
+        from hfexport import open_runner
+
+        self.runner = open_runner(path, session_options=session_options(ort_threads))
+        self.new_tokens = new_tokens
+
+    def prefill(self, input_ids: np.ndarray) -> np.ndarray:
+        return self.runner.prefill(input_ids, np.ones_like(input_ids), self.new_tokens)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        return self.runner.step(tokens)
+
+
+class TransformersRunnerLoop:
+    """A transformers.exporters export through transformers' own runner: ExportedModel.from_pretrained,
+    then its "prefill" and "decode" components called with forward kwargs; the DynamicCache a call
+    returns is the next call's input."""
+
+    def __init__(self, path: Path, ort_threads: int):
+        import torch
+        from transformers import DynamicCache
+        from transformers.exporters import ExportedModel
+
+        self.torch, self.DynamicCache = torch, DynamicCache
+        self.model = ExportedModel.from_pretrained(path, device="cpu", session_options=session_options(ort_threads))
+        self.prefill_runner, self.decode_runner = self.model.runners["prefill"], self.model.runners["decode"]
+
+    def prefill(self, input_ids: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        length = input_ids.shape[1]
+        out = self.prefill_runner(
+            input_ids=torch.from_numpy(input_ids),
+            position_ids=torch.arange(length, dtype=torch.int64)[None],
+            cache=self.DynamicCache(config=self.model.config),
+        )
+        self.cache, self.position = out.cache, length
+        return out.logits[:, -1].numpy()
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        out = self.decode_runner(
+            input_ids=torch.from_numpy(tokens.astype(np.int64)[:, None]),
+            position_ids=torch.tensor([[self.position]], dtype=torch.int64),
+            cache=self.cache,
+        )
+        self.cache, self.position = out.cache, self.position + 1
+        return out.logits[:, -1].numpy()
+
+
+class TransformersIoBindingLoop:
+    """A transformers.exporters export through a minimal onnxruntime IO-binding loop, the same
+    mechanics as hfexport's runner: the cache stays in OrtValues from one step to the next.
+
+    Graph names: prefill takes input_ids, position_ids and returns logits, cache.layers.N.keys/values;
+    decode takes input.cache.layers.N.* and returns output.cache.layers.N.*."""
+
+    def __init__(self, path: Path, ort_threads: int):
+        import onnxruntime as ort
+
+        options = session_options(ort_threads)
+        self.prefill_session = ort.InferenceSession(str(path / "prefill.onnx"), options, providers=["CPUExecutionProvider"])
+        self.decode_session = ort.InferenceSession(str(path / "decode.onnx"), options, providers=["CPUExecutionProvider"])
+        self.cache_inputs = [i.name for i in self.decode_session.get_inputs() if i.name.startswith("input.")]
+        if not self.cache_inputs:
+            raise RuntimeError("decode.onnx has no input.* cache inputs: unknown transformers export layout")
+
+    def _run(self, session, feeds: dict, cache: dict, output_prefix: str) -> np.ndarray:
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for name, value in cache.items():
+            binding.bind_ortvalue_input(name, value)
+        names = [o.name for o in session.get_outputs()]
+        for name in names:
+            binding.bind_output(name, "cpu")
+        session.run_with_iobinding(binding)
+        outputs = dict(zip(names, binding.get_outputs()))
+        # decode's input.cache.X is the previous call's cache.X (prefill) or output.cache.X (decode).
+        self.cache = {name: outputs[output_prefix + name.removeprefix("input.")] for name in self.cache_inputs}
+        return outputs["logits"].numpy()[:, -1]
+
+    def prefill(self, input_ids: np.ndarray) -> np.ndarray:
+        positions = np.arange(input_ids.shape[1], dtype=np.int64)[None]
+        self.position = input_ids.shape[1]
+        return self._run(self.prefill_session, {"input_ids": input_ids, "position_ids": positions}, {}, "")
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        feeds = {
+            "input_ids": tokens.astype(np.int64)[:, None],
+            "position_ids": np.array([[self.position]], dtype=np.int64),
+        }
+        self.position += 1
+        return self._run(self.decode_session, feeds, self.cache, "output.")
+
+
+class EagerLoop:
+    """The checkpoint in PyTorch (float32, default attention implementation unless --torch-attn):
+    the forward calls model.generate makes, without its bookkeeping. Prefill keeps only the last
+    position's logits (logits_to_keep=1, as generate does); each step feeds one token and the
+    DynamicCache."""
+
+    def __init__(self, checkpoint: Path, attn_implementation: str | None):
+        import torch
+        from transformers import AutoModelForCausalLM, DynamicCache
+
+        self.torch, self.DynamicCache = torch, DynamicCache
+        kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, **kwargs).eval()
+        self.attn_implementation = self.model.config._attn_implementation
+
+    def _forward(self, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=torch.from_numpy(input_ids),
+                position_ids=torch.from_numpy(positions),
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        return out.logits[:, -1].numpy()
+
+    def prefill(self, input_ids: np.ndarray) -> np.ndarray:
+        self.cache = self.DynamicCache(config=self.model.config)
+        self.position = input_ids.shape[1]
+        return self._forward(input_ids, np.arange(self.position, dtype=np.int64)[None])
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        positions = np.array([[self.position]], dtype=np.int64)
+        self.position += 1
+        return self._forward(tokens.astype(np.int64)[:, None], positions)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def generate_once(loop, prompt: np.ndarray, new_tokens: int) -> tuple[float, float, list[int]]:
+    """(prefill seconds, decode seconds, greedy tokens): prefill, then new_tokens decode steps."""
+    start = time.perf_counter()
+    tokens = [loop.prefill(prompt).argmax(-1)]
+    prefill_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        tokens.append(loop.step(tokens[-1]).argmax(-1))
+    decode_s = time.perf_counter() - start
+    return prefill_s, decode_s, [int(t[0]) for t in tokens]
+
+
+def time_generation(loop, prompt: np.ndarray, new_tokens: int, repeats: int) -> dict:
+    """One warm-up run, then `repeats` timed ones; medians of the prefill and of the decode."""
+    generate_once(loop, prompt, new_tokens)
+    runs = [generate_once(loop, prompt, new_tokens) for _ in range(repeats)]
+    prefill_s = [r[0] for r in runs]
+    decode_s = [r[1] for r in runs]
+    if any(r[2] != runs[0][2] for r in runs):
+        raise RuntimeError("greedy tokens differ between repeats")
+    return {
+        "prefill_ms": [1000 * s for s in prefill_s],
+        "decode_s": decode_s,
+        "prefill_ms_median": 1000 * statistics.median(prefill_s),
+        "decode_tok_s_median": new_tokens / statistics.median(decode_s),
+        "tokens": runs[0][2],
+    }
+
+
+def task_time(args) -> dict:
+    if args.kind == "eager":
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    start = time.perf_counter()
+    if args.kind == "hfexport":
+        loop = HfexportLoop(args.path, args.new_tokens, args.ort_threads)
+    elif args.kind == "transformers-export":
+        loop_class = TransformersRunnerLoop if args.tf_loop == "runner" else TransformersIoBindingLoop
+        loop = loop_class(args.path, args.ort_threads)
+    else:
+        loop = EagerLoop(args.path, args.torch_attn)
+    load_s = time.perf_counter() - start
+    result = {"load_s": load_s}
+    if args.kind == "eager":
+        result.update(torch_threads=torch.get_num_threads(), attn_implementation=loop.attn_implementation)
+    prompt = prompt_ids(args.vocab_size, args.prompt_len, args.seed)
+    result.update(time_generation(loop, prompt, args.new_tokens, args.repeats))
+    return result
+
+
+def task_export_transformers(args) -> dict:
+    start = time.perf_counter()
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.exporters import OnnxConfig, OnnxExporter
+
+    import_s = time.perf_counter() - start
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(args.path, dtype=torch.float32).eval()
+    load_s = time.perf_counter() - start
+    # generate() inputs; export_for_generation captures the prefill and decode forward kwargs from them.
+    ids = torch.from_numpy(prompt_ids(model.config.vocab_size, 16, args.seed))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    config = OnnxConfig(dynamic=True, ort_fusions=None if args.fusions == "none" else args.fusions)
+    start = time.perf_counter()
+    exported = OnnxExporter().export_for_generation(model, inputs, config)
+    export_s = time.perf_counter() - start
+    start = time.perf_counter()
+    exported.save_pretrained(args.out)
+    save_s = time.perf_counter() - start
+    return {"import_s": import_s, "load_s": load_s, "export_s": export_s, "save_s": save_s,
+            "components": list(exported.components)}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--result", type=Path, required=True, help="where to write the result (JSON)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt seed")
+    tasks = parser.add_subparsers(dest="task", required=True)
+
+    export = tasks.add_parser("export-transformers")
+    export.add_argument("path", type=Path, help="checkpoint directory")
+    export.add_argument("out", type=Path)
+    export.add_argument("--fusions", choices=["none", "cpu"], default="none", help="OnnxConfig.ort_fusions")
+
+    timing = tasks.add_parser("time")
+    timing.add_argument("kind", choices=["hfexport", "transformers-export", "eager"])
+    timing.add_argument("path", type=Path, help="the export directory, or the checkpoint for eager")
+    timing.add_argument("--vocab-size", type=int, required=True)
+    timing.add_argument("--prompt-len", type=int, default=128)
+    timing.add_argument("--new-tokens", type=int, default=128)
+    timing.add_argument("--repeats", type=int, default=3)
+    timing.add_argument("--ort-threads", type=int, default=0, help="0: onnxruntime's default")
+    timing.add_argument("--torch-threads", type=int, default=os.cpu_count())
+    timing.add_argument("--torch-attn", default=None, help="attn_implementation for eager (default: transformers')")
+    timing.add_argument("--tf-loop", choices=["runner", "iobinding"], default="iobinding")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    result = task_export_transformers(args) if args.task == "export-transformers" else task_time(args)
+    result["peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    args.result.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
