@@ -167,7 +167,7 @@ TEST(Builder, ReduceSoftmaxCastAndMisc) {
 
   EXPECT_EQ(f.b.shape_of(x)->shape, S({3}));
   EXPECT_EQ(f.b.shape_of(x)->dtype, DType::I64);
-  EXPECT_EQ(f.b.expand(keep, {f.batch, f.seq, 8})->shape, x->shape);
+  EXPECT_EQ(f.b.expand(keep, f.b.shape_of(x), {f.batch, f.seq, 8})->shape, x->shape);
   Value* cond = f.b.compare(OpKind::Greater, x, f.b.scalar(0.0, DType::F32));
   EXPECT_EQ(f.b.where(cond, x, f.b.scalar(1.0, DType::F32))->shape, x->shape);
   EXPECT_EQ(f.b.logical_not(cond)->dtype, DType::Bool);
@@ -270,7 +270,7 @@ TEST(Verify, RejectsDuplicateValueNames) {
   EXPECT_HAS(msg, "'dup'");
 }
 
-// BUG (src/ir/graph.cpp, verify(): `names` only collects node outputs): a graph input and a node
+// Regression test (fixed in src/ir/graph.cpp, verify(): `names` only collects node outputs): a graph input and a node
 // output sharing a name pass the verifier, yet backends key tensors by name (the ONNX backend
 // writes both as "x", an invalid, non-SSA model). Expected: verify() throws "duplicate value name".
 TEST(Verify, RejectsNodeOutputNamedLikeGraphInput) {

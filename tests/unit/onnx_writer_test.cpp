@@ -382,7 +382,8 @@ TEST(OnnxBackend, WritesValidModelStructure) {
                                       "Exp", "Tanh", "Erf", "Cos", "Sin", "Sigmoid", "MatMul", "Softmax",
                                       "ReduceMean", "ReduceMax", "Cast", "Reshape", "Transpose", "Slice",
                                       "Concat", "Gather", "Unsqueeze", "Where", "Equal", "Less", "LessOrEqual",
-                                      "Greater", "And", "Not", "Range", "Shape", "Expand", "Gelu"};
+                                      "Greater", "And", "Not", "Range", "Shape", "Expand", "Gelu",
+                                      "RMSNormalization", "RotaryEmbedding", "Attention"};
   std::set<std::string> node_names, defined;
   for (const auto& i : m.graph().input()) defined.insert(i.name());
   for (const auto& t : m.graph().initializer()) EXPECT_TRUE(defined.insert(t.name()).second) << t.name();
@@ -396,11 +397,12 @@ TEST(OnnxBackend, WritesValidModelStructure) {
     for (const auto& o : n.output()) EXPECT_TRUE(defined.insert(o).second) << "redefined " << o;
   }
   for (const auto& o : m.graph().output()) EXPECT_TRUE(defined.count(o.name())) << o.name();
-  // No high-level op survives: RMSNorm is decomposed; Linear is MatMul.
+  // The standard profile maps RMSNorm to opset-23 RMSNormalization; Linear is MatMul.
   std::multiset<std::string> ops;
   for (const auto& n : m.graph().node()) ops.insert(n.op_type());
   EXPECT_EQ(ops.count("MatMul"), 3u);
-  EXPECT_EQ(ops.count("ReduceMean"), 1u);
+  EXPECT_EQ(ops.count("RMSNormalization"), 1u);
+  EXPECT_EQ(ops.count("ReduceMean"), 0u);
 }
 
 TEST(OnnxBackend, InitializersAreInlineOrAlignedExternal) {
@@ -465,7 +467,7 @@ TEST(OnnxBackend, ExternalWeightsAreConvertedAndTransposed) {
     for (size_t n = 0; n < 32; ++n) EXPECT_EQ(got3[k * 32 + n], kW3[n * 16 + k]) << k << "," << n;
 }
 
-// BUG (src/backends/onnx/onnx_backend.cpp, write_initializers(), the inline branch
+// Regression test (fixed in src/backends/onnx/onnx_backend.cpp, write_initializers(), the inline branch
 // `if (!v.constant->tensor && out_bytes <= kInlineConstantLimit)`): a small owned constant read
 // by a Linear is declared with transposed dims [K, N] but its raw_data is memcpy'd/converted in the
 // source [N, K] order, ignoring init.transposed. Here lm_head's weight [3, 16] (192 bytes) is
@@ -485,15 +487,13 @@ TEST(OnnxBackend, InlineLinearWeightIsTransposed) {
   EXPECT_EQ(got, want) << "inline initializer " << w2->name() << " holds the untransposed weight";
 }
 
-// BUG (src/backends/onnx/onnx_backend.cpp, Lowering::lower(): no `case OpKind::Expand`): Expand
-// is an IR primitive (src/ir/ops.def, Builder::expand) but the ONNX backend throws
-// "internal error: ONNX backend cannot lower Expand". Expected: an ONNX Expand node.
+// Expand (an IR primitive) lowers to an ONNX Expand node fed by its shape tensor.
 TEST(OnnxBackend, LowersExpand) {
   TempDir dir;
   Graph g;
   Builder b(g);
   Value* x = b.input("x", DType::F32, {1, 4});
-  b.output(b.expand(x, {3, 4}), "y");
+  b.output(b.expand(x, b.const_i64({3, 4}, {2}), {3, 4}), "y");
   try {
     make_backend("onnx")->write("m", g, dir.path(), BackendOptions{});
     onnx::ModelProto m;
@@ -578,7 +578,7 @@ TEST(AtomicOutputDir, OverwriteReplacesOnCommitOnly) {
   EXPECT_EQ(listing(dir.path()), (std::vector<std::string>{"out"}));  // no .old / .tmp leftovers
 }
 
-// BUG (src/io/output_dir.cpp, AtomicOutputDir::commit(): `overwrite_` is stored but never read):
+// Regression test (fixed in src/io/output_dir.cpp, AtomicOutputDir::commit(): `overwrite_` is stored but never read):
 // without overwrite, a target directory that appears after construction (another process, or a
 // second export to the same OUT_DIR) is renamed aside and deleted by commit(). Expected: commit()
 // throws Error "already exists" and leaves that directory as it was.

@@ -114,7 +114,7 @@ TEST(Safetensors, AcceptsHeaderPaddingAndEmptyHeader) {
 }
 
 // A zero-element tensor ([0], data_offsets [x, x]) overlaps nothing, whatever its name sorts as.
-// BUG (src/io/safetensors.cpp, overlap check after std::sort by begin only): when the empty
+// Regression test (fixed in src/io/safetensors.cpp, overlap check after std::sort by begin only): when the empty
 // tensor's begin equals another tensor's begin and its name sorts after it ("b" then "z"), the
 // pair is compared as (b [0,8], z [0,0]) and `0 < 8` reports a false overlap. The reference
 // implementation sorts by (begin, end) and accepts this file.
