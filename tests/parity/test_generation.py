@@ -89,12 +89,16 @@ CONFIGS = {
 MODES = ("dynamic", "multi-token", "static")
 
 
-def mode_args(mode: str, batch: int = 1, max_cache_len: int = MAX_CACHE_LEN) -> list[str]:
+PROFILES = ("standard", "ort")  # --onnx-ops
+
+
+def mode_args(mode: str, batch: int = 1, max_cache_len: int = MAX_CACHE_LEN, profile: str = "standard") -> list[str]:
+    ops = ["--onnx-ops", profile]
     if mode == "dynamic":
-        return ["--for-generation"]
+        return ["--for-generation", *ops]
     if mode == "multi-token":
-        return ["--for-generation", "--multi-token-decode"]
-    args = ["--for-generation", "--static-cache", "--max-cache-len", str(max_cache_len)]
+        return ["--for-generation", "--multi-token-decode", *ops]
+    args = ["--for-generation", "--static-cache", "--max-cache-len", str(max_cache_len), *ops]
     return args + (["--batch-size", str(batch)] if batch != 1 else [])
 
 
@@ -355,11 +359,12 @@ def test_generation_contract(mode, tiny, tmp_path, export_model):
 # 1 + 2: greedy parity, every model_type x mode, one prompt and a left-padded batch of two
 
 
+@pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_greedy_matches_transformers(name, mode, tiny, tmp_path, export_model, support_matrix):
+def test_greedy_matches_transformers(name, mode, profile, tiny, tmp_path, export_model, support_matrix):
     tm = tiny(name)
-    variant = f"generate-{mode}-{name.split('-', 1)[1]}"
+    variant = f"generate-{mode}-{name.split('-', 1)[1]}" + ("" if profile == "standard" else " [ort ops]")
 
     def run() -> float:
         err = 0.0
@@ -370,7 +375,7 @@ def test_greedy_matches_transformers(name, mode, tiny, tmp_path, export_model, s
             batch = len(lengths) if mode == "static" else 1
             out = tmp_path / f"out-b{batch}"
             if not out.exists():
-                export_model(tm.model_dir, out, *mode_args(mode, batch=batch))
+                export_model(tm.model_dir, out, *mode_args(mode, batch=batch, profile=profile))
             tokens, logits, runner = run_ours(out, ids, mask)
             what = f"{name} {mode} prompts {lengths}"
             err = max(err, compare(tokens, logits, ref, what))
@@ -403,18 +408,20 @@ def test_static_cache_reused_across_runs(tiny, tmp_path, export_model):
 # 3: a prompt longer than mistral's sliding window
 
 
+@pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("mode", MODES)
-def test_mistral_prompt_longer_than_sliding_window(mode, tiny, tmp_path, export_model, support_matrix):
+def test_mistral_prompt_longer_than_sliding_window(mode, profile, tiny, tmp_path, export_model, support_matrix):
     tm = tiny("mistral-sw4-gqa", "mistral", dict(num_key_value_heads=2, sliding_window=4, **rope("default")))
     assert tm.model.config.sliding_window == 4
 
     def run() -> float:
         ids, mask = tm.prompts((10,))
-        out = export_model(tm.model_dir, tmp_path / "out", *mode_args(mode))
+        out = export_model(tm.model_dir, tmp_path / "out", *mode_args(mode, profile=profile))
         tokens, logits, _ = run_ours(out, ids, mask)
-        return compare(tokens, logits, tm.reference((10,)), f"mistral window 4, prompt 10, {mode}")
+        return compare(tokens, logits, tm.reference((10,)), f"mistral window 4, prompt 10, {mode}, {profile}")
 
-    record(support_matrix, "mistral", f"generate-{mode}-window4-prompt10", run)
+    suffix = "" if profile == "standard" else " [ort ops]"
+    record(support_matrix, "mistral", f"generate-{mode}-window4-prompt10{suffix}", run)
 
 
 def test_sliding_window_changes_reference_generation(tiny):

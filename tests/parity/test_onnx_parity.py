@@ -19,6 +19,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 FP32_TOL = 1e-4
+PROFILES = ("standard", "ort")  # --onnx-ops
 FP16_TOL = 2e-2
 PROMPT_LENGTHS = (12, 9, 5)
 
@@ -224,9 +225,14 @@ def check_manifest(out_dir: Path, *, model_type: str, vocab: int, dtype: str, so
     return manifest
 
 
-def check_onnx_graph(onnx_path: Path) -> None:
-    onnx.checker.check_model(str(onnx_path), full_check=True)
+def check_onnx_graph(onnx_path: Path, profile: str = "standard") -> None:
     m = onnx.load(str(onnx_path), load_external_data=False)
+    domains = {o.domain for o in m.opset_import}
+    if profile == "standard":  # ai.onnx only: the checker knows every op
+        onnx.checker.check_model(str(onnx_path), full_check=True)
+        assert domains <= {"", "ai.onnx"}, domains
+    else:  # onnxruntime contrib ops, which the checker does not know
+        assert "com.microsoft" in domains, domains
     assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask", "position_ids"]
     assert [o.name for o in m.graph.output] == ["logits"]
     assert m.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
@@ -245,13 +251,14 @@ def verify_export(
     dtype: str = "float32",
     source_dtype: str = "float32",
     tol: float = FP32_TOL,
+    profile: str = "standard",
 ) -> float:
     """Exports, checks, compares; records the outcome in the support matrix; returns max abs diff."""
     diff = None
     try:
-        export_model(model_dir, out_dir, *extra_args)
+        export_model(model_dir, out_dir, *extra_args, "--onnx-ops", profile)
         onnx_path = out_dir / "model.onnx"
-        check_onnx_graph(onnx_path)
+        check_onnx_graph(onnx_path, profile)
         vocab = ref_model.config.vocab_size
         check_manifest(out_dir, model_type=model_type, vocab=vocab, dtype=dtype, source_dtype=source_dtype)
         inputs = make_inputs(vocab)
@@ -286,19 +293,22 @@ def per_row_report(got, want, attention_mask) -> str:
 # tests
 
 
+@pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize(
     "model_type,variant,overrides", CASES, ids=[f"{m}-{v}" for m, v, _ in CASES]
 )
-def test_parity_fp32(model_type, variant, overrides, tmp_path, make_tiny_model, export_model, support_matrix):
+def test_parity_fp32(model_type, variant, overrides, profile, tmp_path, make_tiny_model, export_model,
+                     support_matrix):
     config = {**BASE, **overrides}
     model_dir, model = make_tiny_model(tmp_path / "hf", model_type, config)
     verify_export(
         support_matrix=support_matrix,
         export_model=export_model,
         model_type=model_type,
-        variant=variant,
+        variant=variant if profile == "standard" else f"{variant} [ort ops]",
         model_dir=model_dir,
         ref_model=model,
+        profile=profile,
         out_dir=tmp_path / "out",
     )
 
