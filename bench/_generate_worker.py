@@ -118,9 +118,9 @@ class TransformersIoBindingLoop:
     def __init__(self, path: Path, ort_threads: int):
         import onnxruntime as ort
 
-        options = session_options(ort_threads)
-        self.prefill_session = ort.InferenceSession(str(path / "prefill.onnx"), options, providers=["CPUExecutionProvider"])
-        self.decode_session = ort.InferenceSession(str(path / "decode.onnx"), options, providers=["CPUExecutionProvider"])
+        options, providers = session_options(ort_threads), ["CPUExecutionProvider"]
+        self.prefill_session = ort.InferenceSession(str(path / "prefill.onnx"), options, providers=providers)
+        self.decode_session = ort.InferenceSession(str(path / "decode.onnx"), options, providers=providers)
         self.cache_inputs = [i.name for i in self.decode_session.get_inputs() if i.name.startswith("input.")]
         if not self.cache_inputs:
             raise RuntimeError("decode.onnx has no input.* cache inputs: unknown transformers export layout")

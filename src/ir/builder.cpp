@@ -169,6 +169,8 @@ Value* Builder::slice(Value* x, int64_t axis, int64_t start, int64_t end) {
     const int64_t s = std::clamp(start < 0 ? start + d.value() : start, int64_t{0}, d.value());
     const int64_t e = std::clamp(end < 0 ? end + d.value() : end, int64_t{0}, d.value());
     out[static_cast<size_t>(axis)] = Dim(std::max<int64_t>(0, e - s));
+  } else if (start < 0 && end == INT64_MAX) {  // the last -start entries (the dim must hold them)
+    out[static_cast<size_t>(axis)] = Dim(-start);
   } else {
     HFX_CHECK(start == 0 && end == INT64_MAX, "slice of symbolic dim at ", scope_);
   }

@@ -19,6 +19,7 @@ struct DecoderVariant {
   bool single_token = false;  // query length fixed to 1
   int64_t batch = 1;          // static: fixed batch size
   int64_t max_cache_len = 0;  // static: bound of the cache dim
+  bool last_logits = false;   // logits for the last position only (prefill: all a loop needs)
 };
 
 struct CacheShape {

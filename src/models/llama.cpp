@@ -121,7 +121,9 @@ std::vector<std::pair<std::string, DecoderVariant>> components_for(const Generat
   if (gen.static_cache)
     return {{"decode", {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
   if (gen.multi_token) return {{"decode", {CacheKind::Dynamic, true, false}}};
-  return {{"prefill", {CacheKind::Dynamic, false, false}}, {"decode", {CacheKind::Dynamic, true, true}}};
+  DecoderVariant prefill{CacheKind::Dynamic, false, false};
+  prefill.last_logits = true;
+  return {{"prefill", prefill}, {"decode", {CacheKind::Dynamic, true, true}}};
 }
 
 std::unique_ptr<Graph> build_graph(const Checkpoint& ckpt, const BuildOptions& opt, const LlamaFamilyConfig& cfg,
@@ -154,6 +156,8 @@ std::unique_ptr<Graph> build_graph(const Checkpoint& ckpt, const BuildOptions& o
     x = b.add(x, gated_mlp(m, p + "mlp.", cfg.mlp, h));
   }
   b.set_scope("model.norm");
+  // With left padding the last column is every row's last real token.
+  if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);
   x = b.rms_norm(x, m.weight("model.norm.weight"), cfg.rms_eps);
   b.set_scope("lm_head");
   Value* logits = b.linear(x, m.weight(cfg.tied ? "model.embed_tokens.weight" : "lm_head.weight"));

@@ -1,0 +1,500 @@
+"""Benchmark generation speed of hfexport's ONNX exports against transformers, on onnxruntime CPU.
+
+What it measures, on a Qwen3-0.6B-shaped checkpoint (random bf16 weights, built and cached by
+bench_export.py's ensure_checkpoint), in float32, batch 1, greedy, a random --prompt-len prompt:
+
+  prefill ms     the prompt in, the first token out (argmax included)
+  decode tok/s   --new-tokens single-token steps after the prefill (the cache grows from P to P+N
+                 tokens), argmax included: N / their total time
+
+for each configuration, one warm-up run then --repeats timed runs, medians reported:
+
+  hfexport  x 6     modes  dynamic      prefill + decode graphs, cache grows (`--for-generation`)
+                           multi-token  one decode graph with a symbolic query length
+                                        (`--multi-token-decode`; it also runs the prefill)
+                           static       one decode graph, cache buffers updated in place
+                                        (`--static-cache --max-cache-len P+N`)
+                    profiles  standard (ai.onnx ops only), ort (onnxruntime contrib ops)
+                    run through hfexport.open_runner (onnxruntime IO binding)
+  eager             transformers in PyTorch: the forward calls model.generate makes (prefill with
+                    logits_to_keep=1, then one token per step over a DynamicCache), torch threads =
+                    every core this process may use, default attention implementation (sdpa)
+  tf-export         transformers' own exporter: OnnxExporter().export_for_generation(...,
+                    OnnxConfig(dynamic=True)) -> prefill.onnx + decode.onnx, run through a minimal
+                    IO-binding loop (--tf-loop iobinding, the same mechanics as hfexport's runner)
+                    or transformers' own runner (--tf-loop runner)
+  tf-export-ort     the same with OnnxConfig(ort_fusions="cpu") (onnxruntime contrib-op fusions)
+
+Every export happens first (times printed), then every timing, each export and each timing in a
+fresh subprocess (bench/_generate_worker.py; a 28-layer float32 graph holds ~2.4 GB of weights).
+onnxruntime runs with its default thread pool (intra_op_num_threads=0: one thread per physical
+core, so all cores) unless --ort-threads. A failed export or run is recorded and the rest go on.
+
+Targets (decode tok/s, medians), for the best hfexport configuration and for each profile's best:
+  decode >= 1.5x transformers eager
+  decode >= 2x the transformers-exported decode graph (the faster of tf-export / tf-export-ort)
+  static >= dynamic (same profile; overall: best static vs best dynamic)
+
+Run it (from the repository root; the exports need ~30 GB of disk for 28 layers, deleted after
+the run unless --keep-exports):
+
+  /work/main/.venv/bin/python bench/bench_generate.py --layers 2 --new-tokens 8 --repeats 1   # trial
+  /work/main/.venv/bin/python bench/bench_generate.py --json generate.json                    # full
+
+This is a benchmark, not a test: it exits non-zero only when an hfexport export or run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from bench_export import ensure_checkpoint
+
+EAGER_TARGET = 1.5  # hfexport decode tok/s / transformers eager decode tok/s, at least
+TF_EXPORT_TARGET = 2.0  # hfexport decode tok/s / transformers-exported graph decode tok/s, at least
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+WORKER = BENCH / "_generate_worker.py"
+
+HFEXPORT_MODES = {
+    "dynamic": [],
+    "multi-token": ["--multi-token-decode"],
+    "static": ["--static-cache"],  # + --max-cache-len P+N
+}
+PROFILES = ["standard", "ort"]
+
+
+# --------------------------------------------------------------------------- configurations
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str  # command-line and JSON key
+    label: str  # table row
+    kind: str  # hfexport | transformers-export | eager
+    mode: str = ""  # hfexport: dynamic | multi-token | static
+    profile: str = ""  # hfexport: standard | ort; transformers-export: none | cpu (ort_fusions)
+
+
+def all_configs() -> list[Config]:
+    configs = [
+        Config(f"hf-{mode}-{profile}", f"hfexport {mode} ({profile})", "hfexport", mode, profile)
+        for profile in PROFILES
+        for mode in HFEXPORT_MODES
+    ]
+    configs += [
+        Config("eager", "transformers eager", "eager"),
+        Config("tf-export", "transformers export", "transformers-export", profile="none"),
+        Config("tf-export-ort", "transformers export (ort fusions)", "transformers-export", profile="cpu"),
+    ]
+    return configs
+
+
+@dataclass
+class Result:
+    config: Config
+    export_s: float | None = None
+    export_detail: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+    error: str | None = None  # the export's or the run's failure, with its log tail
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.timing)
+
+    @property
+    def decode(self) -> float | None:
+        return self.timing.get("decode_tok_s_median") if self.ok else None
+
+    @property
+    def prefill(self) -> float | None:
+        return self.timing.get("prefill_ms_median") if self.ok else None
+
+
+# --------------------------------------------------------------------------- subprocesses
+
+
+def worker_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return env
+
+
+def run_logged(cmd: list[str], log: Path) -> tuple[int, float, str]:
+    """Run cmd with output to log; (returncode, wall seconds, last lines of the log)."""
+    with open(log, "w") as f:
+        start = time.perf_counter()
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=worker_env())
+        wall = time.perf_counter() - start
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+    return rc, wall, tail
+
+
+def run_worker(args: list[str], result_path: Path, log: Path) -> tuple[dict | None, float, str]:
+    """Run _generate_worker.py; (its JSON result or None, wall seconds, log tail)."""
+    result_path.unlink(missing_ok=True)
+    cmd = [sys.executable, str(WORKER), "--result", str(result_path), *args]
+    rc, wall, tail = run_logged(cmd, log)
+    if rc != 0 or not result_path.exists():
+        return None, wall, f"exit code {rc}, log {log}:\n{tail}"
+    return json.loads(result_path.read_text()), wall, ""
+
+
+# --------------------------------------------------------------------------- exports
+
+
+def export_stamp(config: Config, ckpt: Path, settings: dict) -> dict:
+    """What an export depends on; --reuse-exports reuses an output whose stamp matches."""
+    stamp = {"config": asdict(config), "checkpoint": str(ckpt)}
+    if config.kind == "hfexport":
+        binary = Path(settings["hfexport"])
+        stamp["binary_mtime"] = binary.stat().st_mtime
+        if config.mode == "static":
+            stamp["max_cache_len"] = settings["prompt_len"] + settings["new_tokens"]
+    return stamp
+
+
+def hfexport_command(binary: Path, ckpt: Path, out: Path, config: Config, max_cache_len: int) -> list[str]:
+    cmd = [str(binary), "export", str(ckpt), "-o", str(out), "--for-generation", *HFEXPORT_MODES[config.mode]]
+    if config.mode == "static":
+        cmd += ["--max-cache-len", str(max_cache_len)]
+    return cmd + ["--onnx-ops", config.profile, "--dtype", "float32", "--overwrite"]
+
+
+def export_one(result: Result, ckpt: Path, out: Path, logs: Path, args) -> None:
+    """Export one configuration to `out` (nothing for eager); fills result.export_s / .error."""
+    config = result.config
+    stamp_file = out / ".bench-generate-export.json"
+    stamp = export_stamp(config, ckpt, {"hfexport": args.hfexport, "prompt_len": args.prompt_len,
+                                        "new_tokens": args.new_tokens})
+    if args.reuse_exports and stamp_file.exists() and json.loads(stamp_file.read_text()) == stamp:
+        print(f"  {config.name:<24} reusing {out}")
+        result.export_detail = {"reused": True}
+        return
+    print(f"  {config.name:<24} exporting ...", end="", flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+    log = logs / f"export-{config.name}.log"
+    if config.kind == "hfexport":
+        cmd = hfexport_command(args.hfexport, ckpt, out, config, args.prompt_len + args.new_tokens)
+        rc, wall, tail = run_logged(cmd, log)
+        ok, detail, error = rc == 0, {"command": cmd}, f"exit code {rc}, log {log}:\n{tail}"
+    else:
+        detail, wall, error = run_worker(
+            ["--seed", str(args.seed), "export-transformers", str(ckpt), str(out), "--fusions", config.profile],
+            logs / f"export-{config.name}.json", log)
+        ok, detail = detail is not None, detail or {}
+    if ok:
+        result.export_s, result.export_detail = wall, detail
+        stamp_file.write_text(json.dumps(stamp) + "\n")
+        print(f" {wall:.1f} s")
+    else:
+        result.error = f"export failed: {error}"
+        print(f" FAILED ({error.splitlines()[0]})")
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def time_one(result: Result, path: Path, logs: Path, args, vocab_size: int) -> None:
+    config = result.config
+    print(f"  {config.name:<24} timing ...", end="", flush=True)
+    worker_args = [
+        "--seed", str(args.seed),
+        "time", config.kind, str(path),
+        "--vocab-size", str(vocab_size),
+        "--prompt-len", str(args.prompt_len),
+        "--new-tokens", str(args.new_tokens),
+        "--repeats", str(args.repeats),
+        "--ort-threads", str(args.ort_threads),
+        "--torch-threads", str(args.torch_threads),
+        "--tf-loop", args.tf_loop,
+    ]
+    if args.torch_attn:
+        worker_args += ["--torch-attn", args.torch_attn]
+    timing, wall, error = run_worker(worker_args, logs / f"time-{config.name}.json", logs / f"time-{config.name}.log")
+    if timing is None:
+        result.error = f"run failed: {error}"
+        print(f" FAILED ({error.splitlines()[0]})")
+        return
+    result.timing = timing
+    print(f" prefill {timing['prefill_ms_median']:.1f} ms, decode {timing['decode_tok_s_median']:.2f} tok/s"
+          f" ({wall:.0f} s)")
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def best(results: list[Result]) -> Result | None:
+    ok = [r for r in results if r.decode is not None]
+    return max(ok, key=lambda r: r.decode) if ok else None
+
+
+def passes(value: float | None, target: float) -> bool | None:
+    """Whether a ratio meets its target; None when it could not be measured (a side missing or failed)."""
+    return None if value is None else value >= target
+
+
+def target_checks(results: list[Result]) -> dict:
+    """PASS/MISS of each target for the best hfexport configuration and for each profile's best."""
+    by_name = {r.config.name: r for r in results}
+    eager = by_name.get("eager")
+    eager_decode = eager.decode if eager else None
+    tf_ref = best([r for r in results if r.config.kind == "transformers-export"])
+    hf = [r for r in results if r.config.kind == "hfexport"]
+
+    def checks(candidates: list[Result]) -> dict:
+        top = best(candidates)
+        dynamic = best([r for r in candidates if r.config.mode == "dynamic"])
+        static = best([r for r in candidates if r.config.mode == "static"])
+        vs_eager = ratio(top.decode if top else None, eager_decode)
+        vs_tf = ratio(top.decode if top else None, tf_ref.decode if tf_ref else None)
+        static_vs_dynamic = ratio(static.decode if static else None, dynamic.decode if dynamic else None)
+        return {
+            "config": top.config.name if top else None,
+            "decode_tok_s": top.decode if top else None,
+            "vs_eager": {"ratio": vs_eager, "target": EAGER_TARGET, "pass": passes(vs_eager, EAGER_TARGET)},
+            "vs_tf_export": {"ratio": vs_tf, "target": TF_EXPORT_TARGET, "pass": passes(vs_tf, TF_EXPORT_TARGET)},
+            "static_vs_dynamic": {"ratio": static_vs_dynamic, "target": 1.0,
+                                  "static": static.config.name if static else None,
+                                  "dynamic": dynamic.config.name if dynamic else None,
+                                  "pass": passes(static_vs_dynamic, 1.0)},
+        }
+
+    groups = {"best": hf, **{p: [r for r in hf if r.config.profile == p] for p in PROFILES}}
+    return {
+        "eager_reference": eager.config.name if eager and eager.ok else None,
+        "tf_export_reference": tf_ref.config.name if tf_ref else None,
+        **{name: checks(members) for name, members in groups.items() if members},
+    }
+
+
+def leading_matches(tokens: list[int], reference: list[int]) -> int:
+    n = 0
+    for a, b in zip(tokens, reference):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def print_table(results: list[Result], checks: dict) -> None:
+    by_name = {r.config.name: r for r in results}
+    eager = by_name.get("eager")
+    eager_decode = eager.decode if eager else None
+    eager_tokens = eager.timing.get("tokens") if eager and eager.ok else None
+    tf_ref = by_name.get(checks["tf_export_reference"]) if checks["tf_export_reference"] else None
+
+    def fmt(value: float | None, width: int, spec: str, suffix: str = "") -> str:
+        return f"{'-' if value is None else f'{value:{spec}}{suffix}':>{width}}"
+
+    header = (f"{'config':<34} {'export s':>9} {'load s':>7} {'prefill ms':>11} {'decode tok/s':>13} "
+              f"{'vs eager':>9} {'vs tf-export':>13} {'tokens = eager':>15}")
+    print("\n" + header)
+    print("-" * len(header))
+    for r in results:
+        if r.error:
+            print(f"{r.config.label:<34} {r.error.splitlines()[0]}")
+            continue
+        tokens = r.timing.get("tokens", [])
+        match = f"{leading_matches(tokens, eager_tokens)}/{len(tokens)}" if eager_tokens else "-"
+        print(
+            f"{r.config.label:<34} {fmt(r.export_s, 9, '.1f')} {fmt(r.timing.get('load_s'), 7, '.1f')} "
+            f"{fmt(r.prefill, 11, '.1f')} {fmt(r.decode, 13, '.2f')} "
+            f"{fmt(ratio(r.decode, eager_decode), 9, '.2f', 'x')} "
+            f"{fmt(ratio(r.decode, tf_ref.decode if tf_ref else None), 13, '.2f', 'x')} {match:>15}"
+        )
+    print("  vs eager / vs tf-export: decode tok/s over transformers eager's / over the faster transformers-exported"
+          f" graph's ({checks['tf_export_reference'] or 'none succeeded'}).")
+    print("  tokens = eager: leading greedy tokens identical to eager's (random weights make near-ties likely;"
+          " an early divergence alone is not a bug).")
+    for r in results:
+        if r.error:
+            print(f"\n{r.config.label}: {r.error}")
+
+
+def print_targets(checks: dict) -> None:
+    verdict = lambda c: {True: "PASS", False: "MISS", None: "n/a"}[c["pass"]]  # noqa: E731
+    fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
+    print("\ntargets (decode tok/s; n/a: a side was not run or failed):")
+    for group in ["best", *PROFILES]:
+        c = checks.get(group)
+        if not c:
+            continue
+        title = "best hfexport" if group == "best" else f"profile {group}"
+        print(f"  {title} ({c['config'] or 'none succeeded'}):")
+        s = c["static_vs_dynamic"]
+        rows = [
+            (f">= {EAGER_TARGET}x transformers eager", c["vs_eager"], ""),
+            (f">= {TF_EXPORT_TARGET}x transformers-exported graph", c["vs_tf_export"], ""),
+            ("static >= dynamic", s, f"   ({s['static'] or '-'} vs {s['dynamic'] or '-'})"),
+        ]
+        for text, check, note in rows:
+            print(f"    {text:<38} {fmt(check['ratio']):>8}  {verdict(check)}{note}")
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def hfexport_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment(args) -> dict:
+    return {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "loadavg_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "onnxruntime": package_version("onnxruntime"),
+        "torch": package_version("torch"),
+        "transformers": package_version("transformers"),
+        "hfexport_revision": hfexport_revision(),
+        "ort_threads": args.ort_threads or "default (0: one per physical core, i.e. all cores)",
+        "torch_threads": args.torch_threads,
+    }
+
+
+def print_environment(env: dict, args, ckpt: Path) -> None:
+    print(f"checkpoint: {ckpt}  ({args.layers} layers, float32, batch 1)")
+    print(f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens (decode steps), "
+          f"1 warm-up + {args.repeats} timed run(s), medians")
+    print(f"cpu: {env['cpu']}, {env['cpu_count']} logical cores ({env['usable_cpus']} usable here), "
+          f"load average {env['loadavg_start'][0]:.2f}")
+    print(f"onnxruntime {env['onnxruntime']} (CPUExecutionProvider), intra-op threads: {env['ort_threads']}")
+    print(f"torch {env['torch']} (threads: {env['torch_threads']}), transformers {env['transformers']}, "
+          f"hfexport {env['hfexport_revision']}, transformers-export loop: {args.tf_loop}")
+    if env["loadavg_start"][0] > 0.5 * env["usable_cpus"]:
+        print("warning: the machine is busy (load average above half the cores): timings will be noisy")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    names = [c.name for c in all_configs()]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="configurations: " + ", ".join(names))
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/hfexport-bench"),
+                        help="checkpoints, exports, logs (shared with bench_export.py)")
+    parser.add_argument("--layers", type=int, default=28, help="decoder layers (28 = the real Qwen3-0.6B)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and of the prompt")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild the checkpoint even if cached")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=128, help="decode steps timed after the prefill")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs after the warm-up (median reported)")
+    parser.add_argument("--configs", default=",".join(names),
+                        help="comma-separated configurations to run (default: all)")
+    parser.add_argument("--hfexport", type=Path, default=REPO / "build" / "hfexport", help="the hfexport binary")
+    parser.add_argument("--ort-threads", type=int, default=0,
+                        help="onnxruntime intra_op_num_threads (default 0: ORT's own, every physical core)")
+    parser.add_argument("--torch-threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="torch threads for eager (default: every core this process may use)")
+    parser.add_argument("--torch-attn", default=None, help="eager attn_implementation (default: transformers', sdpa)")
+    parser.add_argument("--tf-loop", choices=["iobinding", "runner"], default="iobinding",
+                        help="run the transformers export through a minimal IO-binding loop or transformers' runner")
+    parser.add_argument("--reuse-exports", action="store_true",
+                        help="reuse exports left by an earlier --keep-exports run when their settings match")
+    parser.add_argument("--keep-exports", action="store_true", help="keep the exports in --workdir")
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = sorted(set(args.configs) - set(names))
+    if unknown:
+        parser.error(f"unknown configuration(s) {unknown}; choose from {names}")
+    if min(args.prompt_len, args.new_tokens, args.repeats, args.layers) < 1:
+        parser.error("--prompt-len, --new-tokens, --repeats and --layers must be at least 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    configs = [c for c in all_configs() if c.name in args.configs]
+    if any(c.kind == "hfexport" for c in configs) and not args.hfexport.exists():
+        sys.exit(f"hfexport binary not found: {args.hfexport} (build it first)")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    ckpt = ensure_checkpoint(args.workdir, args.layers, args.seed, args.rebuild)
+    vocab_size = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    exports = args.workdir / f"generate-{ckpt.name}"
+    logs = exports / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = environment(args)
+    print_environment(env, args, ckpt)
+
+    results = [Result(c) for c in configs]
+    out_dir = {r.config.name: exports / r.config.name for r in results}
+    print("\nexports:")
+    for r in results:
+        if r.config.kind != "eager":
+            export_one(r, ckpt, out_dir[r.config.name], logs, args)
+    print("\ntiming:")
+    for r in results:
+        if r.error is None:
+            time_one(r, ckpt if r.config.kind == "eager" else out_dir[r.config.name], logs, args, vocab_size)
+    env["loadavg_end"] = os.getloadavg()
+
+    checks = target_checks(results)
+    print_table(results, checks)
+    print_targets(checks)
+    print(f"\nload average: {env['loadavg_start'][0]:.2f} at the start, {env['loadavg_end'][0]:.2f} at the end; "
+          f"logs in {logs}")
+    if args.json:
+        summary = {
+            "environment": env,
+            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "checkpoint": str(ckpt),
+            "results": [{**asdict(r.config), "export_s": r.export_s, "export_detail": r.export_detail,
+                         "error": r.error, **r.timing} for r in results],
+            "targets": checks,
+        }
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"results written to {args.json}")
+    if not args.keep_exports:
+        for r in results:
+            shutil.rmtree(out_dir[r.config.name], ignore_errors=True)
+    return 1 if any(r.config.kind == "hfexport" and not r.ok for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
