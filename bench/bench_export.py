@@ -410,6 +410,11 @@ def print_report(summary: dict) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def default_hfexport(repo: Path) -> Path:
+    installed = Path(sys.executable).parent / "hfexport"
+    return installed if installed.exists() else repo / "build" / "hfexport"
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     repo = Path(__file__).resolve().parent.parent
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -417,7 +422,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=28, help="decoder layers (28 = the real Qwen3-0.6B)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the checkpoint even if cached")
-    parser.add_argument("--hfexport", type=Path, default=repo / "build" / "hfexport", help="the hfexport binary")
+    parser.add_argument("--hfexport", type=Path, default=default_hfexport(repo),
+                        help="the hfexport binary (default: the one installed next to this Python, else build/hfexport)")
     parser.add_argument(
         "--anchor",
         choices=["auto", "exporters", "torch-onnx", "none"],

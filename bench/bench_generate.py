@@ -411,6 +411,11 @@ def print_environment(env: dict, args, ckpt: Path) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def default_hfexport(repo: Path) -> Path:
+    installed = Path(sys.executable).parent / "hfexport"
+    return installed if installed.exists() else repo / "build" / "hfexport"
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     names = [c.name for c in all_configs()]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
@@ -426,7 +431,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs after the warm-up (median reported)")
     parser.add_argument("--configs", default=",".join(names),
                         help="comma-separated configurations to run (default: all)")
-    parser.add_argument("--hfexport", type=Path, default=REPO / "build" / "hfexport", help="the hfexport binary")
+    parser.add_argument("--hfexport", type=Path, default=default_hfexport(REPO),
+                        help="the hfexport binary (default: the one installed next to this Python, else build/hfexport)")
     parser.add_argument("--ort-threads", type=int, default=0,
                         help="onnxruntime intra_op_num_threads (default 0: ORT's own, every physical core)")
     parser.add_argument("--torch-threads", type=int, default=len(os.sched_getaffinity(0)),
