@@ -40,6 +40,10 @@ def open_runner(directory: str | Path, **options) -> DecodeRunner:
         from .onnxruntime_runner import OnnxRuntimeRunner
 
         return OnnxRuntimeRunner(manifest, **options)
+    if manifest.format == "openvino":
+        from .openvino_runner import OpenVinoRunner
+
+        return OpenVinoRunner(manifest, **options)
     raise GenerationError(f"{directory}: no runner for format '{manifest.format}'")
 
 

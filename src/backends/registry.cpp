@@ -8,6 +8,7 @@ namespace {
 
 const std::pair<const char*, std::unique_ptr<Backend> (*)()> kBackends[] = {
     {"onnx", make_onnx_backend},
+    {"openvino", make_openvino_backend},
 };
 
 }  // namespace

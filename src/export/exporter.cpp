@@ -73,8 +73,8 @@ json eos_token_ids(const Checkpoint& ckpt) {
 }
 
 json generation_json(const GenerationOptions& g, const ExportModel& model, const Checkpoint& ckpt,
-                     const json& cache_pairs) {
-  json out = {{"cache", g.static_cache ? "static" : "dynamic"},
+                     const json& cache_pairs, bool stateful) {
+  json out = {{"cache", stateful ? "stateful" : g.static_cache ? "static" : "dynamic"},
               {"multi_token_decode", g.static_cache || g.multi_token},
               {"cache_pairs", cache_pairs},
               {"eos_token_id", eos_token_ids(ckpt)}};
@@ -99,12 +99,14 @@ void run_export(const ExportRequest& req) {
   if (model_type.empty()) fail(ckpt.config().where(), ": required key 'model_type' is missing");
   const ArchBuilder build = find_arch(model_type);
   std::unique_ptr<Backend> backend = make_backend(req.format);
-  const BackendOptions backend_options{req.dtype, req.op_profile};
+  const BackendOptions backend_options{req.dtype, req.generation.static_cache, req.op_profile};
   backend->check_options(backend_options);
 
   progress("hfexport: building graph");
   check_generation_options(req.generation);
-  ExportModel model = build(ckpt, BuildOptions{req.dtype, req.generation});
+  GenerationOptions generation = req.generation;
+  if (generation.enabled && backend->single_generation_graph()) generation.multi_token = true;
+  ExportModel model = build(ckpt, BuildOptions{backend->graph_dtype(backend_options), generation});
   AtomicOutputDir out(req.out_dir, req.overwrite);
 
   json manifest = {{"schema_version", 1},
@@ -118,6 +120,7 @@ void run_export(const ExportRequest& req) {
   json components = json::object();
   json dims = json::object();
   json cache_pairs = json::array();
+  bool stateful = false;
   for (Component& c : model.components) {
     progress("hfexport: writing " + c.name);
     for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
@@ -126,14 +129,17 @@ void run_export(const ExportRequest& req) {
                           {"data_files", w.extra_files},
                           {"inputs", tensors_json(w.inputs)},
                           {"outputs", tensors_json(w.outputs)}};
+    stateful = stateful || w.stateful;
     if (c.name == "decode")
-      for (const StatePair& state : c.graph->states)
-        cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
+      for (const StatePair& state : c.graph->states) {
+        if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
+        else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
+      }
   }
   manifest["components"] = components;
   manifest["dims"] = dims;
   if (req.generation.enabled)
-    manifest["generation"] = generation_json(req.generation, model, ckpt, cache_pairs);
+    manifest["generation"] = generation_json(generation, model, ckpt, cache_pairs, stateful);
   {
     std::ofstream f(out.path() / "export.json");
     f << manifest.dump(2) << "\n";

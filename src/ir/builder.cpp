@@ -31,6 +31,24 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+std::vector<int64_t> reshape_target(const Shape& in, const Shape& out) {
+  std::vector<int64_t> target;
+  bool inferred = false;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Dim& d = out[i];
+    if (d.is_static()) {
+      target.push_back(d.value());
+    } else if (i < in.size() && in[i] == d) {
+      target.push_back(0);
+    } else {
+      HFX_CHECK(!inferred, "reshape to ", shape_string(out), " has two inferred dims");
+      inferred = true;
+      target.push_back(-1);
+    }
+  }
+  return target;
+}
+
 Value* Builder::emit(OpKind op, std::vector<Value*> inputs, Attrs attrs, DType dtype, Shape shape) {
   Node* n = g_.new_node(op, std::move(inputs), std::move(attrs), scope_);
   Value* out = g_.new_value(dtype, std::move(shape));

@@ -76,6 +76,9 @@ class Builder {
 };
 
 Shape broadcast_shapes(const Shape& a, const Shape& b);
+// The target a runtime's Reshape takes (ONNX, OpenVINO special_zero): static dims as numbers, a
+// symbolic dim equal to the input's at the same index as 0 (copy), one other symbolic dim as -1.
+std::vector<int64_t> reshape_target(const Shape& in, const Shape& out);
 int64_t normalize_axis(int64_t axis, size_t rank);
 
 }  // namespace hfx

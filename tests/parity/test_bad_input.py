@@ -355,3 +355,62 @@ def test_inspect_corrupt_manifest(good_export, tmp_path, run_hfexport):
     shutil.copytree(good_export, d)
     (d / "export.json").write_text("{ nope")
     assert_clean_error(run_hfexport("inspect", d), None, "export.json")
+
+
+# --------------------------------------------------------------------------------------------
+# the same contract for --format openvino
+
+
+def _truncate(model: Path) -> str:
+    raw = (model / ST).read_bytes()
+    (model / ST).write_bytes(raw[: len(raw) // 2])
+    return ST
+
+
+def _absurd_header(model: Path) -> str:
+    raw = (model / ST).read_bytes()
+    (model / ST).write_bytes(struct.pack("<Q", 2**62) + raw[8:])
+    return ST
+
+
+def _drop_tensor(model: Path) -> str:
+    name = "model.layers.1.self_attn.k_proj.weight"
+    _rewrite_tensors(model, lambda t: t.pop(name))
+    return name
+
+
+def _misshape_tensor(model: Path) -> str:
+    import torch
+
+    name = "model.layers.0.mlp.gate_proj.weight"
+    _rewrite_tensors(model, lambda t: t.update({name: torch.zeros(97, 64)}))
+    return name
+
+
+def _unsupported_type(model: Path) -> str:
+    edit_config(model, lambda c: c.update(model_type="gpt_bigcode"))
+    return "gpt_bigcode"
+
+
+def _missing_key(model: Path) -> str:
+    edit_config(model, lambda c: c.pop("hidden_size"))
+    return "hidden_size"
+
+
+@pytest.mark.parametrize("damage", [_truncate, _absurd_header, _drop_tensor, _misshape_tensor, _unsupported_type,
+                                    _missing_key], ids=lambda f: f.__name__.strip("_"))
+def test_openvino_bad_input(damage, model, out, run_hfexport):
+    mention = damage(model)
+    assert_clean_error(export(run_hfexport, model, out, "--format", "openvino"), out, mention)
+
+
+def test_openvino_out_dir_exists_without_overwrite(model, out, run_hfexport):
+    out.mkdir(parents=True)
+    (out / "keep.txt").write_text("precious")
+    assert_clean_error(export(run_hfexport, model, out, "--format", "openvino"), None, "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_onnx_ops_refused_for_openvino(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "openvino", "--onnx-ops", "ort"), out,
+                       "--onnx-ops")

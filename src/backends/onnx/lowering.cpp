@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "ir/builder.h"
 
 namespace hfx {
 
@@ -295,26 +296,6 @@ onnx::NodeProto* Lowering::node(const std::string& op, std::vector<std::string> 
   return n;
 }
 
-// ONNX Reshape target: static dims as numbers, a symbolic dim equal to the input's at the same
-// index as 0 (copy), and at most one remaining symbolic dim as -1 (inferred).
-std::vector<int64_t> Lowering::reshape_target(const Value* in, const Value* out) {
-  std::vector<int64_t> target;
-  bool inferred = false;
-  for (size_t i = 0; i < out->rank(); ++i) {
-    const Dim& d = out->shape[i];
-    if (d.is_static()) {
-      target.push_back(d.value());
-    } else if (i < in->rank() && in->shape[i] == d) {
-      target.push_back(0);
-    } else {
-      HFX_CHECK(!inferred, "reshape with two inferred dims: ", out->name);
-      inferred = true;
-      target.push_back(-1);
-    }
-  }
-  return target;
-}
-
 void Lowering::lower(const Node& n) {
   if (fused_.count(&n)) return;
   // Linear and Embedding read their weight in a stored layout of their own; name only the rest.
@@ -347,7 +328,7 @@ void Lowering::lower(const Node& n) {
       attr_int(node("Cast", in, {out}), "to", onnx_type(n.outputs[0]->dtype));
       return;
     case OpKind::Reshape:
-      node("Reshape", {in[0], ints(reshape_target(x, n.outputs[0]))}, {out});
+      node("Reshape", {in[0], ints(reshape_target(x->shape, n.outputs[0]->shape))}, {out});
       return;
     case OpKind::Transpose:
       attr_ints(node("Transpose", in, {out}), "perm", n.attrs.ints("perm"));

@@ -1,0 +1,48 @@
+"""Decode loop over a stateful OpenVINO export (Python API). The KV cache lives in the model's
+ReadValue/Assign variables: prefill resets them, each run appends to them, and beam_idx (identity
+here: no beam search) reorders them."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+
+from .manifest import ExportManifest
+from .onnxruntime_runner import left_padded_positions
+from .runner import DecodeRunner, GenerationError
+
+
+class OpenVinoRunner(DecodeRunner):
+    def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
+        self.manifest = manifest
+        if manifest.generation.get("cache") != "stateful":
+            raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
+        path = manifest.directory / manifest.component("decode")["file"]
+        # f32 inference by default: the parity contract is against transformers' float32 logits.
+        config = {"INFERENCE_PRECISION_HINT": "f32"} if config is None else config
+        self.compiled = ov.Core().compile_model(str(path), device, config)
+        self.request = self.compiled.create_infer_request()
+
+    def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        batch = ids.shape[0]
+        self.request.infer({"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions,
+                            "beam_idx": np.arange(batch, dtype=np.int32)})
+        return self.request.get_tensor("logits").data[:, -1].copy()
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        limit = self.manifest.dim_bounds("total_sequence")[1]
+        if input_ids.shape[1] + max_new_tokens - 1 > limit:
+            raise GenerationError(f"prompt of {input_ids.shape[1]} tokens + {max_new_tokens} new tokens exceeds the "
+                                  f"exported sequence bound {limit}")
+        self.request.reset_state()
+        positions = left_padded_positions(attention_mask)
+        self.attention_mask = attention_mask
+        self.next_position = positions[:, -1] + 1
+        return self._run(input_ids, positions)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = tokens.astype(np.int64)[:, None]
+        positions = self.next_position[:, None].astype(np.int64)
+        self.next_position = self.next_position + 1
+        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
+        return self._run(ids, positions)

@@ -1,0 +1,331 @@
+// OpenVINO backend: lowers the IR to public opsets and writes IR v11 (openvino_model.xml + .bin).
+#include <deque>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "backends/backend.h"
+#include "backends/openvino/ir_xml.h"
+#include "backends/weight_file.h"
+#include "core/error.h"
+#include "ir/builder.h"
+#include "passes/passes.h"
+
+namespace hfx {
+namespace {
+
+constexpr uint64_t kBinAlignment = 64;
+const OvNetwork::Attrs kNumpy{{"auto_broadcast", "numpy"}};
+
+std::string shape_attr(const Shape& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + (s[i].is_static() ? std::to_string(s[i].value()) : "?");
+  return out;
+}
+
+std::string shape_attr(const std::vector<int64_t>& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out;
+}
+
+class OvLowering {
+ public:
+  // Checkpoint weights are stored as `weight_dtype` (f16/bf16 compression: Const + Convert
+  // marked "decompression", the pattern OpenVINO keeps compressed) when it differs from theirs.
+  OvLowering(Graph& graph, OvNetwork& net, DType weight_dtype)
+      : graph_(graph), b_(graph), net_(net), weight_dtype_(weight_dtype) {}
+
+  void lower_graph();
+  // Constants in the order their Const layers were made, for the .bin.
+  const std::vector<std::pair<int, const Value*>>& constants() const { return constants_; }
+
+ private:
+  OvPort port(const Value* v);
+  OvPort i64(const std::vector<int64_t>& data, std::vector<int64_t> shape);
+  OvPort op(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
+            const std::vector<OvPort>& inputs, DType dtype, const Shape& shape, const std::string& suffix = "");
+  OvPort node_result(const Node& n, const std::string& type, const std::string& version, OvNetwork::Attrs data,
+                     const std::vector<OvPort>& inputs) {
+    return op(type, version, n, std::move(data), inputs, n.outputs[0]->dtype, n.outputs[0]->shape);
+  }
+  void lower(const Node& n);
+  OvPort parameter(const std::string& name, DType dtype, const Shape& shape);
+  void lower_state_reads(const std::map<const Value*, const StatePair*>& state_of);
+  OvPort beam_idx_;
+
+ public:
+  bool stateful() const { return beam_idx_.layer >= 0; }
+
+ private:
+
+  Graph& graph_;
+  Builder b_;  // makes the small constants (axes, shapes) lowering needs
+  OvNetwork& net_;
+  std::map<const Value*, OvPort> ports_;
+  std::vector<std::pair<int, const Value*>> constants_;
+  std::deque<Value> stored_as_;  // compressed views of weights, for the .bin writer
+  DType weight_dtype_;
+  int counter_ = 0;
+};
+
+OvPort OvLowering::port(const Value* v) {
+  if (const auto it = ports_.find(v); it != ports_.end()) return it->second;
+  HFX_CHECK(v->is_constant(), "OpenVINO: value '", v->name, "' used before it is produced");
+  const auto& shape = v->constant->src_shape;
+  const bool compress = v->constant->tensor && is_float(v->dtype) && weight_dtype_ != v->dtype;
+  const Value* stored = v;
+  if (compress) {
+    stored_as_.push_back(*v);
+    stored_as_.back().dtype = weight_dtype_;
+    stored = &stored_as_.back();
+  }
+  const OvPort c = net_.add("Const", "opset1", v->name,
+                            {{"element_type", ov_element_type(stored->dtype)}, {"shape", shape_attr(shape)},
+                             {"offset", "0"}, {"size", "0"}},
+                            {}, {{stored->dtype, Shape(shape.begin(), shape.end()), ""}});
+  constants_.emplace_back(c.layer, stored);
+  if (!compress) return ports_[v] = c;
+  const OvPort p = net_.add("Convert", "opset1", v->name + "/decompress",
+                            {{"destination_type", ov_element_type(v->dtype)}}, {c},
+                            {{v->dtype, Shape(shape.begin(), shape.end()), ""}});
+  net_.add_rt_attribute(p.layer, "decompression");
+  return ports_[v] = p;
+}
+
+OvPort OvLowering::i64(const std::vector<int64_t>& data, std::vector<int64_t> shape) {
+  return port(b_.const_i64(data, std::move(shape)));
+}
+
+OvPort OvLowering::op(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
+                      const std::vector<OvPort>& inputs, DType dtype, const Shape& shape, const std::string& suffix) {
+  const std::string name = n.outputs[0]->name + suffix + (suffix.empty() ? "" : std::to_string(++counter_));
+  return net_.add(type, version, name, std::move(data), inputs, {{dtype, shape, ""}});
+}
+
+void OvLowering::lower(const Node& n) {
+  std::vector<OvPort> in;
+  for (const Value* v : n.inputs) in.push_back(port(v));
+  const Value* x = n.inputs.empty() ? nullptr : n.inputs[0];
+  const Value* y = n.outputs[0];
+  OvPort out;
+  auto elementwise = [&](const char* type) { return node_result(n, type, "opset1", kNumpy, in); };
+  switch (n.op) {
+    case OpKind::Add: out = elementwise("Add"); break;
+    case OpKind::Sub: out = elementwise("Subtract"); break;
+    case OpKind::Mul: out = elementwise("Multiply"); break;
+    case OpKind::Div: out = elementwise("Divide"); break;
+    case OpKind::Pow: out = elementwise("Power"); break;
+    case OpKind::Max: out = elementwise("Maximum"); break;
+    case OpKind::Equal: out = elementwise("Equal"); break;
+    case OpKind::Less: out = elementwise("Less"); break;
+    case OpKind::LessOrEqual: out = elementwise("LessEqual"); break;
+    case OpKind::Greater: out = elementwise("Greater"); break;
+    case OpKind::And: out = elementwise("LogicalAnd"); break;
+    case OpKind::Where: out = elementwise("Select"); break;
+    case OpKind::Neg: out = node_result(n, "Negative", "opset1", {}, in); break;
+    case OpKind::Sqrt: out = node_result(n, "Sqrt", "opset1", {}, in); break;
+    case OpKind::Exp: out = node_result(n, "Exp", "opset1", {}, in); break;
+    case OpKind::Tanh: out = node_result(n, "Tanh", "opset1", {}, in); break;
+    case OpKind::Erf: out = node_result(n, "Erf", "opset1", {}, in); break;
+    case OpKind::Cos: out = node_result(n, "Cos", "opset1", {}, in); break;
+    case OpKind::Sin: out = node_result(n, "Sin", "opset1", {}, in); break;
+    case OpKind::Sigmoid: out = node_result(n, "Sigmoid", "opset1", {}, in); break;
+    case OpKind::Not: out = node_result(n, "LogicalNot", "opset1", {}, in); break;
+    case OpKind::Reciprocal: {  // no public Reciprocal: 1 / x
+      const OvPort one = port(b_.scalar(1.0, x->dtype));
+      out = node_result(n, "Divide", "opset1", kNumpy, {one, in[0]});
+      break;
+    }
+    case OpKind::MatMul:
+      out = node_result(n, "MatMul", "opset1", {{"transpose_a", "false"}, {"transpose_b", "false"}}, in);
+      break;
+    case OpKind::Linear: {  // weight stays [out, in]: MatMul reads it transposed
+      out = op("MatMul", "opset1", n, {{"transpose_a", "false"}, {"transpose_b", "true"}}, {in[0], in[1]}, y->dtype,
+               y->shape, n.inputs.size() > 2 && n.inputs[2] ? "/matmul" : "");
+      if (n.inputs.size() > 2 && n.inputs[2]) out = node_result(n, "Add", "opset1", kNumpy, {out, in[2]});
+      break;
+    }
+    case OpKind::Embedding:
+      out = node_result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], i64({0}, {})});
+      break;
+    case OpKind::Softmax:
+      out = node_result(n, "SoftMax", "opset8", {{"axis", std::to_string(n.attrs.i("axis"))}}, in);
+      break;
+    case OpKind::ReduceMean: case OpKind::ReduceMax: {
+      std::vector<int64_t> axes = n.attrs.ints("axes");
+      if (axes.empty())
+        for (size_t i = 0; i < x->rank(); ++i) axes.push_back(static_cast<int64_t>(i));
+      out = node_result(n, n.op == OpKind::ReduceMean ? "ReduceMean" : "ReduceMax", "opset1",
+                        {{"keep_dims", n.attrs.i("keepdims") ? "true" : "false"}},
+                        {in[0], i64(axes, {static_cast<int64_t>(axes.size())})});
+      break;
+    }
+    case OpKind::Cast:
+      out = node_result(n, "Convert", "opset1", {{"destination_type", ov_element_type(y->dtype)}}, in);
+      break;
+    case OpKind::Reshape: {
+      const auto target = reshape_target(x->shape, y->shape);
+      out = node_result(n, "Reshape", "opset1", {{"special_zero", "true"}},
+                        {in[0], i64(target, {static_cast<int64_t>(target.size())})});
+      break;
+    }
+    case OpKind::Transpose: {
+      const auto& perm = n.attrs.ints("perm");
+      out = node_result(n, "Transpose", "opset1", {}, {in[0], i64(perm, {static_cast<int64_t>(perm.size())})});
+      break;
+    }
+    case OpKind::Slice:
+      out = node_result(n, "Slice", "opset8", {},
+                        {in[0], i64({n.attrs.i("start")}, {1}), i64({n.attrs.i("end")}, {1}), i64({1}, {1}),
+                         i64({n.attrs.i("axis")}, {1})});
+      break;
+    case OpKind::Concat:
+      out = node_result(n, "Concat", "opset1", {{"axis", std::to_string(n.attrs.i("axis"))}}, in);
+      break;
+    case OpKind::Gather:
+      out = node_result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], i64({n.attrs.i("axis")}, {})});
+      break;
+    case OpKind::Unsqueeze: {
+      const auto& axes = n.attrs.ints("axes");
+      out = node_result(n, "Unsqueeze", "opset1", {}, {in[0], i64(axes, {static_cast<int64_t>(axes.size())})});
+      break;
+    }
+    case OpKind::Range:
+      out = node_result(n, "Range", "opset4", {{"output_type", ov_element_type(y->dtype)}}, in);
+      break;
+    case OpKind::ShapeOf:
+      out = node_result(n, "ShapeOf", "opset3", {{"output_type", "i64"}}, in);
+      break;
+    case OpKind::Expand:
+      out = node_result(n, "Broadcast", "opset3", {{"mode", "bidirectional"}}, in);
+      break;
+    case OpKind::ScatterElements:
+      out = node_result(n, "ScatterElementsUpdate", "opset12", {{"reduction", "none"}, {"use_init_val", "true"}},
+                        {in[0], in[1], in[2], i64({n.attrs.i("axis")}, {})});
+      break;
+    case OpKind::GELU:
+      out = node_result(n, "Gelu", "opset7",
+                        {{"approximation_mode", n.attrs.s("approximate") == "tanh" ? "TANH" : "ERF"}}, in);
+      break;
+    default:
+      fail("internal error: OpenVINO backend cannot lower ", op_name(n.op));
+  }
+  ports_[y] = out;
+}
+
+void OvLowering::lower_graph() {
+  std::map<const Value*, const StatePair*> state_of;
+  for (const StatePair& s : graph_.states) state_of[s.input] = state_of[s.output] = &s;
+  for (const Value* v : graph_.inputs)
+    if (!state_of.count(v)) ports_[v] = parameter(v->name, v->dtype, v->shape);
+  if (!graph_.states.empty()) lower_state_reads(state_of);
+  for (const Node* n : graph_.order) lower(*n);
+  for (const Value* v : graph_.outputs) {
+    const OvPort p = port(v);
+    if (const auto it = state_of.find(v); it != state_of.end()) {
+      net_.add("Assign", "opset6", it->second->name + "/assign", {{"variable_id", it->second->name}}, {p},
+               {net_.output(p)});
+      continue;
+    }
+    net_.set_names(p, v->name);
+    net_.add("Result", "opset1", v->name + "/sink_port_0", {}, {p}, {});
+  }
+}
+
+OvPort OvLowering::parameter(const std::string& name, DType dtype, const Shape& shape) {
+  return net_.add("Parameter", "opset1", name, {{"shape", shape_attr(shape)}, {"element_type", ov_element_type(dtype)}},
+                  {}, {{dtype, shape, name}});
+}
+
+// Each cache input becomes a variable: ReadValue, initialised to an empty [batch, heads, 0, dim]
+// tensor, reordered by beam_idx, as optimum-intel and OpenVINO GenAI expect; its output is
+// written back by an Assign.
+void OvLowering::lower_state_reads(const std::map<const Value*, const StatePair*>& state_of) {
+  const Value* ids = graph_.inputs.front();
+  const Dim batch = ids->shape[0];
+  const OvPort beam_idx = parameter("beam_idx", DType::I32, {batch});
+  beam_idx_ = beam_idx;
+  const OvPort ids_shape = net_.add("ShapeOf", "opset3", "state_init/batch_shape", {{"output_type", "i64"}},
+                                    {ports_.at(ids)}, {{DType::I64, {Dim(2)}, ""}});
+  const OvPort batch_size = net_.add("Gather", "opset8", "state_init/batch", {{"batch_dims", "0"}},
+                                     {ids_shape, i64({0}, {1}), i64({0}, {})}, {{DType::I64, {Dim(1)}, ""}});
+  for (const StatePair& s : graph_.states) {
+    const Value* v = s.input;
+    const Shape& shape = v->shape;  // [batch, heads, past, dim]
+    const OvPort rest = i64({shape[1].value(), 0, shape[3].value()}, {3});
+    const OvPort init_shape = net_.add("Concat", "opset1", s.name + "/init_shape", {{"axis", "0"}}, {batch_size, rest},
+                                       {{DType::I64, {Dim(4)}, ""}});
+    const Shape empty{batch, shape[1], Dim(int64_t{0}), shape[3]};
+    const OvPort zeros = net_.add("Broadcast", "opset3", s.name + "/init", {{"mode", "numpy"}},
+                                  {port(b_.scalar(0.0, v->dtype)), init_shape}, {{v->dtype, empty, ""}});
+    std::string variable_shape = "?," + std::to_string(shape[1].value()) + ",?," + std::to_string(shape[3].value());
+    const OvPort read = net_.add("ReadValue", "opset6", s.name,
+                                 {{"variable_id", s.name}, {"variable_type", ov_element_type(v->dtype)},
+                                  {"variable_shape", variable_shape}},
+                                 {zeros}, {{v->dtype, shape, ""}});
+    ports_[v] = net_.add("Gather", "opset8", s.name + "/beam", {{"batch_dims", "0"}}, {read, beam_idx, i64({0}, {})},
+                         {{v->dtype, shape, ""}});
+  }
+  (void)state_of;
+}
+
+bool maps_natively(const Node& n) {
+  return n.op == OpKind::Linear || n.op == OpKind::Embedding || n.op == OpKind::GELU;
+}
+
+class OpenVinoBackend final : public Backend {
+ public:
+  std::string_view format() const override { return "openvino"; }
+
+  void check_options(const BackendOptions& opt) const override {
+    if (!opt.op_profile.empty()) fail("--onnx-ops applies only to --format onnx");
+    if (opt.static_cache)
+      fail("--static-cache: --format openvino exports a stateful model whose cache lives in the runtime");
+  }
+
+  // OpenVINO picks its own inference precision; --dtype float16/bfloat16 compresses the weights.
+  DType graph_dtype(const BackendOptions&) const override { return DType::F32; }
+  // Generation is one stateful model: the KV cache lives in ReadValue/Assign variables.
+  bool single_generation_graph() const override { return true; }
+
+  WrittenComponent write(const std::string& name, Graph& graph, const std::filesystem::path& dir,
+                         const BackendOptions& opt) override {
+    decompose(graph, maps_natively);
+    eliminate_dead_code(graph);
+    verify(graph);
+    OvNetwork net;
+    OvLowering lowering(graph, net, opt.dtype);
+    lowering.lower_graph();
+
+    // OpenVINO tools look for openvino_model.xml/.bin; other components keep their own name.
+    const std::string stem = name == "model" || name == "decode" ? "openvino_model" : "openvino_" + name + "_model";
+    WeightFile bin(dir / (stem + ".bin"), kBinAlignment);
+    std::vector<WeightFile::Item> items;
+    for (const auto& [layer, v] : lowering.constants()) items.push_back({v, false});
+    const auto spans = bin.append_all(items);
+    bin.close();
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const int layer = lowering.constants()[i].first;
+      net.set_data(layer, "offset", std::to_string(spans[i].offset));
+      net.set_data(layer, "size", std::to_string(spans[i].length));
+    }
+    net.write(dir / (stem + ".xml"), name);
+
+    WrittenComponent written{stem + ".xml", {stem + ".bin"}, {}, {}, lowering.stateful()};
+    std::set<const Value*> state_values;
+    for (const StatePair& s : graph.states) state_values.insert({s.input, s.output});
+    for (const Value* v : graph.inputs)
+      if (!state_values.count(v)) written.inputs.push_back({v->name, v->dtype, v->shape});
+    if (lowering.stateful()) written.inputs.push_back({"beam_idx", DType::I32, {graph.inputs.front()->shape[0]}});
+    for (const Value* v : graph.outputs)
+      if (!state_values.count(v)) written.outputs.push_back({v->name, v->dtype, v->shape});
+    return written;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_openvino_backend() { return std::make_unique<OpenVinoBackend>(); }
+
+}  // namespace hfx

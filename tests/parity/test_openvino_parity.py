@@ -1,0 +1,68 @@
+"""OpenVINO parity: the tiny random models of the ONNX parity suite exported with
+``--format openvino`` and run in the OpenVINO runtime (CPU, f32 inference precision), against
+transformers eager on the same left-padded batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import test_onnx_parity as onnx_parity
+from test_onnx_parity import BASE, CASES, FP32_TOL, hf_logits, make_inputs, masked_max_abs_diff
+
+ov = pytest.importorskip("openvino")
+
+
+def ov_logits(xml: Path, inputs) -> np.ndarray:
+    compiled = ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    ids, mask, pos = inputs
+    return compiled({"input_ids": ids, "attention_mask": mask, "position_ids": pos})["logits"]
+
+
+def check_openvino_export(out: Path, vocab: int) -> None:
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["format"] == "openvino"
+    comp = manifest["components"]["model"]
+    assert comp["file"] == "openvino_model.xml" and comp["data_files"] == ["openvino_model.bin"]
+    assert (out / "openvino_model.xml").is_file() and (out / "openvino_model.bin").is_file()
+    assert [i["name"] for i in comp["inputs"]] == ["input_ids", "attention_mask", "position_ids"]
+    assert comp["outputs"] == [{"name": "logits", "dtype": "float32", "shape": ["batch", "sequence", vocab]}]
+    model = ov.Core().read_model(str(out / "openvino_model.xml"))
+    assert {p.get_any_name() for p in model.inputs} == {"input_ids", "attention_mask", "position_ids"}
+    assert [p.get_any_name() for p in model.outputs] == ["logits"]
+
+
+def run_case(model_type, variant, model_dir, model, out, export_model, support_matrix, *extra, tol=FP32_TOL):
+    name = f"{variant} [openvino]"
+    try:
+        export_model(model_dir, out, "--format", "openvino", *extra)
+        vocab = model.config.vocab_size
+        check_openvino_export(out, vocab)
+        inputs = make_inputs(vocab)
+        diff = masked_max_abs_diff(ov_logits(out / "openvino_model.xml", inputs), hf_logits(model, inputs), inputs[1])
+        assert diff <= tol, f"{model_type}/{variant} in OpenVINO: max abs diff {diff:.3e} > {tol:.0e}"
+    except Exception as e:
+        support_matrix.record(model_type, name, False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+        raise
+    support_matrix.record(model_type, name, True, diff)
+
+
+@pytest.mark.parametrize("model_type,variant,overrides", CASES, ids=[f"{m}-{v}" for m, v, _ in CASES])
+def test_openvino_parity_fp32(model_type, variant, overrides, tmp_path, make_tiny_model, export_model,
+                              support_matrix):
+    model_dir, model = make_tiny_model(tmp_path / "hf", model_type, {**BASE, **overrides})
+    run_case(model_type, variant, model_dir, model, tmp_path / "out", export_model, support_matrix)
+
+
+def test_openvino_bf16_checkpoint(tmp_path, make_tiny_model, export_model, support_matrix):
+    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", dict(BASE), dtype="bfloat16")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+    run_case("qwen3", "bf16-checkpoint-to-fp32", model_dir, reference, tmp_path / "out", export_model,
+             support_matrix)
