@@ -25,6 +25,19 @@ from pathlib import Path
 
 import pytest
 
+
+# The tiny decoder every suite starts from (suites override what their cases vary).
+TINY_CONFIG = dict(
+    vocab_size=160,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO_ROOT / "python"
 

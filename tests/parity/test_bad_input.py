@@ -15,17 +15,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import assert_clean_error, leftovers  # noqa: F401 - shared with test_generation
+from conftest import TINY_CONFIG, assert_clean_error, leftovers  # noqa: F401 - shared with test_generation
 
-BASE_CONFIG = dict(
-    vocab_size=128,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
+BASE_CONFIG = dict(TINY_CONFIG, vocab_size=128)
 ST = "model.safetensors"
 
 

@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import assert_clean_error, build_tiny_model
+from conftest import TINY_CONFIG, assert_clean_error, build_tiny_model
 from transformers import GenerationConfig
 
 import hfexport
@@ -39,16 +39,7 @@ BATCH = (9, 5)
 # token identity a weak check; at 0.2 most configs produce varied 32-token continuations.
 WEIGHT_STD = 0.2
 
-BASE = dict(
-    vocab_size=160,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-    rms_norm_eps=1e-6,
-)
+BASE = dict(TINY_CONFIG)
 
 
 def rope(rope_type: str, theta: float = 10000.0, **kw) -> dict:

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from conftest import TINY_CONFIG
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -23,16 +24,7 @@ PROFILES = ("standard", "ort")  # --onnx-ops
 FP16_TOL = 2e-2
 PROMPT_LENGTHS = (12, 9, 5)
 
-BASE = dict(
-    vocab_size=160,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-    rms_norm_eps=1e-6,
-)
+BASE = dict(TINY_CONFIG)
 
 ARCH_NAMES = {
     "llama": "LlamaForCausalLM",
