@@ -19,7 +19,8 @@ class OpenVinoRunner(DecodeRunner):
             raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
         path = manifest.directory / manifest.component("decode")["file"]
         # f32 inference by default: the parity contract is against transformers' float32 logits.
-        config = {"INFERENCE_PRECISION_HINT": "f32"} if config is None else config
+        # The CPU plugin keeps its fused KV cache in u8/f16 by default; f32 matches transformers.
+        config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"} if config is None else config
         self.compiled = ov.Core().compile_model(str(path), device, config)
         self.request = self.compiled.create_infer_request()
 

@@ -728,3 +728,19 @@ def test_openvino_greedy_matches_transformers(name, dtype, tiny, tmp_path, expor
         return err
 
     record(support_matrix, tm.model_type, f"generate-openvino-{dtype}-{name.split('-', 1)[1]}", run)
+
+
+def test_openvino_cpu_plugin_fuses_attention_and_rmsnorm(tiny, tmp_path, export_model):
+    """The stateful export carries the patterns OpenVINO's CPU plugin fuses: the cache concat
+    feeding ScaledDotProductAttention (stateful SDPA), and RMSNorm."""
+    pytest.importorskip("openvino")
+    tm = tiny("qwen3-gqa-qk_norm-head_dim16")
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", "openvino", "--for-generation")
+    runner = hfexport.open_runner(out)
+    types = {op.get_rt_info()["layerType"].astype(str) for op in runner.compiled.get_runtime_model().get_ops()}
+    assert "ScaledDotProductAttention" in types, sorted(types)
+    assert "RMS" in types, sorted(types)
+    # the fused graph still generates what transformers does
+    ids, mask = tm.prompts(BATCH)
+    tokens, logits, _ = run_ours(out, ids, mask)
+    compare(tokens, logits, tm.reference(BATCH), "openvino fused")

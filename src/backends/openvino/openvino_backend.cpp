@@ -50,6 +50,8 @@ class OvLowering {
     return op(type, version, n, std::move(data), inputs, n.outputs[0]->dtype, n.outputs[0]->shape);
   }
   void lower(const Node& n);
+  OvPort lower_attention(const Node& n, const std::vector<OvPort>& in);
+  OvPort repeat_kv(const Node& n, OvPort kv, const Value* value, int64_t groups);
   OvPort parameter(const std::string& name, DType dtype, const Shape& shape);
   void lower_state_reads(const std::map<const Value*, const StatePair*>& state_of);
   OvPort beam_idx_;
@@ -64,7 +66,8 @@ class OvLowering {
   OvNetwork& net_;
   std::map<const Value*, OvPort> ports_;
   std::vector<std::pair<int, const Value*>> constants_;
-  std::deque<Value> stored_as_;  // compressed views of weights, for the .bin writer
+  std::deque<Value> stored_as_;
+  std::map<const Value*, OvPort> additive_masks_;  // compressed views of weights, for the .bin writer
   DType weight_dtype_;
   int counter_ = 0;
 };
@@ -204,6 +207,9 @@ void OvLowering::lower(const Node& n) {
       out = node_result(n, "ScatterElementsUpdate", "opset12", {{"reduction", "none"}, {"use_init_val", "true"}},
                         {in[0], in[1], in[2], i64({n.attrs.i("axis")}, {})});
       break;
+    case OpKind::Attention:
+      out = lower_attention(n, in);
+      break;
     case OpKind::GELU:
       out = node_result(n, "Gelu", "opset7",
                         {{"approximation_mode", n.attrs.s("approximate") == "tanh" ? "TANH" : "ERF"}}, in);
@@ -212,6 +218,50 @@ void OvLowering::lower(const Node& n) {
       fail("internal error: OpenVINO backend cannot lower ", op_name(n.op));
   }
   ports_[y] = out;
+}
+
+// Grouped kv heads repeated to the query heads, the shape the CPU plugin's SDPA fusions expect:
+// [B, Hkv, T, D] -> Unsqueeze -> Broadcast [B, Hkv, G, T, D] -> Reshape [B, Hkv * G, T, D].
+OvPort OvLowering::repeat_kv(const Node& n, OvPort kv, const Value* value, int64_t groups) {
+  const Shape& s = value->shape;
+  const Shape five{s[0], s[1], Dim(groups), s[2], s[3]};
+  const OvPort unsqueezed = op("Unsqueeze", "opset1", n, {}, {kv, i64({2}, {1})}, value->dtype,
+                               {s[0], s[1], Dim(int64_t{1}), s[2], s[3]}, "/kv_unsqueeze");
+  const OvPort target = i64({1, 1, groups, 1, 1}, {5});
+  const OvPort broadcast = op("Broadcast", "opset3", n, {{"mode", "bidirectional"}}, {unsqueezed, target},
+                              value->dtype, five, "/kv_broadcast");
+  const Shape four{s[0], Dim(s[1].value() * groups), s[2], s[3]};
+  const auto spec = reshape_target(five, four);
+  return op("Reshape", "opset1", n, {{"special_zero", "true"}}, {broadcast, i64(spec, {4})}, value->dtype, four,
+            "/kv_reshape");
+}
+
+// ScaledDotProductAttention (opset13) with an additive mask: masked scores get the lowest finite
+// value so fully padded rows stay finite, as in the reference decomposition.
+OvPort OvLowering::lower_attention(const Node& n, const std::vector<OvPort>& in) {
+  const Value* q = n.inputs[0];
+  const int64_t groups = q->shape[1].value() / n.inputs[1]->shape[1].value();
+  OvPort k = in[1], v = in[2];
+  if (groups > 1) {
+    k = repeat_kv(n, k, n.inputs[1], groups);
+    v = repeat_kv(n, v, n.inputs[2], groups);
+  }
+  std::vector<OvPort> inputs{in[0], k, v};
+  if (n.inputs.size() > 3 && n.inputs[3]) {
+    const Value* mask = n.inputs[3];
+    OvPort& additive = additive_masks_[mask];
+    if (additive.layer < 0) {
+      const float lowest = q->dtype == DType::F16 ? -65504.0f : std::numeric_limits<float>::lowest();
+      additive = op("Select", "opset1", n, kNumpy, {in[3], port(b_.scalar(0.0, q->dtype)), port(b_.scalar(lowest, q->dtype))},
+                    q->dtype, mask->shape, "/additive_mask");
+    }
+    inputs.push_back(additive);
+  } else {
+    inputs.push_back(port(b_.scalar(0.0, q->dtype)));
+  }
+  inputs.push_back(port(b_.scalar(n.attrs.f("scale"), q->dtype)));
+  HFX_CHECK(n.attrs.f("softcap", 0.0) == 0.0, "OpenVINO SDPA has no softcap (decompose instead)");
+  return node_result(n, "ScaledDotProductAttention", "opset13", {{"causal", "false"}}, inputs);
 }
 
 void OvLowering::lower_graph() {
@@ -271,6 +321,7 @@ void OvLowering::lower_state_reads(const std::map<const Value*, const StatePair*
 }
 
 bool maps_natively(const Node& n) {
+  if (n.op == OpKind::Attention) return n.attrs.f("softcap", 0.0) == 0.0;  // SDPA has no softcap
   return n.op == OpKind::Linear || n.op == OpKind::Embedding || n.op == OpKind::GELU;
 }
 
