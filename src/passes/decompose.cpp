@@ -49,7 +49,7 @@ Value* decompose_rope(Builder& b, const Node& n) {
     rotated = b.reshape(b.concat({b.unary(OpKind::Neg, odd), even}, -1), xr->shape);
   } else {
     Value* x1 = b.slice(xr, -1, 0, rot / 2);
-    Value* x2 = b.slice(xr, -1, rot / 2, rot);
+    Value* x2 = b.slice(xr, -1, rot / 2, INT64_MAX);  // "to the end": the form RoPE fusions match
     rotated = b.concat({b.unary(OpKind::Neg, x2), x1}, -1);
   }
   Value* out = b.add(b.mul(xr, cos), b.mul(rotated, sin));

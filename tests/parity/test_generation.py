@@ -730,9 +730,9 @@ def test_openvino_greedy_matches_transformers(name, dtype, tiny, tmp_path, expor
     record(support_matrix, tm.model_type, f"generate-openvino-{dtype}-{name.split('-', 1)[1]}", run)
 
 
-def test_openvino_cpu_plugin_fuses_attention_and_rmsnorm(tiny, tmp_path, export_model):
+def test_openvino_cpu_plugin_fuses_attention_rmsnorm_and_rope(tiny, tmp_path, export_model):
     """The stateful export carries the patterns OpenVINO's CPU plugin fuses: the cache concat
-    feeding ScaledDotProductAttention (stateful SDPA), and RMSNorm."""
+    feeding ScaledDotProductAttention (stateful SDPA), RMSNorm and RoPE."""
     pytest.importorskip("openvino")
     tm = tiny("qwen3-gqa-qk_norm-head_dim16")
     out = export_model(tm.model_dir, tmp_path / "out", "--format", "openvino", "--for-generation")
@@ -740,6 +740,7 @@ def test_openvino_cpu_plugin_fuses_attention_and_rmsnorm(tiny, tmp_path, export_
     types = {op.get_rt_info()["layerType"].astype(str) for op in runner.compiled.get_runtime_model().get_ops()}
     assert "ScaledDotProductAttention" in types, sorted(types)
     assert "RMS" in types, sorted(types)
+    assert "RoPE" in types, sorted(types)
     # the fused graph still generates what transformers does
     ids, mask = tm.prompts(BATCH)
     tokens, logits, _ = run_ours(out, ids, mask)

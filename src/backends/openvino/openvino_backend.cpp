@@ -126,7 +126,9 @@ void OvLowering::lower(const Node& n) {
     case OpKind::Greater: out = elementwise("Greater"); break;
     case OpKind::And: out = elementwise("LogicalAnd"); break;
     case OpKind::Where: out = elementwise("Select"); break;
-    case OpKind::Neg: out = node_result(n, "Negative", "opset1", {}, in); break;
+    case OpKind::Neg:  // x * -1: the form OpenVINO's RoPE fusion matches in rotate_half
+      out = node_result(n, "Multiply", "opset1", kNumpy, {in[0], port(b_.scalar(-1.0, x->dtype))});
+      break;
     case OpKind::Sqrt: out = node_result(n, "Sqrt", "opset1", {}, in); break;
     case OpKind::Exp: out = node_result(n, "Exp", "opset1", {}, in); break;
     case OpKind::Tanh: out = node_result(n, "Tanh", "opset1", {}, in); break;
@@ -179,13 +181,18 @@ void OvLowering::lower(const Node& n) {
       break;
     }
     case OpKind::Slice:
+      // "To the end" as INT32_MAX, the sentinel OpenVINO's fusion patterns (RoPE) look for.
       out = node_result(n, "Slice", "opset8", {},
-                        {in[0], i64({n.attrs.i("start")}, {1}), i64({n.attrs.i("end")}, {1}), i64({1}, {1}),
-                         i64({n.attrs.i("axis")}, {1})});
+                        {in[0], i64({n.attrs.i("start")}, {1}),
+                         i64({std::min<int64_t>(n.attrs.i("end"), std::numeric_limits<int32_t>::max())}, {1}),
+                         i64({1}, {1}), i64({n.attrs.i("axis")}, {1})});
       break;
-    case OpKind::Concat:
-      out = node_result(n, "Concat", "opset1", {{"axis", std::to_string(n.attrs.i("axis"))}}, in);
+    case OpKind::Concat: {  // the last axis as -1, as fusion patterns spell it
+      const int64_t axis = n.attrs.i("axis");
+      const bool last = axis == static_cast<int64_t>(y->rank()) - 1;
+      out = node_result(n, "Concat", "opset1", {{"axis", last ? "-1" : std::to_string(axis)}}, in);
       break;
+    }
     case OpKind::Gather:
       out = node_result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], i64({n.attrs.i("axis")}, {})});
       break;
