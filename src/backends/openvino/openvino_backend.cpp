@@ -14,7 +14,7 @@
 namespace hfx {
 namespace {
 
-constexpr uint64_t kBinAlignment = 64;
+constexpr uint64_t kBinAlignment = 4096;  // page-aligned: unaligned chunk writes cost the kernel dearly
 const OvNetwork::Attrs kNumpy{{"auto_broadcast", "numpy"}};
 
 std::string shape_attr(const Shape& s) {
