@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +33,31 @@ std::string python_interpreter() {
   return "python3";
 }
 
+// OpenVINO exports go to the C++ runner installed next to this program, when there is one.
+std::string native_runner(int argc, char** argv) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto runner = self.parent_path() / "hfexport-openvino-generate";
+  if (ec || !std::filesystem::exists(runner)) return {};
+  for (int i = 2; i < argc; ++i) {
+    if (argv[i][0] == '-') {
+      if (std::string_view(argv[i]) != "--ignore-eos" && std::string_view(argv[i]) != "--do-sample") ++i;
+      continue;
+    }
+    std::ifstream in(std::filesystem::path(argv[i]) / "export.json");
+    const auto manifest = nlohmann::json::parse(in, nullptr, false);
+    return manifest.is_object() && manifest.value("format", "") == "openvino" ? runner.string() : std::string();
+  }
+  return {};
+}
+
 int run_python_generate(int argc, char** argv) {
+  if (const std::string runner = native_runner(argc, argv); !runner.empty()) {
+    std::vector<char*> cargs{const_cast<char*>(runner.c_str())};
+    for (int i = 2; i < argc; ++i) cargs.push_back(argv[i]);
+    cargs.push_back(nullptr);
+    ::execv(runner.c_str(), cargs.data());
+  }
   const std::string python = python_interpreter();
   std::vector<std::string> args{python, "-m", "hfexport.generate"};
   for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
