@@ -78,7 +78,19 @@ def good_export(base_model, tmp_path_factory, export_model) -> Path:
     return export_model(base_model, tmp_path_factory.mktemp("good_export") / "out")
 
 
+# Every case runs once per output format: checkpoint and option errors must read the same there.
+_FORMAT = {"value": "onnx"}
+
+
+@pytest.fixture(params=["onnx", "openvino"], autouse=True)
+def output_format(request):
+    _FORMAT["value"] = request.param
+    return request.param
+
+
 def export(run_hfexport, model_dir, out_dir, *extra):
+    if "--format" not in extra:
+        extra = ("--format", _FORMAT["value"], *extra)
     return run_hfexport("export", model_dir, "-o", out_dir, *extra)
 
 
@@ -278,12 +290,13 @@ def test_out_dir_exists_without_overwrite(model, out, run_hfexport):
     assert not leftovers(out)
 
 
-def test_out_dir_exists_with_overwrite(model, out, run_hfexport):
+def test_out_dir_exists_with_overwrite(model, out, run_hfexport, output_format):
     out.mkdir(parents=True)
     (out / "keep.txt").write_text("stale")
     proc = export(run_hfexport, model, out, "--overwrite")
     assert proc.returncode == 0, proc.stderr
-    assert (out / "model.onnx").is_file() and (out / "export.json").is_file()
+    model_file = "model.onnx" if output_format == "onnx" else "openvino_model.xml"
+    assert (out / model_file).is_file() and (out / "export.json").is_file()
     assert not (out / "keep.txt").exists()
     assert not leftovers(out)
 
@@ -350,57 +363,7 @@ def test_inspect_corrupt_manifest(good_export, tmp_path, run_hfexport):
 
 
 # --------------------------------------------------------------------------------------------
-# the same contract for --format openvino
-
-
-def _truncate(model: Path) -> str:
-    raw = (model / ST).read_bytes()
-    (model / ST).write_bytes(raw[: len(raw) // 2])
-    return ST
-
-
-def _absurd_header(model: Path) -> str:
-    raw = (model / ST).read_bytes()
-    (model / ST).write_bytes(struct.pack("<Q", 2**62) + raw[8:])
-    return ST
-
-
-def _drop_tensor(model: Path) -> str:
-    name = "model.layers.1.self_attn.k_proj.weight"
-    _rewrite_tensors(model, lambda t: t.pop(name))
-    return name
-
-
-def _misshape_tensor(model: Path) -> str:
-    import torch
-
-    name = "model.layers.0.mlp.gate_proj.weight"
-    _rewrite_tensors(model, lambda t: t.update({name: torch.zeros(97, 64)}))
-    return name
-
-
-def _unsupported_type(model: Path) -> str:
-    edit_config(model, lambda c: c.update(model_type="gpt_bigcode"))
-    return "gpt_bigcode"
-
-
-def _missing_key(model: Path) -> str:
-    edit_config(model, lambda c: c.pop("hidden_size"))
-    return "hidden_size"
-
-
-@pytest.mark.parametrize("damage", [_truncate, _absurd_header, _drop_tensor, _misshape_tensor, _unsupported_type,
-                                    _missing_key], ids=lambda f: f.__name__.strip("_"))
-def test_openvino_bad_input(damage, model, out, run_hfexport):
-    mention = damage(model)
-    assert_clean_error(export(run_hfexport, model, out, "--format", "openvino"), out, mention)
-
-
-def test_openvino_out_dir_exists_without_overwrite(model, out, run_hfexport):
-    out.mkdir(parents=True)
-    (out / "keep.txt").write_text("precious")
-    assert_clean_error(export(run_hfexport, model, out, "--format", "openvino"), None, "--overwrite")
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+# format-specific options
 
 
 def test_onnx_ops_refused_for_openvino(model, out, run_hfexport):
