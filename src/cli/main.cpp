@@ -19,26 +19,27 @@
 
 namespace {
 
+// The directory of this executable: companions (the venv's Python, the OpenVINO runner) live there.
+std::filesystem::path executable_dir() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path() : self.parent_path();
+}
+
 // The Python next to this executable (a venv's bin/), else HFEXPORT_PYTHON, else python3 on PATH.
 std::string python_interpreter() {
   if (const char* env = std::getenv("HFEXPORT_PYTHON"); env && *env) return env;
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (const char* name : {"python", "python3"}) {
-      const auto candidate = self.parent_path() / name;
-      if (std::filesystem::exists(candidate)) return candidate.string();
-    }
+  for (const char* name : {"python", "python3"}) {
+    const auto candidate = executable_dir() / name;
+    if (std::filesystem::exists(candidate)) return candidate.string();
   }
   return "python3";
 }
 
 // OpenVINO exports go to the C++ runner installed next to this program, when there is one.
 std::string native_runner(int argc, char** argv) {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const auto runner = self.parent_path() / "hfexport-openvino-generate";
-  if (ec || !std::filesystem::exists(runner)) return {};
+  const auto runner = executable_dir() / "hfexport-openvino-generate";
+  if (!std::filesystem::exists(runner)) return {};
   for (int i = 2; i < argc; ++i) {
     if (argv[i][0] == '-') {
       if (std::string_view(argv[i]) != "--ignore-eos" && std::string_view(argv[i]) != "--do-sample") ++i;
@@ -51,20 +52,21 @@ std::string native_runner(int argc, char** argv) {
   return {};
 }
 
-int run_python_generate(int argc, char** argv) {
-  if (const std::string runner = native_runner(argc, argv); !runner.empty()) {
-    std::vector<char*> cargs{const_cast<char*>(runner.c_str())};
-    for (int i = 2; i < argc; ++i) cargs.push_back(argv[i]);
-    cargs.push_back(nullptr);
-    ::execv(runner.c_str(), cargs.data());
-  }
-  const std::string python = python_interpreter();
-  std::vector<std::string> args{python, "-m", "hfexport.generate"};
+// Replaces this process with `args` followed by the arguments after "generate"; returns only if
+// the program could not be started.
+void exec_with_generate_args(std::vector<std::string> args, int argc, char** argv) {
   for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
-  ::execvp(python.c_str(), cargs.data());
+  ::execvp(cargs[0], cargs.data());
+}
+
+int run_generate(int argc, char** argv) {
+  if (const std::string runner = native_runner(argc, argv); !runner.empty())
+    exec_with_generate_args({runner}, argc, argv);  // falls through to Python if it cannot start
+  const std::string python = python_interpreter();
+  exec_with_generate_args({python, "-m", "hfexport.generate"}, argc, argv);
   std::cerr << "hfexport: error: generate: cannot run " << python << ": " << std::strerror(errno) << "\n";
   return 1;
 }
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
 
   // The decode loop runs on onnxruntime's Python API (no C/C++ SDK installable here): the
   // subcommand is handed, arguments untouched, to the runner in hfexport's Python package.
-  if (argc > 1 && std::string_view(argv[1]) == "generate") return run_python_generate(argc, argv);
+  if (argc > 1 && std::string_view(argv[1]) == "generate") return run_generate(argc, argv);
   app.add_subcommand("generate", "generate tokens from an export (runs python -m hfexport.generate)");
 
   try {

@@ -72,7 +72,6 @@ class OnnxBackend final : public Backend {
     std::ofstream out(dir / written.file, std::ios::binary);
     if (!out || !model.SerializeToOstream(&out) || !out.flush())
       fail((dir / written.file).string(), ": cannot write model");
-    (void)opt;
     return written;
   }
 

@@ -39,6 +39,8 @@ class OvLowering {
   void lower_graph();
   // Constants in the order their Const layers were made, for the .bin.
   const std::vector<std::pair<int, const Value*>>& constants() const { return constants_; }
+  // True once graph state was lowered to variables (the model then takes beam_idx).
+  bool stateful() const { return beam_idx_.layer >= 0; }
 
  private:
   OvPort port(const Value* v);
@@ -53,21 +55,16 @@ class OvLowering {
   OvPort lower_attention(const Node& n, const std::vector<OvPort>& in);
   OvPort repeat_kv(const Node& n, OvPort kv, const Value* value, int64_t groups);
   OvPort parameter(const std::string& name, DType dtype, const Shape& shape);
-  void lower_state_reads(const std::map<const Value*, const StatePair*>& state_of);
-  OvPort beam_idx_;
-
- public:
-  bool stateful() const { return beam_idx_.layer >= 0; }
-
- private:
+  void lower_state_reads();
 
   Graph& graph_;
   Builder b_;  // makes the small constants (axes, shapes) lowering needs
   OvNetwork& net_;
   std::map<const Value*, OvPort> ports_;
   std::vector<std::pair<int, const Value*>> constants_;
-  std::deque<Value> stored_as_;
-  std::map<const Value*, OvPort> additive_masks_;  // compressed views of weights, for the .bin writer
+  std::deque<Value> stored_as_;  // compressed views of weights, for the .bin writer
+  std::map<const Value*, OvPort> additive_masks_;  // per bool mask, shared by the layers using it
+  OvPort beam_idx_;
   DType weight_dtype_;
   int counter_ = 0;
 };
@@ -276,7 +273,7 @@ void OvLowering::lower_graph() {
   for (const StatePair& s : graph_.states) state_of[s.input] = state_of[s.output] = &s;
   for (const Value* v : graph_.inputs)
     if (!state_of.count(v)) ports_[v] = parameter(v->name, v->dtype, v->shape);
-  if (!graph_.states.empty()) lower_state_reads(state_of);
+  if (!graph_.states.empty()) lower_state_reads();
   for (const Node* n : graph_.order) lower(*n);
   for (const Value* v : graph_.outputs) {
     const OvPort p = port(v);
@@ -298,7 +295,7 @@ OvPort OvLowering::parameter(const std::string& name, DType dtype, const Shape& 
 // Each cache input becomes a variable: ReadValue, initialised to an empty [batch, heads, 0, dim]
 // tensor, reordered by beam_idx, as optimum-intel and OpenVINO GenAI expect; its output is
 // written back by an Assign.
-void OvLowering::lower_state_reads(const std::map<const Value*, const StatePair*>& state_of) {
+void OvLowering::lower_state_reads() {
   const Value* ids = graph_.inputs.front();
   const Dim batch = ids->shape[0];
   const OvPort beam_idx = parameter("beam_idx", DType::I32, {batch});
@@ -324,7 +321,6 @@ void OvLowering::lower_state_reads(const std::map<const Value*, const StatePair*
     ports_[v] = net_.add("Gather", "opset8", s.name + "/beam", {{"batch_dims", "0"}}, {read, beam_idx, i64({0}, {})},
                          {{v->dtype, shape, ""}});
   }
-  (void)state_of;
 }
 
 bool maps_natively(const Node& n) {
