@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from bench_export import ensure_checkpoint
+from bench_export import default_hfexport, ensure_checkpoint
 
 EAGER_TARGET = 1.5  # hfexport decode tok/s / transformers eager decode tok/s, at least
 TF_EXPORT_TARGET = 2.0  # hfexport decode tok/s / transformers-exported graph decode tok/s, at least
@@ -379,17 +379,22 @@ def hfexport_revision() -> str:
         return "unknown"
 
 
-def environment(args) -> dict:
+def machine_environment(*packages: str) -> dict:
+    """The machine, its load, and the versions of `packages`: what a benchmark's figures depend on."""
     return {
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)),
         "loadavg_start": os.getloadavg(),
         "python": platform.python_version(),
-        "onnxruntime": package_version("onnxruntime"),
-        "torch": package_version("torch"),
-        "transformers": package_version("transformers"),
+        **{name: package_version(name) for name in packages},
         "hfexport_revision": hfexport_revision(),
+    }
+
+
+def environment(args) -> dict:
+    return {
+        **machine_environment("onnxruntime", "torch", "transformers"),
         "ort_threads": args.ort_threads or "default (0: one per physical core, i.e. all cores)",
         "torch_threads": args.torch_threads,
     }
@@ -409,11 +414,6 @@ def print_environment(env: dict, args, ckpt: Path) -> None:
 
 
 # --------------------------------------------------------------------------- main
-
-
-def default_hfexport(repo: Path) -> Path:
-    installed = Path(sys.executable).parent / "hfexport"
-    return installed if installed.exists() else repo / "build" / "hfexport"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

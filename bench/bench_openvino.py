@@ -54,7 +54,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -62,7 +61,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench_export import checkpoint_bytes, default_hfexport, ensure_checkpoint, measure, mib
-from bench_generate import cpu_model, hfexport_revision, leading_matches, package_version, worker_env
+from bench_generate import leading_matches, machine_environment, passes, ratio, worker_env
 
 SPEEDUP_TARGET = 20.0  # anchor export wall time / hfexport export wall time, at least
 DECODE_TARGET = 1.0  # hfexport decode tok/s / anchor decode tok/s, at least
@@ -170,15 +169,6 @@ def time_one(label: str, kind: str, path: Path, args, logs: Path, vocab_size: in
 # --------------------------------------------------------------------------- summary
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def passes(value: float | None, target: float) -> bool | None:
-    """Whether a ratio meets its target; None when a side was not run or failed."""
-    return None if value is None else value >= target
-
-
 def summarize(ckpt: Path, exports: dict, anchor_failures: list, timings: dict) -> dict:
     hf, anchor = exports.get("hfexport"), exports.get("anchor")
     hf_ok, anchor_ok = hf is not None and hf["returncode"] == 0, anchor is not None
@@ -272,19 +262,7 @@ def print_report(summary: dict, args) -> None:
 
 
 def environment(args) -> dict:
-    return {
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
-        "loadavg_start": os.getloadavg(),
-        "python": platform.python_version(),
-        "openvino": package_version("openvino"),
-        "torch": package_version("torch"),
-        "transformers": package_version("transformers"),
-        "optimum-intel": package_version("optimum-intel"),
-        "hfexport_revision": hfexport_revision(),
-        "ov_config": ov_config(args),
-    }
+    return {**machine_environment("openvino", "torch", "transformers", "optimum-intel"), "ov_config": ov_config(args)}
 
 
 def print_environment(env: dict, args, ckpt: Path) -> None:
