@@ -84,6 +84,24 @@ uint64_t output_bytes(const WeightFile::Item& item) {
   return c.nbytes() / dtype_size(c.src_dtype) * dtype_size(item.value->dtype);
 }
 
+// A constant's source segments: its checkpoint parts (stacked along axis 0), or its owned bytes.
+struct Segment {
+  const std::byte* data;
+  size_t nbytes;
+  const TensorInfo* tensor;  // null for owned bytes
+};
+
+std::vector<Segment> segments(const ConstantData& c) {
+  if (!c.from_checkpoint()) return {{c.owned.data(), c.owned.size(), nullptr}};
+  std::vector<Segment> out;
+  for (const TensorInfo* t : c.parts) out.push_back({t->data, t->nbytes, t});
+  return out;
+}
+
+void release(const Segment& s, const std::byte* p, size_t n) {
+  if (s.tensor) s.tensor->file->release(p, n);
+}
+
 }  // namespace
 
 void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch) const {
@@ -91,39 +109,50 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
   HFX_CHECK(v.is_constant(), "append of non-constant ", v.name);
   const ConstantData& c = *v.constant;
   const size_t in_size = dtype_size(c.src_dtype), out_size = dtype_size(v.dtype);
-  const size_t numel = c.nbytes() / in_size;
   const bool convert = c.src_dtype != v.dtype;
   HFX_CHECK(!convert || (is_float(c.src_dtype) && is_float(v.dtype)), "cast of ", v.name);
-  const std::byte* src = c.bytes();
   if (!item.transpose) {
     const size_t chunk = std::max<size_t>(1, kChunkBytes / std::max(in_size, out_size));
-    for (size_t i = 0; i < numel; i += chunk) {
-      const size_t n = std::min(chunk, numel - i);
-      if (convert) {
-        scratch.converted.resize(n * out_size);
-        convert_floats(src + i * in_size, c.src_dtype, scratch.converted.data(), v.dtype, n);
-        write_at(scratch.converted.data(), n * out_size, offset + i * out_size);
-      } else {
-        write_at(src + i * in_size, n * in_size, offset + i * in_size);
+    for (const Segment& s : segments(c)) {
+      const size_t numel = s.nbytes / in_size;
+      for (size_t i = 0; i < numel; i += chunk) {
+        const size_t n = std::min(chunk, numel - i);
+        const std::byte* src = s.data + i * in_size;
+        if (convert) {
+          scratch.converted.resize(n * out_size);
+          convert_floats(src, c.src_dtype, scratch.converted.data(), v.dtype, n);
+          write_at(scratch.converted.data(), n * out_size, offset + i * out_size);
+        } else {
+          write_at(src, n * in_size, offset + i * in_size);
+        }
+        release(s, src, n * in_size);
       }
-      if (c.tensor) c.tensor->file->release(src + i * in_size, n * in_size);
+      offset += numel * out_size;
     }
     return;
   }
   // Source [rows, cols] -> destination [cols, rows]: take a band of source rows, transpose it in
-  // memory, and write each destination row's segment for that band.
+  // memory, and write each destination row's segment for that band. Stacked parts are bands of
+  // their own, each starting at its first row in the whole.
   HFX_CHECK(c.src_shape.size() == 2, "transpose of non-matrix ", v.name);
   const auto rows = static_cast<size_t>(c.src_shape[0]), cols = static_cast<size_t>(c.src_shape[1]);
   const size_t band = std::max<size_t>(1, kBandBytes / std::max<size_t>(1, cols * std::max(in_size, out_size)));
-  for (size_t r0 = 0; r0 < rows; r0 += band) {
-    const size_t nr = std::min(band, rows - r0);
-    scratch.converted.resize(nr * cols * out_size);
-    convert_floats(src + r0 * cols * in_size, c.src_dtype, scratch.converted.data(), v.dtype, nr * cols);
-    scratch.transposed.resize(scratch.converted.size());
-    transpose(scratch.converted.data(), scratch.transposed.data(), nr, cols, out_size);
-    for (size_t col = 0; col < cols; ++col)
-      write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size, offset + (col * rows + r0) * out_size);
-    if (c.tensor) c.tensor->file->release(src + r0 * cols * in_size, nr * cols * in_size);
+  size_t first_row = 0;
+  for (const Segment& s : segments(c)) {
+    const size_t part_rows = s.nbytes / in_size / cols;
+    for (size_t r0 = 0; r0 < part_rows; r0 += band) {
+      const size_t nr = std::min(band, part_rows - r0);
+      const std::byte* src = s.data + r0 * cols * in_size;
+      scratch.converted.resize(nr * cols * out_size);
+      convert_floats(src, c.src_dtype, scratch.converted.data(), v.dtype, nr * cols);
+      scratch.transposed.resize(scratch.converted.size());
+      transpose(scratch.converted.data(), scratch.transposed.data(), nr, cols, out_size);
+      for (size_t col = 0; col < cols; ++col)
+        write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size,
+                 offset + (col * rows + first_row + r0) * out_size);
+      release(s, src, nr * cols * in_size);
+    }
+    first_row += part_rows;
   }
 }
 

@@ -76,7 +76,7 @@ Value* Builder::weight(const TensorInfo& tensor, DType dtype) {
   auto c = std::make_shared<ConstantData>();
   c->src_dtype = tensor.dtype;
   c->src_shape = tensor.shape;
-  c->tensor = &tensor;
+  c->parts = {&tensor};
   Shape shape(tensor.shape.begin(), tensor.shape.end());
   Value* v = g_.new_value(dtype, std::move(shape), tensor.name);
   v->constant = std::move(c);

@@ -46,6 +46,19 @@ const std::string& Attrs::s(const std::string& key) const {
   return std::get<std::string>(it->second);
 }
 
+size_t ConstantData::nbytes() const {
+  if (parts.empty()) return owned.size();
+  size_t n = 0;
+  for (const TensorInfo* t : parts) n += t->nbytes;
+  return n;
+}
+
+const std::byte* ConstantData::bytes() const {
+  if (parts.empty()) return owned.data();
+  HFX_CHECK(parts.size() == 1, "contiguous bytes of a constant stacked from ", parts.size(), " tensors");
+  return parts.front()->data;
+}
+
 const Symbol* Graph::symbol(const std::string& name, int64_t min, int64_t max) {
   for (const auto& s : symbols_)
     if (s.name == name) return &s;

@@ -43,16 +43,19 @@ class Attrs {
   std::map<std::string, Attr> map_;
 };
 
-// Bytes behind a constant: a lazy view into a checkpoint tensor, or a small owned buffer.
-// Materialised (converted to the value's dtype, optionally transposed) only by a backend writer.
+// Bytes behind a constant: lazy views into checkpoint tensors (one, or several of the same dtype
+// stacked along axis 0, e.g. packed q/k/v projections), or a small owned buffer. Materialised
+// (converted to the value's dtype, optionally transposed) only by a backend writer.
 struct ConstantData {
   DType src_dtype = DType::F32;
   std::vector<int64_t> src_shape;
-  const TensorInfo* tensor = nullptr;  // checkpoint view, or null when `owned` holds the bytes
+  std::vector<const TensorInfo*> parts;  // checkpoint views, empty when `owned` holds the bytes
   std::vector<std::byte> owned;
 
-  const std::byte* bytes() const { return tensor ? tensor->data : owned.data(); }
-  size_t nbytes() const { return tensor ? tensor->nbytes : owned.size(); }
+  bool from_checkpoint() const { return !parts.empty(); }
+  size_t nbytes() const;
+  // The bytes of an owned or single-part constant (a stacked one has no contiguous bytes).
+  const std::byte* bytes() const;
 };
 
 struct Node;

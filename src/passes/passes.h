@@ -9,6 +9,10 @@ namespace hfx {
 // Replaces every high-level op the backend cannot map natively with its reference decomposition.
 void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_maps_natively);
 
+// Packs Linear ops that read the same input into one over their stacked checkpoint weights, each
+// original result becoming a Slice of the packed one (q/k/v, gate/up: fewer, wider MatMuls).
+void pack_linears(Graph& graph);
+
 // Drops nodes whose results nothing uses.
 void eliminate_dead_code(Graph& graph);
 

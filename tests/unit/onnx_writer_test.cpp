@@ -468,7 +468,7 @@ TEST(OnnxBackend, ExternalWeightsAreConvertedAndTransposed) {
 }
 
 // Regression test (fixed in src/backends/onnx/onnx_backend.cpp, write_initializers(), the inline branch
-// `if (!v.constant->tensor && out_bytes <= kInlineConstantLimit)`): a small owned constant read
+// `if (!v.constant->from_checkpoint() && out_bytes <= kInlineConstantLimit)`): a small owned constant read
 // by a Linear is declared with transposed dims [K, N] but its raw_data is memcpy'd/converted in the
 // source [N, K] order, ignoring init.transposed. Here lm_head's weight [3, 16] (192 bytes) is
 // written as dims [16, 3] holding the untransposed bytes, so MatMul computes with a scrambled

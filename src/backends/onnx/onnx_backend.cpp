@@ -31,6 +31,9 @@ class OnnxBackend final : public Backend {
   WrittenComponent write(const std::string& name, Graph& graph, const std::filesystem::path& dir,
                          const BackendOptions& opt) override {
     const OnnxOpProfile profile = parse_onnx_op_profile(opt.op_profile);
+    // onnxruntime runs each MatMul as its own thread-pool round; batch-1 decode gains from fewer,
+    // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
+    pack_linears(graph);
     decompose(graph, [profile](const Node& n) { return maps_natively(n, profile); });
     eliminate_dead_code(graph);
     verify(graph);
@@ -95,7 +98,7 @@ class OnnxBackend final : public Backend {
         for (int64_t d : src_shape) t->add_dims(d);
       }
       const size_t out_bytes = v.constant->nbytes() / dtype_size(v.constant->src_dtype) * dtype_size(v.dtype);
-      if (!v.constant->tensor && !init.transposed && out_bytes <= kInlineConstantLimit) {
+      if (!v.constant->from_checkpoint() && !init.transposed && out_bytes <= kInlineConstantLimit) {
         std::string raw(out_bytes, '\0');
         if (v.dtype == v.constant->src_dtype) std::memcpy(raw.data(), v.constant->bytes(), out_bytes);
         else convert_floats(v.constant->bytes(), v.constant->src_dtype, raw.data(), v.dtype, out_bytes / dtype_size(v.dtype));

@@ -73,7 +73,7 @@ OvPort OvLowering::port(const Value* v) {
   if (const auto it = ports_.find(v); it != ports_.end()) return it->second;
   HFX_CHECK(v->is_constant(), "OpenVINO: value '", v->name, "' used before it is produced");
   const auto& shape = v->constant->src_shape;
-  const bool compress = v->constant->tensor && is_float(v->dtype) && weight_dtype_ != v->dtype;
+  const bool compress = v->constant->from_checkpoint() && is_float(v->dtype) && weight_dtype_ != v->dtype;
   const Value* stored = v;
   if (compress) {
     stored_as_.push_back(*v);
