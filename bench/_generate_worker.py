@@ -7,6 +7,11 @@ bench_generate.py runs every task in a fresh process, so each configuration star
       transformers.exporters: OnnxExporter().export_for_generation(model, generate inputs,
       OnnxConfig(dynamic=True, ort_fusions=...)), saved with ExportedModel.save_pretrained
       (prefill.onnx + decode.onnx, each with its weights).
+  bandwidth
+      onnxruntime's float32 matrix-vector streaming rate, the bound on batch-1 decode: one MatMul
+      x[1, 1024] @ W[1024, N], W a float32 initializer of max(1 GiB, 2 x the L3 cache) so that it
+      streams from memory, written with external data to a temporary directory (--tmp-dir) and
+      loaded by path; 3 warm-up runs, then --repeats timed runs; GB/s = W bytes / median seconds.
   time KIND PATH
       Greedy generation at batch 1 with a random prompt: a warm-up run, then --repeats timed runs,
       each timing the prefill (prompt in, first token's logits out, argmax included) and
@@ -17,7 +22,8 @@ bench_generate.py runs every task in a fresh process, so each configuration star
         eager                 the checkpoint in PyTorch: a manual forward loop over a DynamicCache
 
 Every task writes its result as JSON to --result; bench_generate.py reads it. Not meant to be run
-by hand, but it can be: python bench/_generate_worker.py time eager CKPT --result r.json
+by hand, but it can be: python bench/_generate_worker.py --result r.json time eager CKPT ...
+(or --result r.json bandwidth).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import json
 import os
 import resource
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -270,6 +277,93 @@ def task_export_transformers(args) -> dict:
             "components": list(exported.components)}
 
 
+# --------------------------------------------------------------------------- bandwidth
+
+GIB = 1 << 30
+BANDWIDTH_K = 1024  # W's rows: Qwen3-0.6B's hidden size, so x is one activation row as in a decode step
+BANDWIDTH_WARMUP = 3
+
+
+def l3_cache_bytes() -> int | None:
+    """cpu0's L3 size as sysfs reports it ("491520K"), or None where it is not reported."""
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_matmul_model(directory: Path, k: int, n: int, seed: int) -> Path:
+    """y = x[1, k] @ W[k, n] with W a float32 initializer in external data next to the model.
+
+    W is written straight to its file a block of rows at a time and the TensorProto only points at
+    it, so no copy of W is ever held in Python (in-memory protobufs also stop at 2 GiB)."""
+    from onnx import TensorProto, helper
+
+    data = directory / "W.bin"
+    rng = np.random.default_rng(seed)
+    rows = max(1, (64 << 20) // (4 * n))  # ~64 MiB blocks
+    with open(data, "wb") as f:
+        for start in range(0, k, rows):
+            rng.random((min(rows, k - start), n), dtype=np.float32).tofile(f)  # values do not matter
+    weight = TensorProto(name="W", dims=[k, n], data_type=TensorProto.FLOAT, data_location=TensorProto.EXTERNAL)
+    for key, value in {"location": data.name, "offset": "0", "length": str(data.stat().st_size)}.items():
+        weight.external_data.add(key=key, value=value)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "bandwidth",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = directory / "matmul.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def task_bandwidth(args) -> dict:
+    import onnxruntime as ort
+
+    l3 = l3_cache_bytes()
+    # Larger than the last-level cache, so every run streams W from memory as a decode step streams
+    # its weights; N rounded up to a multiple of 256 columns.
+    target = max(GIB, 2 * l3) if l3 else GIB
+    n = -(-target // (4 * BANDWIDTH_K * 256)) * 256
+    weight_bytes = 4 * BANDWIDTH_K * n
+    with tempfile.TemporaryDirectory(prefix="bandwidth-", dir=args.tmp_dir) as tmp:
+        start = time.perf_counter()
+        path = write_matmul_model(Path(tmp), BANDWIDTH_K, n, args.seed)
+        write_s = time.perf_counter() - start
+        start = time.perf_counter()
+        session = ort.InferenceSession(str(path), session_options(args.ort_threads),
+                                       providers=["CPUExecutionProvider"])
+        load_s = time.perf_counter() - start
+    # The session holds its own copy (or mapping) of W: the files can go before the runs.
+    x = np.random.default_rng(args.seed).standard_normal((1, BANDWIDTH_K), dtype=np.float32)
+    for _ in range(BANDWIDTH_WARMUP):
+        session.run(None, {"x": x})
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        session.run(None, {"x": x})
+        times.append(time.perf_counter() - start)
+    median_s = statistics.median(times)
+    return {
+        "k": BANDWIDTH_K,
+        "n": n,
+        "weight_bytes": weight_bytes,
+        "l3_bytes": l3,
+        "ort_threads": args.ort_threads,
+        "write_s": write_s,
+        "load_s": load_s,
+        "warmup_runs": BANDWIDTH_WARMUP,
+        "run_s": times,
+        "median_s": median_s,
+        "gb_s": weight_bytes / median_s / 1e9,
+    }
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -295,12 +389,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     timing.add_argument("--torch-threads", type=int, default=os.cpu_count())
     timing.add_argument("--torch-attn", default=None, help="attn_implementation for eager (default: transformers')")
     timing.add_argument("--tf-loop", choices=["runner", "iobinding"], default="iobinding")
+
+    bandwidth = tasks.add_parser("bandwidth")
+    bandwidth.add_argument("--repeats", type=int, default=20, help="timed runs after 3 warm-up runs")
+    bandwidth.add_argument("--ort-threads", type=int, default=0, help="0: onnxruntime's default")
+    bandwidth.add_argument("--tmp-dir", type=Path, default=None,
+                           help="where the temporary model and its ~1 GiB of weights go (default: the system's)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    result = task_export_transformers(args) if args.task == "export-transformers" else task_time(args)
+    tasks = {"export-transformers": task_export_transformers, "time": task_time, "bandwidth": task_bandwidth}
+    result = tasks[args.task](args)
     result["peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     args.result.write_text(json.dumps(result, indent=2) + "\n")
 

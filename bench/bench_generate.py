@@ -16,6 +16,10 @@ for each configuration, one warm-up run then --repeats timed runs, medians repor
                                         (`--static-cache --max-cache-len P+N`)
                     profiles  standard (ai.onnx ops only), ort (onnxruntime contrib ops)
                     run through hfexport.open_runner (onnxruntime IO binding)
+  hfexport x 2      dynamic, ort profile, weights quantized (`--quantize int4` / `int8`, default
+                    group size 32 and int8 compute: MatMulNBits accuracy_level 4); activations and
+                    cache stay float32. Not float32 graphs, so outside the targets below: printed in
+                    their own section (ratios vs eager, the transformers-exported graph, float32)
   eager             transformers in PyTorch: the forward calls model.generate makes (prefill with
                     logits_to_keep=1, then one token per step over a DynamicCache), torch threads =
                     every core this process may use, default attention implementation (sdpa)
@@ -30,10 +34,18 @@ fresh subprocess (bench/_generate_worker.py; a 28-layer float32 graph holds ~2.4
 onnxruntime runs with its default thread pool (intra_op_num_threads=0: one thread per physical
 core, so all cores) unless --ort-threads. A failed export or run is recorded and the rest go on.
 
-Targets (decode tok/s, medians), for the best hfexport configuration and for each profile's best:
+Targets (decode tok/s, medians), for the best float32 hfexport configuration and for each profile's
+best (float32 configurations only; the quantized ones never count):
   decode >= 1.5x transformers eager
   decode >= 2x the transformers-exported decode graph (the faster of tf-export / tf-export-ort)
   static >= dynamic (same profile; overall: best static vs best dynamic)
+
+Next to the targets it prints the memory-bandwidth ceiling of float32 decode on this machine (skip
+it with --no-ceiling): a batch-1 decode step streams every weight it reads once, so tok/s <= the
+bandwidth / the float32 weight bytes a step reads (every checkpoint tensor, less an untied embedding
+table, which is only gathered; a tied one is read whole as lm_head). The bandwidth is onnxruntime's
+own float32 MatMul x[1, 1024] @ W over a W larger than the L3 cache (the worker's `bandwidth` task),
+so no float32 graph run by onnxruntime here decodes faster; a target that needs more is flagged.
 
 Run it (from the repository root; the exports need ~30 GB of disk for 28 layers, deleted after
 the run unless --keep-exports):
@@ -48,11 +60,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -73,6 +87,7 @@ HFEXPORT_MODES = {
     "static": ["--static-cache"],  # + --max-cache-len P+N
 }
 PROFILES = ["standard", "ort"]
+QUANTIZE = ["int4", "int8"]  # weight-quantized hfexport configurations (dynamic, ort profile)
 
 
 # --------------------------------------------------------------------------- configurations
@@ -85,6 +100,7 @@ class Config:
     kind: str  # hfexport | transformers-export | eager
     mode: str = ""  # hfexport: dynamic | multi-token | static
     profile: str = ""  # hfexport: standard | ort; transformers-export: none | cpu (ort_fusions)
+    quantize: str = ""  # hfexport: "" (float32 weights) | int4 | int8 (--quantize; not float32, no targets)
 
 
 def all_configs() -> list[Config]:
@@ -92,6 +108,11 @@ def all_configs() -> list[Config]:
         Config(f"hf-{mode}-{profile}", f"hfexport {mode} ({profile})", "hfexport", mode, profile)
         for profile in PROFILES
         for mode in HFEXPORT_MODES
+    ]
+    configs += [
+        Config(f"hf-dynamic-ort-{bits}", f"hfexport dynamic (ort, {bits} weights)", "hfexport", "dynamic", "ort",
+               quantize=bits)
+        for bits in QUANTIZE
     ]
     configs += [
         Config("eager", "transformers eager", "eager"),
@@ -156,7 +177,8 @@ def run_worker(args: list[str], result_path: Path, log: Path) -> tuple[dict | No
 
 
 def export_stamp(config: Config, ckpt: Path, settings: dict) -> dict:
-    """What an export depends on; --reuse-exports reuses an output whose stamp matches."""
+    """What an export depends on; --reuse-exports reuses an output whose stamp matches. asdict(config)
+    carries `quantize`, so a float32 export is never reused for a quantized configuration or back."""
     stamp = {"config": asdict(config), "checkpoint": str(ckpt)}
     if config.kind == "hfexport":
         binary = Path(settings["hfexport"])
@@ -170,12 +192,28 @@ def hfexport_command(binary: Path, ckpt: Path, out: Path, config: Config, max_ca
     cmd = [str(binary), "export", str(ckpt), "-o", str(out), "--for-generation", *HFEXPORT_MODES[config.mode]]
     if config.mode == "static":
         cmd += ["--max-cache-len", str(max_cache_len)]
+    if config.quantize:
+        cmd += ["--quantize", config.quantize]  # default group size (32) and compute (int8)
     return cmd + ["--onnx-ops", config.profile, "--dtype", "float32", "--overwrite"]
+
+
+def supports_quantize(binary: Path) -> bool:
+    """Whether this hfexport binary has `export --quantize` (an older install next to the venv's Python may not)."""
+    try:
+        help_text = subprocess.run([str(binary), "export", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--quantize" in help_text.stdout + help_text.stderr
 
 
 def export_one(result: Result, ckpt: Path, out: Path, logs: Path, args) -> None:
     """Export one configuration to `out` (nothing for eager); fills result.export_s / .error."""
     config = result.config
+    if config.quantize and not args.hfexport_quantize:
+        result.error = (f"export skipped: {args.hfexport} has no --quantize (an older build: reinstall it or pass"
+                        " --hfexport build/hfexport)")
+        print(f"  {config.name:<24} SKIPPED (no --quantize in {args.hfexport})")
+        return
     stamp_file = out / ".bench-generate-export.json"
     stamp = export_stamp(config, ckpt, {"hfexport": args.hfexport, "prompt_len": args.prompt_len,
                                         "new_tokens": args.new_tokens})
@@ -195,6 +233,8 @@ def export_one(result: Result, ckpt: Path, out: Path, logs: Path, args) -> None:
             ["--seed", str(args.seed), "export-transformers", str(ckpt), str(out), "--fusions", config.profile],
             logs / f"export-{config.name}.json", log)
         ok, detail = detail is not None, detail or {}
+    if ok and config.quantize:
+        detail["quantization"] = json.loads((out / "export.json").read_text()).get("quantization")
     if ok:
         result.export_s, result.export_detail = wall, detail
         stamp_file.write_text(json.dumps(stamp) + "\n")
@@ -233,6 +273,101 @@ def time_one(result: Result, path: Path, logs: Path, args, vocab_size: int) -> N
           f" ({wall:.0f} s)")
 
 
+# --------------------------------------------------------------------------- bandwidth ceiling
+
+
+def checkpoint_shapes(ckpt: Path) -> dict[str, list[int]]:
+    """name -> shape of every tensor in the checkpoint's safetensors files, from their headers alone
+    (an 8-byte little-endian length, then that many bytes of JSON): no weight is loaded."""
+    shapes = {}
+    for file in sorted(ckpt.glob("*.safetensors")):
+        with open(file, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        shapes.update({name: info["shape"] for name, info in header.items() if name != "__metadata__"})
+    return shapes
+
+
+def decode_weight_bytes(ckpt: Path) -> dict:
+    """Bytes of float32 weights one batch-1 decode step reads: every tensor once, whatever its stored
+    dtype, except an untied embedding table, of which a step gathers one row. A tied table doubles as
+    lm_head and is read whole. The KV cache reads are left out (a few % at these lengths), so the
+    ceiling derived from this stays an upper bound."""
+    config = json.loads((ckpt / "config.json").read_text())
+    shapes = checkpoint_shapes(ckpt)
+    numel = {name: math.prod(shape) for name, shape in shapes.items()}
+    embed = next((n for n in numel if n.endswith("embed_tokens.weight")), None)
+    lm_head = next((n for n in numel if n.endswith("lm_head.weight")), None)
+    tied = config.get("tie_word_embeddings", lm_head is None)
+    elements = sum(numel.values())
+    if embed and not tied:
+        elements -= numel[embed] - shapes[embed][-1]  # the table less the one row gathered
+    elif embed and lm_head:
+        elements -= numel[lm_head]  # a tied table also stored as lm_head is still read once
+    return {"weight_bytes": 4 * elements, "tied_embeddings": tied, "tensors": len(numel)}
+
+
+def measure_ceiling(ckpt: Path, tmp_dir: Path, logs: Path, args) -> dict:
+    """onnxruntime's float32 MatMul bandwidth (the worker's bandwidth task, in its own process so no
+    other model shares the heap or the cache) over the weight bytes of a decode step: the highest
+    decode tok/s any float32 graph can reach here."""
+    ceiling = decode_weight_bytes(ckpt)
+    print(f"  {'bandwidth':<24} timing ...", end="", flush=True)
+    worker_args = ["--seed", str(args.seed), "bandwidth", "--ort-threads", str(args.ort_threads),
+                   "--tmp-dir", str(tmp_dir)]
+    measured, wall, error = run_worker(worker_args, logs / "bandwidth.json", logs / "bandwidth.log")
+    if measured is None:
+        print(f" FAILED ({error.splitlines()[0]})")
+        return {**ceiling, "error": f"bandwidth run failed: {error}"}
+    print(f" {measured['gb_s']:.1f} GB/s (float32 MatMul over {measured['weight_bytes'] / 2**30:.2f} GiB,"
+          f" median of {len(measured['run_s'])}) ({wall:.0f} s)")
+    tok_s = measured["gb_s"] * 1e9 / ceiling["weight_bytes"]
+    return {**ceiling, "gb_s": measured["gb_s"], "tok_s": tok_s, "measurement": measured}
+
+
+def add_ceiling_ratios(ceiling: dict, results: list[Result], checks: dict) -> None:
+    """The ceiling over each target's reference, and whether each target asks for more than it."""
+    by_name = {r.config.name: r for r in results}
+    targets = {"vs_eager": ("eager_reference", EAGER_TARGET), "vs_tf_export": ("tf_export_reference", TF_EXPORT_TARGET)}
+    ceiling["ratios"], ceiling["targets_above_ceiling"] = {}, {}
+    for key, (reference, target) in targets.items():
+        name = checks[reference]
+        value = ratio(ceiling.get("tok_s"), by_name[name].decode if name else None)
+        ceiling["ratios"][key] = value
+        ceiling["targets_above_ceiling"][key] = None if value is None else target > value
+
+
+def print_ceiling(ceiling: dict | None, results: list[Result], checks: dict) -> None:
+    if ceiling is None:
+        return
+    gb = ceiling["weight_bytes"] / 1e9
+    if "tok_s" not in ceiling:
+        print(f"\nbandwidth ceiling (float32): not measured ({ceiling['error'].splitlines()[0]}); a decode step reads"
+              f" {gb:.2f} GB of float32 weights")
+        return
+    by_name = {r.config.name: r for r in results}
+    references = [(checks["tf_export_reference"], "vs_tf_export", "the transformers-exported graph"),
+                  (checks["eager_reference"], "vs_eager", "eager")]
+    shares = [f"{ceiling['ratios'][key]:.2f}x {label} ({by_name[name].decode:.2f} tok/s)"
+              for name, key, label in references if name]
+    text = (f"bandwidth ceiling (float32): onnxruntime MatMul streams {ceiling['gb_s']:.1f} GB/s here; a decode step"
+            f" reads {gb:.2f} GB of float32 weights -> at most {ceiling['tok_s']:.1f} tok/s for any float32 graph")
+    text += (" = " + ", ".join(shares) if shares else "") + "."
+    top = checks.get("best", {})
+    if top.get("decode_tok_s"):
+        text += (f" Best float32 hfexport ({top['config']}, {top['decode_tok_s']:.2f} tok/s) reaches"
+                 f" {top['decode_tok_s'] / ceiling['tok_s']:.0%} of it.")
+    # Quantized weights read fewer bytes per step, so only the float32 configurations can expose a broken premise.
+    fastest = max((r.decode for r in results if r.decode is not None and not r.config.quantize), default=0.0)
+    if fastest > ceiling["tok_s"]:
+        # Streaming cannot be beaten, so a faster decode means the premise failed: part of the weights
+        # stayed in cache between steps (a small --layers checkpoint), or other load slowed the MatMul.
+        l3 = ceiling["measurement"].get("l3_bytes")
+        cache = f" ({l3 / 2**20:.0f} MiB)" if l3 else ""
+        text += (f" A decode faster than the ceiling means the weights partly stay in the L3 cache{cache} or"
+                 " the bandwidth run was slowed by other load.")
+    print("\n" + textwrap.fill(text, width=118, subsequent_indent="  "))
+
+
 # --------------------------------------------------------------------------- summary
 
 
@@ -251,12 +386,13 @@ def passes(value: float | None, target: float) -> bool | None:
 
 
 def target_checks(results: list[Result]) -> dict:
-    """PASS/MISS of each target for the best hfexport configuration and for each profile's best."""
+    """PASS/MISS of each target for the best float32 hfexport configuration and for each profile's best.
+    The targets are defined for float32: the weight-quantized configurations are left out (see quantized_summary)."""
     by_name = {r.config.name: r for r in results}
     eager = by_name.get("eager")
     eager_decode = eager.decode if eager else None
     tf_ref = best([r for r in results if r.config.kind == "transformers-export"])
-    hf = [r for r in results if r.config.kind == "hfexport"]
+    hf = [r for r in results if r.config.kind == "hfexport" and not r.config.quantize]
 
     def checks(candidates: list[Result]) -> dict:
         top = best(candidates)
@@ -284,6 +420,51 @@ def target_checks(results: list[Result]) -> dict:
     }
 
 
+def quantized_summary(results: list[Result], checks: dict) -> dict | None:
+    """The weight-quantized hfexport configurations, outside the float32 targets: each one's decode tok/s
+    over eager's, over the transformers-exported reference's (the one the targets use) and over its float32
+    counterpart's (same mode and profile); None when none was run."""
+    by_name = {r.config.name: r for r in results}
+    quantized = [r for r in results if r.config.kind == "hfexport" and r.config.quantize]
+    if not quantized:
+        return None
+
+    def decode_of(name: str | None) -> float | None:
+        return by_name[name].decode if name else None
+
+    configs = {}
+    for r in quantized:
+        float32 = next((f for f in results if f.config.kind == "hfexport" and not f.config.quantize
+                        and (f.config.mode, f.config.profile) == (r.config.mode, r.config.profile)), None)
+        configs[r.config.name] = {
+            "quantize": r.config.quantize,
+            "quantization": r.export_detail.get("quantization"),  # export.json's section
+            "decode_tok_s": r.decode,
+            "vs_eager": ratio(r.decode, decode_of(checks["eager_reference"])),
+            "vs_tf_export": ratio(r.decode, decode_of(checks["tf_export_reference"])),
+            "float32_reference": float32.config.name if float32 and float32.ok else None,
+            "vs_float32": ratio(r.decode, float32.decode if float32 else None),
+            "error": r.error.splitlines()[0] if r.error else None,
+        }
+    top = best(quantized)
+    return {"best": top.config.name if top else None, "configs": configs}
+
+
+def print_quantized(quantized: dict | None) -> None:
+    if not quantized:
+        return
+    fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
+    print("\nquantized weights (not float32; outside the targets above):")
+    for name, q in quantized["configs"].items():
+        tag = "best " if name == quantized["best"] else ""
+        if q["decode_tok_s"] is None:
+            print(f"  {tag}{name}: {q['error'] or 'not timed'}")
+            continue
+        shares = [f"{fmt(q['vs_tf_export'])} the transformers-exported graph", f"{fmt(q['vs_eager'])} eager",
+                  f"{fmt(q['vs_float32'])} float32 {q['float32_reference'] or '(not run)'}"]
+        print(f"  {tag}{name} {q['decode_tok_s']:.2f} tok/s = " + ", ".join(shares))
+
+
 def leading_matches(tokens: list[int], reference: list[int]) -> int:
     n = 0
     for a, b in zip(tokens, reference):
@@ -303,18 +484,18 @@ def print_table(results: list[Result], checks: dict) -> None:
     def fmt(value: float | None, width: int, spec: str, suffix: str = "") -> str:
         return f"{'-' if value is None else f'{value:{spec}}{suffix}':>{width}}"
 
-    header = (f"{'config':<34} {'export s':>9} {'load s':>7} {'prefill ms':>11} {'decode tok/s':>13} "
+    header = (f"{'config':<37} {'export s':>9} {'load s':>7} {'prefill ms':>11} {'decode tok/s':>13} "
               f"{'vs eager':>9} {'vs tf-export':>13} {'tokens = eager':>15}")
     print("\n" + header)
     print("-" * len(header))
     for r in results:
         if r.error:
-            print(f"{r.config.label:<34} {r.error.splitlines()[0]}")
+            print(f"{r.config.label:<37} {r.error.splitlines()[0]}")
             continue
         tokens = r.timing.get("tokens", [])
         match = f"{leading_matches(tokens, eager_tokens)}/{len(tokens)}" if eager_tokens else "-"
         print(
-            f"{r.config.label:<34} {fmt(r.export_s, 9, '.1f')} {fmt(r.timing.get('load_s'), 7, '.1f')} "
+            f"{r.config.label:<37} {fmt(r.export_s, 9, '.1f')} {fmt(r.timing.get('load_s'), 7, '.1f')} "
             f"{fmt(r.prefill, 11, '.1f')} {fmt(r.decode, 13, '.2f')} "
             f"{fmt(ratio(r.decode, eager_decode), 9, '.2f', 'x')} "
             f"{fmt(ratio(r.decode, tf_ref.decode if tf_ref else None), 13, '.2f', 'x')} {match:>15}"
@@ -323,15 +504,25 @@ def print_table(results: list[Result], checks: dict) -> None:
           f" graph's ({checks['tf_export_reference'] or 'none succeeded'}).")
     print("  tokens = eager: leading greedy tokens identical to eager's (random weights make near-ties likely;"
           " an early divergence alone is not a bug).")
+    if any(r.config.quantize for r in results):
+        print("  int4 / int8 weights: quantized rows are expected to diverge from eager's tokens early; they are"
+              " not float32 and stay outside the targets.")
     for r in results:
         if r.error:
             print(f"\n{r.config.label}: {r.error}")
 
 
-def print_targets(checks: dict) -> None:
+def print_targets(checks: dict, ceiling: dict | None) -> None:
     verdict = lambda c: {True: "PASS", False: "MISS", None: "n/a"}[c["pass"]]  # noqa: E731
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
-    print("\ntargets (decode tok/s; n/a: a side was not run or failed):")
+
+    def above(key: str) -> str:
+        """A note when the target asks for more than the bandwidth allows: no graph can meet it here."""
+        if not ceiling or not ceiling.get("targets_above_ceiling", {}).get(key):
+            return ""
+        return f"   (above the f32 ceiling: {ceiling['ratios'][key]:.2f}x)"
+
+    print("\ntargets (float32 configurations only; decode tok/s; n/a: a side was not run or failed):")
     for group in ["best", *PROFILES]:
         c = checks.get(group)
         if not c:
@@ -340,8 +531,8 @@ def print_targets(checks: dict) -> None:
         print(f"  {title} ({c['config'] or 'none succeeded'}):")
         s = c["static_vs_dynamic"]
         rows = [
-            (f">= {EAGER_TARGET}x transformers eager", c["vs_eager"], ""),
-            (f">= {TF_EXPORT_TARGET}x transformers-exported graph", c["vs_tf_export"], ""),
+            (f">= {EAGER_TARGET}x transformers eager", c["vs_eager"], above("vs_eager")),
+            (f">= {TF_EXPORT_TARGET}x transformers-exported graph", c["vs_tf_export"], above("vs_tf_export")),
             ("static >= dynamic", s, f"   ({s['static'] or '-'} vs {s['dynamic'] or '-'})"),
         ]
         for text, check, note in rows:
@@ -443,6 +634,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--reuse-exports", action="store_true",
                         help="reuse exports left by an earlier --keep-exports run when their settings match")
     parser.add_argument("--keep-exports", action="store_true", help="keep the exports in --workdir")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip the memory-bandwidth measurement behind the float32 decode ceiling")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -459,6 +652,11 @@ def main(argv=None) -> int:
     configs = [c for c in all_configs() if c.name in args.configs]
     if any(c.kind == "hfexport" for c in configs) and not args.hfexport.exists():
         sys.exit(f"hfexport binary not found: {args.hfexport} (build it first)")
+    args.hfexport_quantize = any(c.quantize for c in configs) and supports_quantize(args.hfexport)
+    if any(c.quantize for c in configs) and not args.hfexport_quantize:
+        print(f"warning: {args.hfexport} has no `export --quantize`: it predates weight quantization, so the"
+              " quantized configurations are skipped and the float32 ones use that older binary"
+              " (reinstall it, or pass --hfexport build/hfexport)")
     args.workdir.mkdir(parents=True, exist_ok=True)
     ckpt = ensure_checkpoint(args.workdir, args.layers, args.seed, args.rebuild)
     vocab_size = json.loads((ckpt / "config.json").read_text())["vocab_size"]
@@ -478,11 +676,17 @@ def main(argv=None) -> int:
     for r in results:
         if r.error is None:
             time_one(r, ckpt if r.config.kind == "eager" else out_dir[r.config.name], logs, args, vocab_size)
+    ceiling = None if args.no_ceiling else measure_ceiling(ckpt, exports, logs, args)
     env["loadavg_end"] = os.getloadavg()
 
     checks = target_checks(results)
+    if ceiling:
+        add_ceiling_ratios(ceiling, results, checks)
     print_table(results, checks)
-    print_targets(checks)
+    print_ceiling(ceiling, results, checks)
+    print_targets(checks, ceiling)
+    quantized = quantized_summary(results, checks)
+    print_quantized(quantized)
     print(f"\nload average: {env['loadavg_start'][0]:.2f} at the start, {env['loadavg_end'][0]:.2f} at the end; "
           f"logs in {logs}")
     if args.json:
@@ -493,6 +697,8 @@ def main(argv=None) -> int:
             "results": [{**asdict(r.config), "export_s": r.export_s, "export_detail": r.export_detail,
                          "error": r.error, **r.timing} for r in results],
             "targets": checks,
+            "ceiling": ceiling,
+            "quantized": quantized,
         }
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
         print(f"results written to {args.json}")

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/passes.h"
 
 namespace hfx {
 
@@ -14,6 +15,7 @@ struct BackendOptions {
   DType dtype = DType::F32;
   bool static_cache = false;
   std::string op_profile;  // backend-specific op set (ONNX: standard | ort); empty = the default
+  WeightQuantization quantize;  // Linear weights stored as blockwise int4/int8 codes
 };
 
 struct TensorSpec {
@@ -27,6 +29,7 @@ struct WrittenComponent {
   std::vector<std::string> extra_files;
   std::vector<TensorSpec> inputs, outputs;
   bool stateful = false;  // the graph's state pairs live inside the runtime (no cache inputs/outputs)
+  QuantizeReport quantization;
 };
 
 class Backend {

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/quantize.h"
 
 namespace hfx {
 
@@ -78,10 +79,13 @@ void WeightFile::write_at(const void* data, size_t n, uint64_t offset) const {
 
 namespace {
 
+// What the item occupies in the file: its value's (static) shape in its dtype.
 uint64_t output_bytes(const WeightFile::Item& item) {
-  HFX_CHECK(item.value->is_constant(), "weight file item '", item.value->name, "' is not a constant");
-  const ConstantData& c = *item.value->constant;
-  return c.nbytes() / dtype_size(c.src_dtype) * dtype_size(item.value->dtype);
+  const Value& v = *item.value;
+  HFX_CHECK(v.is_constant(), "weight file item '", v.name, "' is not a constant");
+  uint64_t numel = 1;
+  for (const Dim& d : v.shape) numel *= static_cast<uint64_t>(d.value());
+  return numel * dtype_size(v.dtype);
 }
 
 // A constant's source segments: its checkpoint parts (stacked along axis 0), or its owned bytes.
@@ -110,6 +114,10 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
   const ConstantData& c = *v.constant;
   const size_t in_size = dtype_size(c.src_dtype), out_size = dtype_size(v.dtype);
   const bool convert = c.src_dtype != v.dtype;
+  if (c.quantized) {
+    HFX_CHECK(!item.transpose, "transposed quantized constant ", v.name);
+    return write_quantized(v, offset, scratch);
+  }
   HFX_CHECK(!convert || (is_float(c.src_dtype) && is_float(v.dtype)), "cast of ", v.name);
   if (!item.transpose) {
     const size_t chunk = std::max<size_t>(1, kChunkBytes / std::max(in_size, out_size));
@@ -150,6 +158,41 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
       for (size_t col = 0; col < cols; ++col)
         write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size,
                  offset + (col * rows + first_row + r0) * out_size);
+      release(s, src, nr * cols * in_size);
+    }
+    first_row += part_rows;
+  }
+}
+
+// Quantizes bands of source rows ([N, K], parts stacked) and writes the requested half: codes
+// (K * bits / 8 bytes per row) or scales (K / group values per row, in v.dtype).
+void WeightFile::write_quantized(const Value& v, uint64_t offset, Scratch& scratch) const {
+  const ConstantData& c = *v.constant;
+  const WeightQuantization& q = c.quantized->scheme;
+  HFX_CHECK(c.src_shape.size() == 2 && is_float(c.src_dtype), "quantization of ", v.name);
+  const size_t in_size = dtype_size(c.src_dtype), cols = static_cast<size_t>(c.src_shape[1]);
+  const size_t groups = cols / static_cast<size_t>(q.group_size);
+  const size_t row_bytes = c.quantized->scales ? groups * dtype_size(v.dtype) : cols * static_cast<size_t>(q.bits) / 8;
+  const size_t band = std::max<size_t>(1, kBandBytes / (cols * sizeof(float)));
+  size_t first_row = 0;
+  for (const Segment& s : segments(c)) {
+    const size_t part_rows = s.nbytes / in_size / cols;
+    for (size_t r0 = 0; r0 < part_rows; r0 += band) {
+      const size_t nr = std::min(band, part_rows - r0);
+      const std::byte* src = s.data + r0 * cols * in_size;
+      scratch.converted.resize(nr * cols * sizeof(float));
+      convert_floats(src, c.src_dtype, scratch.converted.data(), DType::F32, nr * cols);
+      scratch.transposed.resize(nr * cols * static_cast<size_t>(q.bits) / 8);
+      scratch.scales.resize(nr * groups);
+      quantize_rows(reinterpret_cast<const float*>(scratch.converted.data()), nr, cols, q,
+                    reinterpret_cast<uint8_t*>(scratch.transposed.data()), scratch.scales.data());
+      const std::byte* out = scratch.transposed.data();
+      if (c.quantized->scales) {
+        // The converted band is no longer needed: reuse it for the scales in v.dtype.
+        convert_floats(scratch.scales.data(), DType::F32, scratch.converted.data(), v.dtype, nr * groups);
+        out = scratch.converted.data();
+      }
+      write_at(out, nr * row_bytes, offset + (first_row + r0) * row_bytes);
       release(s, src, nr * cols * in_size);
     }
     first_row += part_rows;

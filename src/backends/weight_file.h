@@ -34,9 +34,11 @@ class WeightFile {
  private:
   struct Scratch {
     std::vector<std::byte> converted, transposed;
+    std::vector<float> scales;
   };
   void write_at(const void* data, size_t n, uint64_t offset) const;
   void write_item(const Item& item, uint64_t offset, Scratch& scratch) const;
+  void write_quantized(const Value& v, uint64_t offset, Scratch& scratch) const;
 
   std::filesystem::path path_;
   uint64_t alignment_;

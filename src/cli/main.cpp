@@ -73,6 +73,24 @@ int run_generate(int argc, char** argv) {
 
 }  // namespace
 
+namespace {
+
+// --quantize int4|int8 -> bits (0 without it); the options that refine it need it.
+int parse_quantize(const std::string& quantize, const std::string& compute, int64_t group_size) {
+  if (!compute.empty() && compute != "int8" && compute != "float")
+    hfx::fail("--quantize-compute: '", compute, "' is not one of int8, float");
+  if (quantize.empty()) {
+    if (!compute.empty() || group_size != hfx::WeightQuantization{}.group_size)
+      hfx::fail("--quantize-group-size and --quantize-compute apply only with --quantize");
+    return 0;
+  }
+  if (quantize == "int4") return 4;
+  if (quantize == "int8") return 8;
+  hfx::fail("--quantize: '", quantize, "' is not one of int4, int8");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"hfexport: export Hugging Face checkpoints to deployment runtimes", "hfexport"};
   app.set_version_flag("--version", std::string("hfexport ") + HFEXPORT_VERSION);
@@ -92,6 +110,12 @@ int main(int argc, char** argv) {
   exp->add_flag("--static-cache", req.generation.static_cache, "fixed-size KV cache buffers written in place");
   exp->add_option("--max-cache-len", req.generation.max_cache_len, "static cache length bound");
   exp->add_option("--batch-size", req.generation.batch_size, "static cache batch size (default 1)");
+  std::string quantize, quantize_compute;
+  exp->add_option("--quantize", quantize, "store Linear weights as int4 | int8 codes with per-group scales");
+  exp->add_option("--quantize-group-size", req.quantize.group_size, "input features per scale (default 32)");
+  exp->add_option("--quantize-compute", quantize_compute,
+                  "int8 (activations quantized inside the MatMul; the ort profile's default) | float "
+                  "(dequantized weights; the standard profile's only choice)");
 
   std::string inspect_dir;
   auto* ins = app.add_subcommand("inspect", "describe an export directory");
@@ -122,6 +146,9 @@ int main(int argc, char** argv) {
       if (!parsed || !hfx::is_float(*parsed) || *parsed == hfx::DType::F64)
         hfx::fail("--dtype: '", dtype, "' is not one of float32, float16, bfloat16");
       req.dtype = *parsed;
+      req.quantize.bits = parse_quantize(quantize, quantize_compute, req.quantize.group_size);
+      using Compute = hfx::WeightQuantization::Compute;
+      req.quantize.compute = quantize_compute == "int8" ? Compute::Int8 : quantize_compute == "float" ? Compute::Float : Compute::Auto;
       hfx::run_export(req);
     } else if (*ins) {
       hfx::inspect_export(inspect_dir);

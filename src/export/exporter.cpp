@@ -99,7 +99,7 @@ void run_export(const ExportRequest& req) {
   if (model_type.empty()) fail(ckpt.config().where(), ": required key 'model_type' is missing");
   const ArchBuilder build = find_arch(model_type);
   std::unique_ptr<Backend> backend = make_backend(req.format);
-  const BackendOptions backend_options{req.dtype, req.generation.static_cache, req.op_profile};
+  const BackendOptions backend_options{req.dtype, req.generation.static_cache, req.op_profile, req.quantize};
   backend->check_options(backend_options);
 
   progress("hfexport: building graph");
@@ -121,6 +121,7 @@ void run_export(const ExportRequest& req) {
   json dims = json::object();
   json cache_pairs = json::array();
   bool stateful = false;
+  std::string quantized_compute;  // as the backend resolved it
   for (Component& c : model.components) {
     progress("hfexport: writing " + c.name);
     for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
@@ -130,6 +131,10 @@ void run_export(const ExportRequest& req) {
                           {"inputs", tensors_json(w.inputs)},
                           {"outputs", tensors_json(w.outputs)}};
     stateful = stateful || w.stateful;
+    quantized_compute = w.quantization.int8_compute ? "int8" : "float";
+    if (req.quantize.enabled())
+      components[c.name]["quantized_linears"] = {{"quantized", w.quantization.quantized},
+                                                 {"kept_float", w.quantization.kept_float}};
     if (c.name == "decode")
       for (const StatePair& state : c.graph->states) {
         if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
@@ -137,6 +142,11 @@ void run_export(const ExportRequest& req) {
       }
   }
   manifest["components"] = components;
+  if (req.quantize.enabled())
+    manifest["quantization"] = {{"weights", "int" + std::to_string(req.quantize.bits)},
+                                {"group_size", req.quantize.group_size},
+                                {"scheme", "symmetric, per group of input features, round to nearest even"},
+                                {"compute", quantized_compute}};
   manifest["dims"] = dims;
   if (req.generation.enabled)
     manifest["generation"] = generation_json(generation, model, ckpt, cache_pairs, stateful);

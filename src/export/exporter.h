@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/quantize.h"
 #include "models/registry.h"
 
 namespace hfx {
@@ -16,6 +17,7 @@ struct ExportRequest {
   bool overwrite = false;
   GenerationOptions generation;
   std::string op_profile;
+  WeightQuantization quantize;
 };
 
 void run_export(const ExportRequest& request);

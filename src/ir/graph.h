@@ -4,11 +4,13 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quantize.h"
 #include "core/shape.h"
 #include "io/safetensors.h"
 
@@ -51,6 +53,13 @@ struct ConstantData {
   std::vector<int64_t> src_shape;
   std::vector<const TensorInfo*> parts;  // checkpoint views, empty when `owned` holds the bytes
   std::vector<std::byte> owned;
+  // Set when the stored bytes are derived from the parts' [N, K] matrix at write time: the codes
+  // ([N, K/group, group*bits/8] uint8) or the scales ([N, K/group]) of its blockwise quantization.
+  struct Quantized {
+    WeightQuantization scheme;
+    bool scales = false;
+  };
+  std::optional<Quantized> quantized;
 
   bool from_checkpoint() const { return !parts.empty(); }
   size_t nbytes() const;

@@ -16,6 +16,24 @@ Value* decompose_linear(Builder& b, const Node& n) {
   return n.inputs.size() > 2 && n.inputs[2] ? b.add(y, n.inputs[2]) : y;
 }
 
+// Dequantizes the codes (core/quantize.h) to the weight [N, K] and applies it as a Linear.
+Value* decompose_quantized_linear(Builder& b, const Node& n) {
+  Value* x = n.inputs[0];
+  Value* codes = b.cast(n.inputs[1], DType::I64);  // [N, G, group * bits / 8]
+  const Dim rows = codes->shape[0], groups = codes->shape[1];
+  const int64_t bits = n.attrs.i("bits"), group = n.attrs.i("group_size");
+  if (bits == 4) {  // two codes per byte, the earlier one in the low nibble
+    Value* high = b.div(codes, b.scalar(16, DType::I64));
+    Value* low = b.sub(codes, b.mul(high, b.scalar(16, DType::I64)));
+    codes = b.reshape(b.concat({b.unsqueeze(low, {-1}), b.unsqueeze(high, {-1})}, -1), {rows, groups, Dim(group)});
+  }
+  Value* levels = b.sub(b.cast(codes, DType::F32), b.scalar(static_cast<double>(int64_t{1} << (bits - 1)), DType::F32));
+  Value* w = b.mul(levels, b.unsqueeze(b.cast(n.inputs[2], DType::F32), {-1}));
+  w = b.cast(b.reshape(w, {rows, x->shape.back()}), x->dtype);
+  Value* y = b.matmul(x, b.transpose(w, {1, 0}));
+  return n.inputs.size() > 3 && n.inputs[3] ? b.add(y, n.inputs[3]) : y;
+}
+
 Value* decompose_embedding(Builder& b, const Node& n) { return b.gather(n.inputs[0], n.inputs[1], 0); }
 
 // HF: x.float(); x * rsqrt(mean(x^2) + eps); weight * x.to(input dtype).
@@ -109,6 +127,7 @@ Value* decompose_gelu(Builder& b, const Node& n) {
 Value* decompose_node(Builder& b, const Node& n) {
   switch (n.op) {
     case OpKind::Linear: return decompose_linear(b, n);
+    case OpKind::QuantizedLinear: return decompose_quantized_linear(b, n);
     case OpKind::Embedding: return decompose_embedding(b, n);
     case OpKind::RMSNorm: return decompose_rms_norm(b, n);
     case OpKind::RoPE: return decompose_rope(b, n);

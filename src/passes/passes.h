@@ -1,6 +1,8 @@
 // Graph passes. Each is a small rewrite; run verify() between them in debug builds.
 #pragma once
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -12,6 +14,15 @@ void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_map
 // Packs Linear ops that read the same input into one over their stacked checkpoint weights, each
 // original result becoming a Slice of the packed one (q/k/v, gate/up: fewer, wider MatMuls).
 void pack_linears(Graph& graph);
+
+struct QuantizeReport {
+  int quantized = 0;
+  std::vector<std::string> kept_float;  // weights whose input size is not a multiple of the group size
+  bool int8_compute = false;
+};
+// Turns every Linear over a checkpoint weight into a QuantizedLinear (codes and scales derived
+// from the weight when written); Linears whose input size the group size does not divide stay.
+QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q);
 
 // Drops nodes whose results nothing uses.
 void eliminate_dead_code(Graph& graph);

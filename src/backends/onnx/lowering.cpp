@@ -75,8 +75,10 @@ void attr_float(onnx::NodeProto* n, const std::string& name, float v) {
 
 }  // namespace
 
-bool maps_natively(const Node& n, OnnxOpProfile) {
+bool maps_natively(const Node& n, OnnxOpProfile profile) {
   switch (n.op) {
+    case OpKind::QuantizedLinear:
+      return profile == OnnxOpProfile::Ort;
     case OpKind::Linear: case OpKind::Embedding: case OpKind::GELU:
     case OpKind::RMSNorm: case OpKind::RoPE: case OpKind::Attention: case OpKind::KVAppend:
       return true;
@@ -225,6 +227,22 @@ void Lowering::lower_attention(const Node& n, const std::vector<std::string>& in
   if (const double cap = n.attrs.f("softcap", 0.0); cap > 0) attr_float(attention, "softcap", static_cast<float>(cap));
 }
 
+// onnxruntime's MatMulNBits reads the IR's layout as is: codes [N, K/g, g*bits/8], scales
+// [N, K/g], no zero points (the default is the symmetric midpoint). accuracy_level 4 lets it
+// quantize activations to int8 and use the integer dot-product units; 0 computes in float.
+void Lowering::lower_quantized_linear(const Node& n, const std::vector<std::string>& in, const std::string& out) {
+  const Value* codes = n.inputs[1];
+  const bool bias = n.inputs.size() > 3 && n.inputs[3];
+  const std::string mm = bias ? temp(out) : out;
+  auto* m = node("MatMulNBits", {in[0], in[1], in[2]}, {mm}, "com.microsoft");
+  attr_int(m, "K", n.inputs[0]->shape.back().value());
+  attr_int(m, "N", codes->shape[0].value());
+  attr_int(m, "bits", n.attrs.i("bits"));
+  attr_int(m, "block_size", n.attrs.i("group_size"));
+  attr_int(m, "accuracy_level", n.attrs.i("int8_compute") ? 4 : 0);
+  if (bias) node("Add", {mm, in[3]}, {out});
+}
+
 Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profile,
                    std::set<const Value*> transposed_weights)
     : g_(g), profile_(profile), transposed_(std::move(transposed_weights)) {
@@ -363,6 +381,9 @@ void Lowering::lower(const Node& n) {
       }
       return;
     }
+    case OpKind::QuantizedLinear:
+      lower_quantized_linear(n, in, out);
+      return;
     case OpKind::Embedding: {
       const Value* w = n.inputs[0];
       if (!transposed_.count(w)) {

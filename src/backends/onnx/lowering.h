@@ -43,6 +43,7 @@ class Lowering {
   onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
                         const std::string& domain = "");
   std::string temp(const std::string& base) { return base + "/t" + std::to_string(++counter_); }
+  void lower_quantized_linear(const Node& n, const std::vector<std::string>& in, const std::string& out);
   void lower_rms_norm(const Node& n, const std::vector<std::string>& in, const std::string& out);
   void lower_rope(const Node& n, const std::vector<std::string>& in, const std::string& out);
   void lower_attention(const Node& n, const std::vector<std::string>& in, const std::string& out);

@@ -18,12 +18,26 @@ constexpr int64_t kIrVersion = 11;
 constexpr uint64_t kDataAlignment = 4096;          // page-aligned so runtimes can mmap
 constexpr size_t kInlineConstantLimit = 1024;      // smaller constants live inside the .onnx
 
+// The ort profile runs quantized Linears as MatMulNBits, int8 compute unless asked otherwise; the
+// standard profile writes the reference dequantization (DequantizeLinear has no int4 row layout
+// shared with MatMulNBits), which runtimes constant-fold or run in float.
+WeightQuantization resolve_compute(WeightQuantization q, OnnxOpProfile profile) {
+  using Compute = WeightQuantization::Compute;
+  if (q.compute == Compute::Auto) q.compute = profile == OnnxOpProfile::Ort ? Compute::Int8 : Compute::Float;
+  return q;
+}
+
 class OnnxBackend final : public Backend {
  public:
   std::string_view format() const override { return "onnx"; }
 
   void check_options(const BackendOptions& opt) const override {
-    parse_onnx_op_profile(opt.op_profile);
+    const OnnxOpProfile profile = parse_onnx_op_profile(opt.op_profile);
+    check_weight_quantization(opt.quantize);
+    if (opt.quantize.enabled() && profile != OnnxOpProfile::Ort &&
+        opt.quantize.compute == WeightQuantization::Compute::Int8)
+      fail("--quantize-compute int8 needs --onnx-ops ort (onnxruntime's MatMulNBits); the standard op set "
+           "dequantizes the weights and computes in float");
     if (opt.dtype == DType::BF16)
       fail("--dtype bfloat16: onnxruntime's CPU provider has no bfloat16 MatMul kernels; use float32 or float16");
   }
@@ -34,6 +48,7 @@ class OnnxBackend final : public Backend {
     // onnxruntime runs each MatMul as its own thread-pool round; batch-1 decode gains from fewer,
     // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
     pack_linears(graph);
+    const QuantizeReport quantization = quantize_linears(graph, resolve_compute(opt.quantize, profile));
     decompose(graph, [profile](const Node& n) { return maps_natively(n, profile); });
     eliminate_dead_code(graph);
     verify(graph);
@@ -54,6 +69,7 @@ class OnnxBackend final : public Backend {
     Lowering lowering(g, graph, profile, transposed);
     WrittenComponent written;
     written.file = name + ".onnx";
+    written.quantization = quantization;
     for (const Value* v : graph.inputs) {
       set_value_info(g.add_input(), v->name, v->dtype, v->shape);
       written.inputs.push_back({v->name, v->dtype, v->shape});
@@ -95,7 +111,7 @@ class OnnxBackend final : public Backend {
         t->add_dims(src_shape[1]);
         t->add_dims(src_shape[0]);
       } else {
-        for (int64_t d : src_shape) t->add_dims(d);
+        for (const Dim& d : v.shape) t->add_dims(d.value());  // a derived (quantized) one differs from its source
       }
       const size_t out_bytes = v.constant->nbytes() / dtype_size(v.constant->src_dtype) * dtype_size(v.dtype);
       if (!v.constant->from_checkpoint() && !init.transposed && out_bytes <= kInlineConstantLimit) {

@@ -336,6 +336,8 @@ class OpenVinoBackend final : public Backend {
     if (!opt.op_profile.empty()) fail("--onnx-ops applies only to --format onnx");
     if (opt.static_cache)
       fail("--static-cache: --format openvino exports a stateful model whose cache lives in the runtime");
+    if (opt.quantize.enabled())
+      fail("--quantize: --format openvino stores float weights only so far (use --dtype float16 to halve them)");
   }
 
   // OpenVINO picks its own inference precision; --dtype float16/bfloat16 compresses the weights.

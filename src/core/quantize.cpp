@@ -1,0 +1,43 @@
+#include "core/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace hfx {
+
+void check_weight_quantization(const WeightQuantization& q) {
+  if (!q.enabled()) return;
+  if (q.bits != 4 && q.bits != 8) fail("weight quantization: ", q.bits, " bits is not supported (use 4 or 8)");
+  if (q.group_size < 16 || (q.group_size & (q.group_size - 1)) != 0)
+    fail("--quantize-group-size must be a power of two of at least 16, got ", q.group_size);
+}
+
+void quantize_rows(const float* w, size_t rows, size_t cols, const WeightQuantization& q, uint8_t* codes,
+                   float* scales) {
+  const auto group = static_cast<size_t>(q.group_size);
+  HFX_CHECK(cols % group == 0, "quantize_rows: ", cols, " columns in groups of ", group);
+  const auto zero = static_cast<float>(q.zero_point());
+  const float qmax = zero - 1.0f;  // 7 or 127: symmetric around the zero point
+  const size_t groups = cols / group;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t gi = 0; gi < groups; ++gi) {
+      const float* src = w + r * cols + gi * group;
+      float absmax = 0.0f;
+      for (size_t i = 0; i < group; ++i) absmax = std::max(absmax, std::fabs(src[i]));
+      const float scale = absmax / qmax;
+      scales[r * groups + gi] = scale;
+      uint8_t* dst = codes + (r * cols + gi * group) * static_cast<size_t>(q.bits) / 8;
+      for (size_t i = 0; i < group; ++i) {
+        const float level = scale == 0.0f ? 0.0f : std::clamp(std::nearbyint(src[i] / scale), -zero, qmax);
+        const auto code = static_cast<uint8_t>(level + zero);
+        if (q.bits == 8) dst[i] = code;
+        else if (i % 2 == 0) dst[i / 2] = code;
+        else dst[i / 2] = static_cast<uint8_t>(dst[i / 2] | (code << 4));
+      }
+    }
+  }
+}
+
+}  // namespace hfx

@@ -1,0 +1,33 @@
+// Blockwise weight quantization: each row of a [N, K] matrix is cut into groups of `group_size`
+// consecutive values along K; a group stores one float scale and one unsigned code per value.
+//   scale = max|w| / (2^(bits-1) - 1),  code = clamp(rint(w / scale), -2^(bits-1), 2^(bits-1) - 1) + 2^(bits-1)
+//   w' = (code - 2^(bits-1)) * scale            (symmetric, round to nearest even)
+// 4-bit codes pack two per byte, the earlier value in the low nibble (onnxruntime MatMulNBits' layout).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace hfx {
+
+struct WeightQuantization {
+  int bits = 0;  // 0: weights stay floating point; else 4 or 8
+  int64_t group_size = 32;
+  // Int8: the runtime may quantize activations to int8 inside the MatMul (fastest); Float:
+  // it multiplies by the dequantized weights; Auto: the backend's fastest.
+  enum class Compute { Auto, Int8, Float } compute = Compute::Auto;
+
+  bool enabled() const { return bits != 0; }
+  int64_t zero_point() const { return int64_t{1} << (bits - 1); }
+  // Bytes of codes per group.
+  int64_t group_bytes() const { return group_size * bits / 8; }
+};
+
+// Rejects settings no backend can store, with a one-line reason.
+void check_weight_quantization(const WeightQuantization& q);
+
+// Quantizes `rows` rows of `cols` floats (cols a multiple of group_size): codes gets
+// rows * cols * bits / 8 bytes, scales rows * cols / group_size floats, both row-major.
+void quantize_rows(const float* w, size_t rows, size_t cols, const WeightQuantization& q, uint8_t* codes,
+                   float* scales);
+
+}  // namespace hfx

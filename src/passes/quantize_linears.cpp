@@ -1,0 +1,52 @@
+// Replaces Linear ops over checkpoint weights with QuantizedLinear ops whose codes and scales are
+// derived from the same checkpoint bytes when the backend writes them (nothing is computed here).
+#include "core/error.h"
+#include "ir/builder.h"
+#include "passes/passes.h"
+
+namespace hfx {
+namespace {
+
+std::string module_of(const std::string& weight_name) {
+  constexpr std::string_view kSuffix = ".weight";
+  return weight_name.ends_with(kSuffix) ? weight_name.substr(0, weight_name.size() - kSuffix.size()) : weight_name;
+}
+
+Value* derived(Graph& graph, const Value& weight, const WeightQuantization& q, bool scales, DType dtype) {
+  auto data = std::make_shared<ConstantData>(*weight.constant);
+  data->quantized = ConstantData::Quantized{q, scales};
+  const int64_t n = weight.constant->src_shape[0], groups = weight.constant->src_shape[1] / q.group_size;
+  Shape shape = scales ? Shape{Dim(n), Dim(groups)} : Shape{Dim(n), Dim(groups), Dim(q.group_bytes())};
+  Value* v = graph.new_value(dtype, std::move(shape), module_of(weight.name) + (scales ? ".scales" : ".qweight"));
+  v->constant = std::move(data);
+  return v;
+}
+
+}  // namespace
+
+QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q) {
+  QuantizeReport report;
+  if (!q.enabled()) return report;
+  HFX_CHECK(q.compute != WeightQuantization::Compute::Auto, "quantize_linears: the backend resolves the compute");
+  report.int8_compute = q.compute == WeightQuantization::Compute::Int8;
+  for (Node* n : graph.order) {
+    if (n->op != OpKind::Linear) continue;
+    const Value* w = n->inputs[1];
+    if (!w->is_constant() || !w->constant->from_checkpoint() || w->constant->quantized) continue;
+    if (w->constant->src_shape[1] % q.group_size != 0) {
+      report.kept_float.push_back(w->name);
+      continue;
+    }
+    Value* bias = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+    Value* codes = derived(graph, *w, q, false, DType::U8);
+    Value* scales = derived(graph, *w, q, true, n->inputs[0]->dtype);
+    n->op = OpKind::QuantizedLinear;
+    n->inputs = {n->inputs[0], codes, scales};
+    if (bias) n->inputs.push_back(bias);
+    n->attrs = quantized_linear_attrs(q);
+    ++report.quantized;
+  }
+  return report;
+}
+
+}  // namespace hfx

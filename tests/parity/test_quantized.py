@@ -1,0 +1,200 @@
+"""Quantized weights (``--quantize int4|int8``): onnxruntime's MatMulNBits in the ``ort`` profile,
+the reference dequantization (u8 codes -> float weights in ai.onnx ops) in the ``standard`` one.
+
+Reference: transformers eager on a copy of the model whose Linear weights are replaced by their
+dequantized values under the documented scheme (symmetric, per group of ``group_size`` input
+features, scale = max|w| / (2^(bits-1) - 1), codes = rint(w / scale)), implemented here in numpy
+from that description. With ``--quantize-compute float`` onnxruntime multiplies by exactly those
+weights, so logits must match within 1e-4 and greedy generation token for token; with the default
+``int8`` compute the activations are quantized too, so logits are only close.
+
+Also: the weights really are quantized (the reference moves away from the float model, the data
+file shrinks), Linears whose input size the group size does not divide stay float and are listed
+in export.json, and bad options are refused in one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import TINY_CONFIG, assert_clean_error, build_tiny_model
+from test_generation import compare, hf_generate, make_prompts, mode_args, run_ours
+from test_onnx_parity import hf_logits, make_inputs, masked_max_abs_diff, ort_logits
+
+TOL = 1e-4
+NEW_TOKENS = 24
+WEIGHT_STD = 0.2
+
+CONFIGS = {
+    "llama": ("llama", dict(num_key_value_heads=2)),
+    "qwen2-bias-tied": ("qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True)),
+    "qwen3-qk_norm": ("qwen3", dict(num_key_value_heads=1, head_dim=32)),
+    "mistral-window4": ("mistral", dict(num_key_value_heads=2, sliding_window=4)),
+}
+
+
+def dequantize(w: np.ndarray, bits: int, group: int) -> np.ndarray:
+    """The documented scheme, applied to a float32 [N, K] matrix."""
+    n, k = w.shape
+    g = w.reshape(n, k // group, group)
+    zero = 2 ** (bits - 1)
+    scale = np.abs(g).max(axis=-1, keepdims=True) / np.float32(zero - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        levels = np.where(scale == 0, 0, np.clip(np.rint(g / scale), -zero, zero - 1))
+    return (levels * scale).astype(np.float32).reshape(n, k)
+
+
+def quantized_reference(model, bits: int, group: int):
+    """A copy of `model` whose nn.Linear weights (input size divisible by `group`) are dequantized.
+    A tied lm_head is untied first: the export keeps the embedding table in float."""
+    ref = copy.deepcopy(model)
+    if ref.lm_head.weight is ref.model.embed_tokens.weight:
+        ref.lm_head.weight = torch.nn.Parameter(ref.lm_head.weight.detach().clone())
+    with torch.no_grad():
+        for module in ref.modules():
+            if isinstance(module, torch.nn.Linear) and module.in_features % group == 0:
+                w = module.weight.detach().float().numpy()
+                module.weight.copy_(torch.from_numpy(dequantize(w, bits, group)))
+    return ref.eval()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    built = {}
+
+    def get(name: str):
+        if name not in built:
+            model_type, overrides = CONFIGS[name]
+            d = tmp_path_factory.mktemp(f"quant-{name}")
+            built[name] = build_tiny_model(d / "hf", model_type, {**TINY_CONFIG, **overrides},
+                                           weight_std=WEIGHT_STD)
+        return built[name]
+
+    return get
+
+
+def quant_args(bits: int, group: int = 32, compute: str = "float", profile: str = "ort") -> list[str]:
+    return ["--onnx-ops", profile, "--quantize", f"int{bits}", "--quantize-group-size", str(group),
+            "--quantize-compute", compute]
+
+
+# --------------------------------------------------------------------------------------------
+# forward logits
+
+
+@pytest.mark.parametrize("profile", ["ort", "standard"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_forward_matches_dequantized_transformers(name, bits, profile, tiny, tmp_path, export_model):
+    model_dir, model = tiny(name)
+    out = export_model(model_dir, tmp_path / "out", *quant_args(bits, profile=profile))
+    if profile == "standard":  # ai.onnx ops only, like every standard export
+        onnx.checker.check_model(str(out / "model.onnx"), full_check=True)
+    inputs = make_inputs(model.config.vocab_size)
+    ref = quantized_reference(model, bits, 32)
+    want = hf_logits(ref, inputs)
+    got = ort_logits(out / "model.onnx", inputs)
+    err = masked_max_abs_diff(got, want, inputs[1])
+    assert err <= TOL, f"{name} int{bits}: logits differ from the dequantized reference by {err:.3e}"
+    # Not vacuous: quantization moved the reference away from the float model.
+    moved = masked_max_abs_diff(hf_logits(model, inputs), want, inputs[1])
+    assert moved > 1e-3, f"int{bits} quantization left the logits unchanged ({moved:.2e}): weights not quantized?"
+
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["quantization"] == {
+        "weights": f"int{bits}", "group_size": 32, "compute": "float",
+        "scheme": "symmetric, per group of input features, round to nearest even",
+    }
+    # Every Linear is quantized: 2 layers x (packed q/k/v, o, packed gate/up, down) + lm_head.
+    assert manifest["components"]["model"]["quantized_linears"] == {"quantized": 9, "kept_float": []}
+
+
+def test_int4_data_is_smaller_than_float(tiny, tmp_path, export_model):
+    model_dir, _ = tiny("llama")
+    plain = export_model(model_dir, tmp_path / "f32", "--onnx-ops", "ort")
+    q4 = export_model(model_dir, tmp_path / "q4", *quant_args(4))
+    size = lambda d: (d / "model.onnx.data").stat().st_size  # noqa: E731
+    # Only the float embedding table (vocab x hidden) and norms stay: well under half.
+    assert size(q4) < 0.5 * size(plain), (size(q4), size(plain))
+
+
+def test_group_size_that_does_not_divide_keeps_float(tiny, tmp_path, export_model):
+    """hidden 64 is a multiple of 64, intermediate 96 is not: down_proj stays float."""
+    model_dir, model = tiny("llama")
+    out = export_model(model_dir, tmp_path / "out", *quant_args(4, group=64))
+    report = json.loads((out / "export.json").read_text())["components"]["model"]["quantized_linears"]
+    assert report["quantized"] == 2 * 3 + 1
+    assert report["kept_float"] == [f"model.layers.{i}.mlp.down_proj.weight" for i in range(2)]
+    inputs = make_inputs(model.config.vocab_size)
+    want = hf_logits(quantized_reference(model, 4, 64), inputs)
+    err = masked_max_abs_diff(ort_logits(out / "model.onnx", inputs), want, inputs[1])
+    assert err <= TOL, err
+
+
+def test_compute_defaults_to_the_profiles_fastest(tiny, tmp_path, export_model):
+    model_dir, _ = tiny("llama")
+    for profile, compute in (("ort", "int8"), ("standard", "float")):
+        out = export_model(model_dir, tmp_path / profile, "--onnx-ops", profile, "--quantize", "int4")
+        assert json.loads((out / "export.json").read_text())["quantization"]["compute"] == compute, profile
+
+
+def test_int8_compute_is_close(tiny, tmp_path, export_model):
+    """The default compute quantizes activations to int8 inside MatMulNBits: close, not exact."""
+    model_dir, model = tiny("qwen3-qk_norm")
+    for bits in (4, 8):
+        out = export_model(model_dir, tmp_path / f"q{bits}", *quant_args(bits, compute="int8"))
+        assert json.loads((out / "export.json").read_text())["quantization"]["compute"] == "int8"
+        inputs = make_inputs(model.config.vocab_size)
+        want = hf_logits(quantized_reference(model, bits, 32), inputs)
+        got = ort_logits(out / "model.onnx", inputs)
+        scale = float(np.abs(want).max())
+        err = masked_max_abs_diff(got, want, inputs[1])
+        assert err <= 0.05 * scale, f"int{bits} with int8 compute: {err:.3e} vs logit scale {scale:.2f}"
+
+
+# --------------------------------------------------------------------------------------------
+# generation
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("name", ["llama", "qwen2-bias-tied"])
+def test_greedy_matches_dequantized_transformers(name, mode, tiny, tmp_path, export_model):
+    model_dir, model = tiny(name)
+    args = [a for a in mode_args(mode, batch=2) if a not in ("--onnx-ops", "standard")]
+    out = export_model(model_dir, tmp_path / "out", *args, *quant_args(4))
+    ref_model = quantized_reference(model, 4, 32)
+    ids, mask = make_prompts(model.config.vocab_size, (9, 5))
+    want = hf_generate(ref_model, ids, mask, NEW_TOKENS)
+    tokens, logits, _ = run_ours(out, ids, mask, NEW_TOKENS)
+    compare(tokens, logits, want, f"{name} {mode} int4")
+
+
+# --------------------------------------------------------------------------------------------
+# bad options
+
+
+@pytest.mark.parametrize(
+    "args, mentions",
+    [
+        (["--onnx-ops", "ort", "--quantize", "int3"], ["--quantize", "int3"]),
+        (["--onnx-ops", "ort", "--quantize", "int4", "--quantize-group-size", "24"], ["--quantize-group-size", "24"]),
+        (["--onnx-ops", "ort", "--quantize", "int4", "--quantize-group-size", "8"], ["--quantize-group-size"]),
+        (["--onnx-ops", "ort", "--quantize", "int4", "--quantize-compute", "int4"], ["--quantize-compute"]),
+        (["--onnx-ops", "ort", "--quantize-group-size", "64"], ["--quantize"]),
+        (["--onnx-ops", "ort", "--quantize-compute", "float"], ["--quantize"]),
+        (["--onnx-ops", "standard", "--quantize", "int4", "--quantize-compute", "int8"],
+         ["--quantize-compute int8", "--onnx-ops ort"]),
+        (["--format", "openvino", "--quantize", "int4"], ["--quantize", "openvino"]),
+    ],
+)
+def test_bad_quantize_options(args, mentions, tiny, tmp_path, run_hfexport):
+    model_dir, _ = tiny("llama")
+    out = tmp_path / "out"
+    proc = run_hfexport("export", model_dir, "-o", out, *args)
+    assert_clean_error(proc, out, *mentions)
