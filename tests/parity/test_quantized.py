@@ -176,6 +176,45 @@ def test_greedy_matches_dequantized_transformers(name, mode, tiny, tmp_path, exp
 
 
 # --------------------------------------------------------------------------------------------
+# OpenVINO: u4/u8 constants in the decompression pattern
+
+
+def ov_compile(xml: Path):
+    import openvino as ov
+
+    return ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("name", ["llama", "qwen2-bias-tied"])
+def test_openvino_forward_matches_dequantized_transformers(name, bits, tiny, tmp_path, export_model):
+    model_dir, model = tiny(name)
+    out = export_model(model_dir, tmp_path / "out", "--format", "openvino", "--quantize", f"int{bits}")
+    assert json.loads((out / "export.json").read_text())["quantization"]["compute"] == "float"
+    compiled = ov_compile(out / "openvino_model.xml")
+    inputs = make_inputs(model.config.vocab_size)
+    names = [i.get_any_name() for i in compiled.inputs]
+    got = compiled(dict(zip(names, inputs)))[compiled.output("logits")]
+    want = hf_logits(quantized_reference(model, bits, 32), inputs)
+    err = masked_max_abs_diff(got, want, inputs[1])
+    assert err <= TOL, f"{name} int{bits}: OpenVINO logits differ from the dequantized reference by {err:.3e}"
+    # The weights stay compressed in the compiled model: no float constant holds a Linear weight.
+    code_type = "u4" if bits == 4 else "u8"
+    compressed = [op for op in compiled.get_runtime_model().get_ordered_ops()
+                  if any(i.get_element_type().get_type_name() == code_type for i in op.inputs())]
+    assert compressed, f"no op of the compiled model reads {code_type} weights (decompressed at compile time?)"
+
+
+def test_openvino_greedy_matches_dequantized_transformers(tiny, tmp_path, export_model):
+    model_dir, model = tiny("qwen3-qk_norm")
+    out = export_model(model_dir, tmp_path / "out", "--format", "openvino", "--for-generation", "--quantize", "int4")
+    ids, mask = make_prompts(model.config.vocab_size, (9, 5))
+    want = hf_generate(quantized_reference(model, 4, 32), ids, mask, NEW_TOKENS)
+    tokens, logits, _ = run_ours(out, ids, mask, NEW_TOKENS)
+    compare(tokens, logits, want, "openvino int4")
+
+
+# --------------------------------------------------------------------------------------------
 # bad options
 
 
@@ -190,7 +229,8 @@ def test_greedy_matches_dequantized_transformers(name, mode, tiny, tmp_path, exp
         (["--onnx-ops", "ort", "--quantize-compute", "float"], ["--quantize"]),
         (["--onnx-ops", "standard", "--quantize", "int4", "--quantize-compute", "int8"],
          ["--quantize-compute int8", "--onnx-ops ort"]),
-        (["--format", "openvino", "--quantize", "int4"], ["--quantize", "openvino"]),
+        (["--format", "openvino", "--quantize", "int4", "--quantize-compute", "int8"], ["--quantize-compute int8"]),
+        (["--format", "openvino", "--quantize", "int5"], ["--quantize", "int5"]),
     ],
 )
 def test_bad_quantize_options(args, mentions, tiny, tmp_path, run_hfexport):

@@ -24,6 +24,7 @@ WeightQuantization scheme(int bits, int64_t group) {
   WeightQuantization q;
   q.bits = bits;
   q.group_size = group;
+  q.compute = WeightQuantization::Compute::Float;  // as a backend resolves it
   return q;
 }
 

@@ -74,7 +74,8 @@ namespace {
 void write_port(pugi::xml_node parent, int id, const OvNetwork::Output& out, bool with_precision) {
   pugi::xml_node port = parent.append_child("port");
   port.append_attribute("id") = id;
-  if (with_precision) port.append_attribute("precision") = ov_precision(out.dtype).c_str();
+  if (with_precision)
+    port.append_attribute("precision") = (out.precision.empty() ? ov_precision(out.dtype) : out.precision).c_str();
   if (!out.names.empty()) port.append_attribute("names") = out.names.c_str();
   for (const Dim& d : out.shape) port.append_child("dim").text() = d.is_static() ? d.value() : -1;
 }

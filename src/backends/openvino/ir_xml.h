@@ -26,7 +26,8 @@ class OvNetwork {
   struct Output {
     DType dtype;
     Shape shape;
-    std::string names;  // tensor names (graph inputs/outputs)
+    std::string names;      // tensor names (graph inputs/outputs)
+    std::string precision;  // overrides ov_precision(dtype) for types the IR lacks (U4)
   };
 
   OvPort add(const std::string& type, const std::string& version, const std::string& name, Attrs data,

@@ -44,6 +44,8 @@ class OvLowering {
 
  private:
   OvPort port(const Value* v);
+  OvPort quantized_constant(const Value* v);
+  OvPort lower_quantized_linear(const Node& n, const std::vector<OvPort>& in);
   OvPort i64(const std::vector<int64_t>& data, std::vector<int64_t> shape);
   OvPort op(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
             const std::vector<OvPort>& inputs, DType dtype, const Shape& shape, const std::string& suffix = "");
@@ -72,6 +74,7 @@ class OvLowering {
 OvPort OvLowering::port(const Value* v) {
   if (const auto it = ports_.find(v); it != ports_.end()) return it->second;
   HFX_CHECK(v->is_constant(), "OpenVINO: value '", v->name, "' used before it is produced");
+  if (v->constant->quantized) return quantized_constant(v);
   const auto& shape = v->constant->src_shape;
   const bool compress = v->constant->from_checkpoint() && is_float(v->dtype) && weight_dtype_ != v->dtype;
   const Value* stored = v;
@@ -91,6 +94,43 @@ OvPort OvLowering::port(const Value* v) {
                             {{v->dtype, Shape(shape.begin(), shape.end()), ""}});
   net_.add_rt_attribute(p.layer, "decompression");
   return ports_[v] = p;
+}
+
+// Codes as u4/u8 [N, groups, group] (u4 packs two per byte, low nibble first: the IR's layout),
+// scales as [N, groups, 1] so that they broadcast over each group.
+OvPort OvLowering::quantized_constant(const Value* v) {
+  const ConstantData::Quantized& q = *v->constant->quantized;
+  const int64_t rows = v->shape[0].value(), groups = v->shape[1].value();
+  const bool u4 = !q.scales && q.scheme.bits == 4;
+  const std::vector<int64_t> shape{rows, groups, q.scales ? 1 : q.scheme.group_size};
+  const std::string element_type = q.scales ? ov_element_type(v->dtype) : u4 ? "u4" : "u8";
+  const OvPort c = net_.add("Const", "opset1", v->name,
+                            {{"element_type", element_type}, {"shape", shape_attr(shape)}, {"offset", "0"}, {"size", "0"}},
+                            {}, {{v->dtype, Shape(shape.begin(), shape.end()), "", u4 ? "U4" : ""}});
+  constants_.emplace_back(c.layer, v);
+  return ports_[v] = c;
+}
+
+// The weight-compression subgraph OpenVINO's CPU plugin keeps compressed (Convert -> Subtract zero
+// point -> Multiply scale), reshaped to [N, K] for a MatMul that reads it transposed. Unlike the
+// f16 path, the Convert must not carry the "decompression" mark: with it the plugin folds the
+// weights to f32 at compile time (measured).
+OvPort OvLowering::lower_quantized_linear(const Node& n, const std::vector<OvPort>& in) {
+  const Value* codes = n.inputs[1];
+  const int64_t rows = codes->shape[0].value(), groups = codes->shape[1].value(), group = n.attrs.i("group_size");
+  const Shape grouped{Dim(rows), Dim(groups), Dim(group)};
+  OvPort w = op("Convert", "opset1", n, {{"destination_type", "f32"}}, {in[1]}, DType::F32, grouped, "/decompress");
+  const double zero_point = static_cast<double>(int64_t{1} << (n.attrs.i("bits") - 1));
+  w = op("Subtract", "opset1", n, kNumpy, {w, port(b_.scalar(zero_point, DType::F32))}, DType::F32, grouped,
+         "/zero_point");
+  w = op("Multiply", "opset1", n, kNumpy, {w, in[2]}, DType::F32, grouped, "/scale");
+  w = op("Reshape", "opset1", n, {{"special_zero", "false"}}, {w, i64({rows, groups * group}, {2})}, DType::F32,
+         Shape{Dim(rows), Dim(groups * group)}, "/weight");
+  const bool bias = n.inputs.size() > 3 && n.inputs[3];
+  OvPort out = op("MatMul", "opset1", n, {{"transpose_a", "false"}, {"transpose_b", "true"}}, {in[0], w},
+                  n.outputs[0]->dtype, n.outputs[0]->shape, bias ? "/matmul" : "");
+  if (bias) out = node_result(n, "Add", "opset1", kNumpy, {out, in[3]});
+  return out;
 }
 
 OvPort OvLowering::i64(const std::vector<int64_t>& data, std::vector<int64_t> shape) {
@@ -148,6 +188,9 @@ void OvLowering::lower(const Node& n) {
       if (n.inputs.size() > 2 && n.inputs[2]) out = node_result(n, "Add", "opset1", kNumpy, {out, in[2]});
       break;
     }
+    case OpKind::QuantizedLinear:
+      out = lower_quantized_linear(n, in);
+      break;
     case OpKind::Embedding:
       out = node_result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], i64({0}, {})});
       break;
@@ -325,7 +368,8 @@ void OvLowering::lower_state_reads() {
 
 bool maps_natively(const Node& n) {
   if (n.op == OpKind::Attention) return n.attrs.f("softcap", 0.0) == 0.0;  // SDPA has no softcap
-  return n.op == OpKind::Linear || n.op == OpKind::Embedding || n.op == OpKind::GELU;
+  return n.op == OpKind::Linear || n.op == OpKind::QuantizedLinear || n.op == OpKind::Embedding ||
+         n.op == OpKind::GELU;
 }
 
 class OpenVinoBackend final : public Backend {
@@ -336,8 +380,10 @@ class OpenVinoBackend final : public Backend {
     if (!opt.op_profile.empty()) fail("--onnx-ops applies only to --format onnx");
     if (opt.static_cache)
       fail("--static-cache: --format openvino exports a stateful model whose cache lives in the runtime");
-    if (opt.quantize.enabled())
-      fail("--quantize: --format openvino stores float weights only so far (use --dtype float16 to halve them)");
+    check_weight_quantization(opt.quantize);
+    if (opt.quantize.compute == WeightQuantization::Compute::Int8)
+      fail("--quantize-compute int8: OpenVINO picks the activation precision when it compiles the model "
+           "(DYNAMIC_QUANTIZATION_GROUP_SIZE); leave --quantize-compute unset");
   }
 
   // OpenVINO picks its own inference precision; --dtype float16/bfloat16 compresses the weights.
@@ -347,6 +393,9 @@ class OpenVinoBackend final : public Backend {
 
   WrittenComponent write(const std::string& name, Graph& graph, const std::filesystem::path& dir,
                          const BackendOptions& opt) override {
+    WeightQuantization quantize = opt.quantize;
+    if (quantize.enabled()) quantize.compute = WeightQuantization::Compute::Float;  // the IR holds no choice
+    const QuantizeReport quantization = quantize_linears(graph, quantize);
     decompose(graph, maps_natively);
     eliminate_dead_code(graph);
     verify(graph);
@@ -368,7 +417,7 @@ class OpenVinoBackend final : public Backend {
     }
     net.write(dir / (stem + ".xml"), name);
 
-    WrittenComponent written{stem + ".xml", {stem + ".bin"}, {}, {}, lowering.stateful()};
+    WrittenComponent written{stem + ".xml", {stem + ".bin"}, {}, {}, lowering.stateful(), quantization};
     std::set<const Value*> state_values;
     for (const StatePair& s : graph.states) state_values.insert({s.input, s.output});
     for (const Value* v : graph.inputs)
