@@ -115,6 +115,8 @@ Value* Builder::scalar(double v, DType dtype) {
   return constant(std::move(bytes), dtype, {}, "scalar");
 }
 
+Value* Builder::u8_scalar(uint8_t v) { return constant({static_cast<std::byte>(v)}, DType::U8, {}, "u8"); }
+
 Value* Builder::binary(OpKind op, Value* a, Value* b) {
   HFX_CHECK(a->dtype == b->dtype, op_name(op), " dtypes ", dtype_name(a->dtype), " vs ",
             dtype_name(b->dtype), " at ", scope_);

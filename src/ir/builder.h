@@ -27,6 +27,7 @@ class Builder {
   Value* const_i64(const std::vector<int64_t>& data, std::vector<int64_t> shape = {});
   Value* const_f32(const std::vector<float>& data, std::vector<int64_t> shape = {});
   Value* scalar(double v, DType dtype);
+  Value* u8_scalar(uint8_t v);
 
   Value* binary(OpKind op, Value* a, Value* b);
   Value* add(Value* a, Value* b) { return binary(OpKind::Add, a, b); }

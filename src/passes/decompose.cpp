@@ -16,15 +16,17 @@ Value* decompose_linear(Builder& b, const Node& n) {
   return n.inputs.size() > 2 && n.inputs[2] ? b.add(y, n.inputs[2]) : y;
 }
 
-// Dequantizes the codes (core/quantize.h) to the weight [N, K] and applies it as a Linear.
+// Dequantizes the codes (core/quantize.h) to the weight [N, K] and applies it as a Linear. The
+// unpacking stays in uint8 so that no intermediate is wider than the float weight (runtimes fold
+// this chain at load, and skip folding very large intermediates).
 Value* decompose_quantized_linear(Builder& b, const Node& n) {
   Value* x = n.inputs[0];
-  Value* codes = b.cast(n.inputs[1], DType::I64);  // [N, G, group * bits / 8]
+  Value* codes = n.inputs[1];  // u8 [N, G, group * bits / 8]
   const Dim rows = codes->shape[0], groups = codes->shape[1];
   const int64_t bits = n.attrs.i("bits"), group = n.attrs.i("group_size");
   if (bits == 4) {  // two codes per byte, the earlier one in the low nibble
-    Value* high = b.div(codes, b.scalar(16, DType::I64));
-    Value* low = b.sub(codes, b.mul(high, b.scalar(16, DType::I64)));
+    Value* low = b.binary(OpKind::BitwiseAnd, codes, b.u8_scalar(0x0f));
+    Value* high = b.binary(OpKind::BitShiftRight, codes, b.u8_scalar(4));
     codes = b.reshape(b.concat({b.unsqueeze(low, {-1}), b.unsqueeze(high, {-1})}, -1), {rows, groups, Dim(group)});
   }
   Value* levels = b.sub(b.cast(codes, DType::F32), b.scalar(static_cast<double>(int64_t{1} << (bits - 1)), DType::F32));

@@ -330,8 +330,11 @@ void Lowering::lower(const Node& n) {
     case OpKind::Tanh: case OpKind::Erf: case OpKind::Cos: case OpKind::Sin: case OpKind::Sigmoid:
     case OpKind::MatMul: case OpKind::Where: case OpKind::Equal: case OpKind::Less:
     case OpKind::LessOrEqual: case OpKind::Greater: case OpKind::And: case OpKind::Not:
-    case OpKind::Range: case OpKind::Expand:
+    case OpKind::Range: case OpKind::Expand: case OpKind::BitwiseAnd:
       node(std::string(op_name(n.op)), in, {out});
+      return;
+    case OpKind::BitShiftRight:
+      attr_string(node("BitShift", in, {out}), "direction", "RIGHT");
       return;
     case OpKind::Softmax:
       attr_int(node("Softmax", in, {out}), "axis", n.attrs.i("axis"));
