@@ -137,6 +137,19 @@ def test_group_size_that_does_not_divide_keeps_float(tiny, tmp_path, export_mode
     assert err <= TOL, err
 
 
+@pytest.mark.parametrize("profile", ["ort", "standard"])
+def test_float16_with_quantized_weights(profile, tiny, tmp_path, export_model):
+    """Scales and activations in float16: within float16 rounding of the float32 dequantized
+    reference (1 % of the logit scale; these weights are wider than the float16 suite's)."""
+    model_dir, model = tiny("llama")
+    out = export_model(model_dir, tmp_path / "out", "--dtype", "float16", *quant_args(4, profile=profile))
+    inputs = make_inputs(model.config.vocab_size)
+    want = hf_logits(quantized_reference(model, 4, 32), inputs)
+    err = masked_max_abs_diff(ort_logits(out / "model.onnx", inputs), want, inputs[1])
+    scale = float(np.abs(want).max())
+    assert err <= 1e-2 * scale, f"float16 int4 ({profile}): {err:.3e} vs logit scale {scale:.2f}"
+
+
 def test_compute_defaults_to_the_profiles_fastest(tiny, tmp_path, export_model):
     model_dir, _ = tiny("llama")
     for profile, compute in (("ort", "int8"), ("standard", "float")):
