@@ -25,10 +25,15 @@ cached by bench_export.py's ensure_checkpoint), each measurement in its own fres
                                  flat past/present KV, then OpenVINO's MakeStateful (batch 1)
                 The anchor's time includes importing torch and loading the model, both part of
                 exporting with it; the split is printed too.
+                hfexport int4 / int8  the hfexport command above plus `--quantize int4` / `int8`
+                          (u4 / u8 weight constants with per-group scales, kept compressed by the
+                          CPU plugin; default group size), skipped with --no-quantized or when the
+                          binary's `export --help` has no --quantize (an older install)
   decode      float32, batch 1, greedy, a random --prompt-len prompt: prefill ms (the prompt in,
               the first token out, argmax included) and decode tok/s (--new-tokens single-token
               steps, argmax included), one warm-up run then --repeats timed runs, medians, of
-                hfexport  through hfexport.open_runner(OUT, config=...)
+                hfexport  through hfexport.open_runner(OUT, config=...); the int4 / int8 exports too
+                          (float32 compute and KV cache, weights decompressed on the fly)
                 anchor    through a minimal stateful loop (reset_state, then input_ids /
                           attention_mask / position_ids / beam_idx as the model takes them)
               Both are compiled for CPU with the SAME properties: {"INFERENCE_PRECISION_HINT": "f32",
@@ -36,14 +41,21 @@ cached by bench_export.py's ensure_checkpoint), each measurement in its own fres
               when --ov-threads is given.
 
 Targets: hfexport export >= 20x faster (wall time) than the anchor; hfexport decode tok/s >= the
-anchor's. On a shared machine wall times are noisy: the export CPU-time ratio is printed as a
-steadier reference, and the load average is printed at the start and at the end.
+anchor's, both for the float32 hfexport export only. The int4 / int8 rows are not float32 (nor is
+the anchor quantized): they are printed in a separate section, with their export time, peak RSS,
+prefill, decode and decode ratios over the anchor and over float32 hfexport, and never count for
+the targets ("quantized" in the JSON). On a shared machine wall times are noisy: the export
+CPU-time ratio is printed as a steadier reference, and the load average is printed at the start
+and at the end.
 
-Run it (from the repository root; the two float32 exports take ~5 GB of disk for 28 layers,
-deleted after the run unless --keep-exports):
+Run it (from the repository root; the two float32 exports take ~5 GB of disk for 28 layers, the
+int4 / int8 ones ~2 GB more, all deleted after the run unless --keep-exports; --hfexport picks the
+binary, by default the one installed next to this Python, else build/hfexport):
 
-  .venv/bin/python bench/bench_openvino.py --layers 2 --prompt-len 16 --new-tokens 8 --repeats 1  # trial
-  .venv/bin/python bench/bench_openvino.py --json /tmp/hfexport-bench/openvino.json               # full
+  .venv/bin/python bench/bench_openvino.py --layers 2 --prompt-len 16 --new-tokens 8 --repeats 1 \
+      --hfexport build/hfexport                                                          # trial
+  .venv/bin/python bench/bench_openvino.py --hfexport build/hfexport \
+      --json /tmp/hfexport-bench/openvino.json                                           # full
 
 This is a benchmark, not a test: it exits non-zero only when an export or a run fails.
 """
@@ -61,7 +73,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench_export import checkpoint_bytes, default_hfexport, ensure_checkpoint, measure, mib
-from bench_generate import leading_matches, machine_environment, passes, ratio, worker_env
+from bench_generate import (QUANTIZE, leading_matches, machine_environment, passes, ratio, supports_quantize,
+                            worker_env)
 
 SPEEDUP_TARGET = 20.0  # anchor export wall time / hfexport export wall time, at least
 DECODE_TARGET = 1.0  # hfexport decode tok/s / anchor decode tok/s, at least
@@ -91,13 +104,25 @@ def export_row(m, out_dir: Path, **extra) -> dict:
     return {**asdict(m), "output_bytes": export_bytes(out_dir) if m.ok else 0, **extra}
 
 
-def run_hfexport(args, ckpt: Path, out_dir: Path, logs: Path) -> dict:
-    print("  hfexport                 exporting ...", end="", flush=True)
+def hfexport_key(quantize: str = "") -> str:
+    """The row key (and table label) of an hfexport export: hfexport, hfexport int4, hfexport int8."""
+    return f"hfexport {quantize}" if quantize else "hfexport"
+
+
+def run_hfexport(args, ckpt: Path, out_dir: Path, logs: Path, quantize: str = "") -> dict:
+    """The float32 stateful export, or (quantize int4 / int8) the same command with --quantize."""
+    key = hfexport_key(quantize)
+    print(f"  {key:<24} exporting ...", end="", flush=True)
     cmd = [str(args.hfexport), "export", str(ckpt), "-o", str(out_dir), "--format", "openvino", "--for-generation",
            "--dtype", "float32", "--overwrite"]
-    m = measure(cmd, logs / "export-hfexport.log", args.sample_interval)
+    if quantize:
+        cmd[-1:-1] = ["--quantize", quantize]  # default group size
+    m = measure(cmd, logs / f"export-{key.replace(' ', '-')}.log", args.sample_interval)
     print(f" {m.wall_s:.2f} s" if m.ok else f" FAILED (rc {m.returncode}, see {m.log})")
-    return export_row(m, out_dir, command=cmd)
+    extra = {}
+    if quantize and m.ok:
+        extra["quantization"] = json.loads((out_dir / "export.json").read_text()).get("quantization")
+    return export_row(m, out_dir, command=cmd, **extra)
 
 
 def run_anchor(method: str, args, ckpt: Path, out_dir: Path, logs: Path) -> dict:
@@ -147,11 +172,13 @@ def ov_config(args) -> dict:
 
 
 def time_one(label: str, kind: str, path: Path, args, logs: Path, vocab_size: int) -> dict:
-    """One timing worker in a fresh process: its JSON result, or {'error': ...}."""
+    """One timing worker in a fresh process: its JSON result, or {'error': ...}. kind: hfexport (any of
+    hfexport's exports, `label` telling them apart) or anchor."""
     print(f"  {label:<24} timing ...", end="", flush=True)
-    result = logs / f"time-{kind}.json"
+    name = label.replace(" ", "-") if kind == "hfexport" else kind
+    result = logs / f"time-{name}.json"
     result.unlink(missing_ok=True)
-    log = logs / f"time-{kind}.log"
+    log = logs / f"time-{name}.log"
     cmd = [sys.executable, str(WORKER), "--result", str(result), "--seed", str(args.seed), "time", kind, str(path),
            "--vocab-size", str(vocab_size), "--prompt-len", str(args.prompt_len), "--new-tokens", str(args.new_tokens),
            "--repeats", str(args.repeats), "--ov-config", json.dumps(ov_config(args))]
@@ -169,7 +196,34 @@ def time_one(label: str, kind: str, path: Path, args, logs: Path, vocab_size: in
 # --------------------------------------------------------------------------- summary
 
 
-def summarize(ckpt: Path, exports: dict, anchor_failures: list, timings: dict) -> dict:
+def quantized_summary(exports: dict, timings: dict, quantized_exports: dict, quantized_timings: dict,
+                      skipped: str | None) -> dict:
+    """The int4 / int8 hfexport rows, outside the float32 targets: each one's export and timing, and its
+    decode tok/s over the anchor's and over float32 hfexport's."""
+    anchor_decode = timings.get("anchor", {}).get("decode_tok_s_median")
+    float32_decode = timings.get("hfexport", {}).get("decode_tok_s_median")
+    float32_tokens = timings.get("hfexport", {}).get("tokens")
+    anchor_wall = exports["anchor"]["wall_s"] if "anchor" in exports else None
+    rows = {}
+    for key, row in quantized_exports.items():
+        timing = quantized_timings.get(key, {})
+        decode = timing.get("decode_tok_s_median")
+        ok = row["returncode"] == 0
+        rows[key] = {
+            "quantize": key.split()[-1],
+            "quantization": row.get("quantization"),  # export.json's section
+            "export": row,
+            "timing": timing,
+            "export_speedup_vs_anchor": ratio(anchor_wall, row["wall_s"]) if ok else None,
+            "decode_vs_anchor": ratio(decode, anchor_decode),
+            "decode_vs_float32": ratio(decode, float32_decode),
+            "tokens_match_float32": (leading_matches(timing["tokens"], float32_tokens)
+                                     if "tokens" in timing and float32_tokens else None),
+        }
+    return {"skipped": skipped, "rows": rows}
+
+
+def summarize(ckpt: Path, exports: dict, anchor_failures: list, timings: dict, quantized: dict) -> dict:
     hf, anchor = exports.get("hfexport"), exports.get("anchor")
     hf_ok, anchor_ok = hf is not None and hf["returncode"] == 0, anchor is not None
     speedup = ratio(anchor["wall_s"], hf["wall_s"]) if hf_ok and anchor_ok else None
@@ -191,6 +245,7 @@ def summarize(ckpt: Path, exports: dict, anchor_failures: list, timings: dict) -
             "decode_ratio_min": DECODE_TARGET,
             "decode_pass": passes(decode_ratio, DECODE_TARGET),
         },
+        "quantized": quantized,  # not float32: outside the targets
     }
 
 
@@ -258,6 +313,44 @@ def print_report(summary: dict, args) -> None:
           f">= {targets['decode_ratio_min']:.0f}x   {verdict(targets['decode_pass'])}")
 
 
+def print_quantized(summary: dict) -> None:
+    quantized = summary["quantized"]
+    if quantized["skipped"]:
+        print(f"\nquantized weights: skipped ({quantized['skipped']})")
+    if not quantized["rows"]:
+        return
+    fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
+    anchor = f"anchor ({summary['anchor_method']})" if summary["anchor_method"] else "anchor"
+    print("\nquantized weights (NOT float32 weights: u4 / u8 constants, float32 compute and KV cache; outside the"
+          " targets above):")
+    header = (f"{'run':<18} {'export s':>9} {'peak RSS MiB':>13} {'output MiB':>11} {'prefill ms':>11} "
+              f"{'decode tok/s':>13} {'x anchor':>9} {'x float32':>10} {'tokens = float32':>17}")
+    print(header)
+    print("-" * len(header))
+    for key, q in quantized["rows"].items():
+        row, t = q["export"], q["timing"]
+        if row["returncode"] != 0:
+            print(f"{key:<18} export FAILED (rc {row['returncode']}), see {row['log']}")
+            continue
+        export = (f"{key:<18} {row['wall_s']:>9.2f} {mib(row['peak_rss_kib']):>13.0f} "
+                  f"{row['output_bytes'] / 2**20:>11.0f}")
+        if "error" in t or not t:
+            print(f"{export} timing FAILED: {t.get('error', 'not timed').splitlines()[0]}")
+            continue
+        match = "-" if q["tokens_match_float32"] is None else f"{q['tokens_match_float32']}/{len(t['tokens'])}"
+        print(f"{export} {t['prefill_ms_median']:>11.1f} {t['decode_tok_s_median']:>13.2f} "
+              f"{fmt(q['decode_vs_anchor']):>9} {fmt(q['decode_vs_float32']):>10} {match:>17}")
+    print(f"  x anchor / x float32: decode tok/s over {anchor}'s (float32 weights) / over float32 hfexport's;"
+          " same compile properties as above.")
+    print("  tokens = float32: leading greedy tokens identical to float32 hfexport's (quantized weights are expected"
+          " to diverge early).")
+    for key, q in quantized["rows"].items():
+        if q["quantization"]:
+            print(f"  {key}: export.json quantization {json.dumps(q['quantization'])}")
+        if "error" in q["timing"]:
+            print(f"\n{key}: {q['timing']['error']}")
+
+
 # --------------------------------------------------------------------------- environment
 
 
@@ -270,7 +363,7 @@ def print_environment(env: dict, args, ckpt: Path) -> None:
     print(f"cpu: {env['cpu']}, {env['cpu_count']} logical cores ({env['usable_cpus']} usable here), "
           f"load average {env['loadavg_start'][0]:.2f}")
     print(f"openvino {env['openvino']}, torch {env['torch']}, transformers {env['transformers']}, "
-          f"optimum-intel {env['optimum-intel']}, hfexport {env['hfexport_revision']}")
+          f"optimum-intel {env['optimum-intel']}, hfexport {env['hfexport_revision']} ({args.hfexport})")
     if env["loadavg_start"][0] > 0.5 * env["usable_cpus"]:
         print("warning: the machine is busy (load average above half the cores): timings will be noisy")
 
@@ -297,6 +390,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ov-threads", type=int, default=0,
                         help="INFERENCE_NUM_THREADS for both models (default 0: not set, OpenVINO's own choice)")
     parser.add_argument("--sample-interval", type=float, default=0.05, help="seconds between /proc RSS samples")
+    parser.add_argument("--no-quantized", action="store_true",
+                        help="skip the int4 / int8 hfexport exports (--quantize; not float32, outside the targets)")
     parser.add_argument("--keep-exports", action="store_true", help="keep the exported models in --workdir")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
@@ -319,9 +414,21 @@ def main(argv=None) -> int:
     out = {"hfexport": root / "hfexport", "anchor": root / "anchor"}
     env = environment(args)
     print_environment(env, args, ckpt)
+    skipped = None
+    if args.no_quantized:
+        skipped = "--no-quantized"
+    elif not supports_quantize(args.hfexport):
+        skipped = (f"{args.hfexport} has no export --quantize (an older build: reinstall it or pass"
+                   " --hfexport build/hfexport)")
+        print(f"warning: {skipped}; the int4 / int8 rows are skipped")
+    quantize = [] if skipped else QUANTIZE
+    for bits in quantize:
+        out[hfexport_key(bits)] = root / f"hfexport-{bits}"
 
     print("\nexports:")
     exports = {"hfexport": run_hfexport(args, ckpt, out["hfexport"], logs)}
+    quantized_exports = {hfexport_key(bits): run_hfexport(args, ckpt, out[hfexport_key(bits)], logs, bits)
+                         for bits in quantize}
     anchor, anchor_failures = (None, []) if args.anchor == "none" else run_anchors(args, ckpt, out["anchor"], logs)
     if anchor is not None:
         exports["anchor"] = anchor
@@ -330,10 +437,14 @@ def main(argv=None) -> int:
     print("\ndecode timing:")
     timings = {key: time_one(labels[key], key, out[key], args, logs, vocab_size)
                for key, row in exports.items() if row["returncode"] == 0}
+    quantized_timings = {key: time_one(key, "hfexport", out[key], args, logs, vocab_size)
+                         for key, row in quantized_exports.items() if row["returncode"] == 0}
     env["loadavg_end"] = os.getloadavg()
 
-    summary = summarize(ckpt, exports, anchor_failures, timings)
+    quantized = quantized_summary(exports, timings, quantized_exports, quantized_timings, skipped)
+    summary = summarize(ckpt, exports, anchor_failures, timings, quantized)
     print_report(summary, args)
+    print_quantized(summary)
     print(f"\nload average: {env['loadavg_start'][0]:.2f} at the start, {env['loadavg_end'][0]:.2f} at the end; "
           f"logs in {logs}")
     if args.json:
@@ -343,8 +454,9 @@ def main(argv=None) -> int:
     if not args.keep_exports:
         for path in out.values():
             shutil.rmtree(path, ignore_errors=True)
-    failed = (exports["hfexport"]["returncode"] != 0 or (args.anchor != "none" and anchor is None)
-              or any("error" in t for t in timings.values()))
+    failed = (any(row["returncode"] != 0 for row in [exports["hfexport"], *quantized_exports.values()])
+              or (args.anchor != "none" and anchor is None)
+              or any("error" in t for t in [*timings.values(), *quantized_timings.values()]))
     return 1 if failed else 0
 
 
