@@ -383,6 +383,21 @@ def test_greedy_matches_transformers(name, mode, profile, tiny, tmp_path, export
     record(support_matrix, tm.model_type, variant, run)
 
 
+def test_static_prefill_writes_distinct_slots(tiny, tmp_path, export_model):
+    """Left padding: pad tokens are parked in the cache's last slots instead of sharing the first
+    real token's slot 0 (duplicate ScatterElements indices are undefined in ONNX)."""
+    tm = tiny("llama-gqa-tied-rope_llama3")
+    out = export_model(tm.model_dir, tmp_path / "out", *mode_args("static", batch=2))
+    runner = hfexport.open_runner(out, session_options=session_options())
+    ids, mask = tm.prompts(BATCH)
+    runner.prefill(ids, mask, 4)
+    positions = runner._park_padding(np.clip(mask.cumsum(-1) - 1, 0, None), mask)
+    for row, m in zip(positions, mask):
+        assert len(set(row.tolist())) == len(row), f"duplicate slots in {row.tolist()}"
+        assert row[m == 1].tolist() == list(range(int(m.sum()))), "real tokens moved"
+        assert (row[m == 0] >= runner.cache_len - (m == 0).sum()).all() and (row < runner.cache_len).all()
+
+
 def test_static_cache_reused_across_runs(tiny, tmp_path, export_model):
     """Two generations on one static runner: still the same buffers in place, same results."""
     tm = tiny("qwen3-gqa-qk_norm-head_dim16")
