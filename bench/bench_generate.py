@@ -14,7 +14,8 @@ for each configuration, one warm-up run then --repeats timed runs, medians repor
                                         (`--multi-token-decode`; it also runs the prefill)
                            static       one decode graph, cache buffers updated in place
                                         (`--static-cache --max-cache-len P+N`)
-                    profiles  standard (ai.onnx ops only), ort (onnxruntime contrib ops)
+                    profiles  standard (ai.onnx ops only), ort (onnxruntime contrib ops);
+                              plus dynamic with ort-gqa (GroupQueryAttention owns the cache)
                     run through hfexport.open_runner (onnxruntime IO binding)
   hfexport x 2      dynamic, ort profile, weights quantized (`--quantize int4` / `int8`, default
                     group size 32 and int8 compute: MatMulNBits accuracy_level 4); activations and
@@ -109,6 +110,8 @@ def all_configs() -> list[Config]:
         for profile in PROFILES
         for mode in HFEXPORT_MODES
     ]
+    # GroupQueryAttention only changes the dynamic cache (the static one keeps Attention in every profile).
+    configs.append(Config("hf-dynamic-ort-gqa", "hfexport dynamic (ort-gqa)", "hfexport", "dynamic", "ort-gqa"))
     configs += [
         Config(f"hf-dynamic-ort-{bits}", f"hfexport dynamic (ort, {bits} weights)", "hfexport", "dynamic", "ort",
                quantize=bits)
@@ -412,7 +415,7 @@ def target_checks(results: list[Result]) -> dict:
                                   "pass": passes(static_vs_dynamic, 1.0)},
         }
 
-    groups = {"best": hf, **{p: [r for r in hf if r.config.profile == p] for p in PROFILES}}
+    groups = {"best": hf, **{p: [r for r in hf if r.config.profile == p] for p in [*PROFILES, "ort-gqa"]}}
     return {
         "eager_reference": eager.config.name if eager and eager.ok else None,
         "tf_export_reference": tf_ref.config.name if tf_ref else None,
@@ -523,7 +526,7 @@ def print_targets(checks: dict, ceiling: dict | None) -> None:
         return f"   (above the f32 ceiling: {ceiling['ratios'][key]:.2f}x)"
 
     print("\ntargets (float32 configurations only; decode tok/s; n/a: a side was not run or failed):")
-    for group in ["best", *PROFILES]:
+    for group in ["best", *PROFILES, "ort-gqa"]:
         c = checks.get(group)
         if not c:
             continue

@@ -82,7 +82,7 @@ CONFIGS = {
 MODES = ("dynamic", "multi-token", "static")
 
 
-PROFILES = ("standard", "ort")  # --onnx-ops
+PROFILES = ("standard", "ort", "ort-gqa")  # --onnx-ops
 
 
 def mode_args(mode: str, batch: int = 1, max_cache_len: int = MAX_CACHE_LEN, profile: str = "standard") -> list[str]:
@@ -359,7 +359,7 @@ def test_generation_contract(mode, tiny, tmp_path, export_model):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_greedy_matches_transformers(name, mode, profile, tiny, tmp_path, export_model, support_matrix):
     tm = tiny(name)
-    variant = f"generate-{mode}-{name.split('-', 1)[1]}" + ("" if profile == "standard" else " [ort ops]")
+    variant = f"generate-{mode}-{name.split('-', 1)[1]}" + ("" if profile == "standard" else f" [{profile} ops]")
 
     def run() -> float:
         err = 0.0
@@ -381,6 +381,18 @@ def test_greedy_matches_transformers(name, mode, profile, tiny, tmp_path, export
         return err
 
     record(support_matrix, tm.model_type, variant, run)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_profiles_choose_their_attention(mode, tiny, tmp_path, export_model):
+    """ort keeps opset-23 Attention (faster on onnxruntime CPU); ort-gqa hands the dynamic cache
+    to GroupQueryAttention; the static cache keeps Attention over the scattered buffer in both."""
+    tm = tiny("llama-gqa-tied-rope_llama3")
+    for profile in ("ort", "ort-gqa"):
+        out = export_model(tm.model_dir, tmp_path / profile, *mode_args(mode, profile=profile))
+        ops = {n.op_type for n in onnx.load(str(out / "decode.onnx"), load_external_data=False).graph.node}
+        gqa = profile == "ort-gqa" and mode != "static"
+        assert ("GroupQueryAttention" in ops) == gqa and ("Attention" in ops) != gqa, (profile, mode, ops)
 
 
 def test_static_prefill_writes_distinct_slots(tiny, tmp_path, export_model):
@@ -430,7 +442,7 @@ def test_mistral_prompt_longer_than_sliding_window(mode, profile, tiny, tmp_path
         tokens, logits, _ = run_ours(out, ids, mask)
         return compare(tokens, logits, tm.reference((10,)), f"mistral window 4, prompt 10, {mode}, {profile}")
 
-    suffix = "" if profile == "standard" else " [ort ops]"
+    suffix = "" if profile == "standard" else f" [{profile} ops]"
     record(support_matrix, "mistral", f"generate-{mode}-window4-prompt10{suffix}", run)
 
 

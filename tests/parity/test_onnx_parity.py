@@ -20,7 +20,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 FP32_TOL = 1e-4
-PROFILES = ("standard", "ort")  # --onnx-ops
+PROFILES = ("standard", "ort", "ort-gqa")  # --onnx-ops
 FP16_TOL = 2e-2
 PROMPT_LENGTHS = (12, 9, 5)
 
@@ -225,6 +225,10 @@ def check_onnx_graph(onnx_path: Path, profile: str = "standard") -> None:
         assert domains <= {"", "ai.onnx"}, domains
     else:  # onnxruntime contrib ops, which the checker does not know
         assert "com.microsoft" in domains, domains
+        ops = {n.op_type for n in m.graph.node}
+        assert "SkipSimplifiedLayerNormalization" in ops, ops
+        # GroupQueryAttention only where asked for: on CPU opset-23 Attention is faster (measured).
+        assert ("GroupQueryAttention" in ops) == (profile == "ort-gqa"), ops
     assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask", "position_ids"]
     assert [o.name for o in m.graph.output] == ["logits"]
     assert m.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
@@ -297,7 +301,7 @@ def test_parity_fp32(model_type, variant, overrides, profile, tmp_path, make_tin
         support_matrix=support_matrix,
         export_model=export_model,
         model_type=model_type,
-        variant=variant if profile == "standard" else f"{variant} [ort ops]",
+        variant=variant if profile == "standard" else f"{variant} [{profile} ops]",
         model_dir=model_dir,
         ref_model=model,
         profile=profile,

@@ -11,7 +11,9 @@ namespace hfx {
 OnnxOpProfile parse_onnx_op_profile(const std::string& name) {
   if (name == "standard" || name.empty()) return OnnxOpProfile::Standard;
   if (name == "ort") return OnnxOpProfile::Ort;
-  fail("--onnx-ops: '", name, "' is not a profile (standard: ai.onnx ops only; ort: onnxruntime contrib ops)");
+  if (name == "ort-gqa") return OnnxOpProfile::OrtGqa;
+  fail("--onnx-ops: '", name, "' is not a profile (standard: ai.onnx ops only; ort: onnxruntime contrib ops; "
+       "ort-gqa: ort with GroupQueryAttention)");
 }
 
 int32_t onnx_type(DType t) {
@@ -78,7 +80,7 @@ void attr_float(onnx::NodeProto* n, const std::string& name, float v) {
 bool maps_natively(const Node& n, OnnxOpProfile profile) {
   switch (n.op) {
     case OpKind::QuantizedLinear:
-      return profile == OnnxOpProfile::Ort;
+      return profile_has_contrib_ops(profile);
     case OpKind::Linear: case OpKind::Embedding: case OpKind::GELU:
     case OpKind::RMSNorm: case OpKind::RoPE: case OpKind::Attention: case OpKind::KVAppend:
       return true;
@@ -100,7 +102,7 @@ std::string Lowering::float_scalar(float value, DType dtype) {
 // RMSNormalization-23 computes in float32 (stash_type 1) and casts back before the scale, as HF.
 // The ort profile uses onnxruntime's SimplifiedLayerNormalization, its fast kernel for the same.
 void Lowering::lower_rms_norm(const Node& n, const std::vector<std::string>& in, const std::string& out) {
-  const bool ort = profile_ == OnnxOpProfile::Ort;
+  const bool ort = profile_has_contrib_ops(profile_);
   if (const Node* add = ort ? fusable_residual(n) : nullptr; add && fused_.count(add)) {
     // Output 3 is the residual sum the skipped Add would have produced.
     onnx::NodeProto* norm = node("SkipSimplifiedLayerNormalization",
@@ -218,7 +220,7 @@ bool Lowering::lower_group_query_attention(const Node& n, const std::string& out
 }
 
 void Lowering::lower_attention(const Node& n, const std::vector<std::string>& in, const std::string& out) {
-  if (profile_ == OnnxOpProfile::Ort && lower_group_query_attention(n, out)) return;
+  if (profile_ == OnnxOpProfile::OrtGqa && lower_group_query_attention(n, out)) return;
   const Value* q = n.inputs[0];
   std::vector<std::string> inputs{in[0], in[1], in[2]};
   if (n.inputs.size() > 3 && n.inputs[3]) inputs.push_back(additive_mask(n.inputs[3], q->dtype));
@@ -250,7 +252,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
     for (const Value* in : n->inputs)
       if (in) consumers_[in].push_back(n);
   graph_outputs_.insert(graph.outputs.begin(), graph.outputs.end());
-  if (profile_ != OnnxOpProfile::Ort) return;
+  if (!profile_has_contrib_ops(profile_)) return;
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
   for (const Node* n : graph.order) {
     if (n->op == OpKind::RMSNorm)
@@ -261,7 +263,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
       auto only_feeds = [&](const Node* p) {
         return p && p->op == OpKind::KVAppend && consumers(p->outputs[0]).size() == 1;
       };
-      if (only_feeds(k) && only_feeds(v)) fused_.insert({k, v});
+      if (profile_ == OnnxOpProfile::OrtGqa && only_feeds(k) && only_feeds(v)) fused_.insert({k, v});
     }
   }
 }

@@ -1,5 +1,6 @@
 // Lowering of IR ops to ONNX nodes, per op profile: `standard` (ai.onnx only, opset 23 fused
-// RMSNormalization / RotaryEmbedding / Attention) or `ort` (adds onnxruntime contrib ops).
+// RMSNormalization / RotaryEmbedding / Attention), `ort` (adds onnxruntime contrib ops: fused
+// norms, MatMulNBits) or `ort-gqa` (ort + GroupQueryAttention owning the dynamic KV cache).
 #pragma once
 #include <map>
 #include <set>
@@ -11,8 +12,10 @@
 
 namespace hfx {
 
-enum class OnnxOpProfile { Standard, Ort };
+enum class OnnxOpProfile { Standard, Ort, OrtGqa };
 
+// Whether the profile may use onnxruntime's com.microsoft ops.
+inline bool profile_has_contrib_ops(OnnxOpProfile p) { return p != OnnxOpProfile::Standard; }
 OnnxOpProfile parse_onnx_op_profile(const std::string& name);
 int32_t onnx_type(DType t);
 void set_value_info(onnx::ValueInfoProto* info, const std::string& name, DType dtype, const Shape& shape);

@@ -23,7 +23,7 @@ constexpr size_t kInlineConstantLimit = 1024;      // smaller constants live ins
 // shared with MatMulNBits), which runtimes constant-fold or run in float.
 WeightQuantization resolve_compute(WeightQuantization q, OnnxOpProfile profile) {
   using Compute = WeightQuantization::Compute;
-  if (q.compute == Compute::Auto) q.compute = profile == OnnxOpProfile::Ort ? Compute::Int8 : Compute::Float;
+  if (q.compute == Compute::Auto) q.compute = profile_has_contrib_ops(profile) ? Compute::Int8 : Compute::Float;
   return q;
 }
 
@@ -34,7 +34,7 @@ class OnnxBackend final : public Backend {
   void check_options(const BackendOptions& opt) const override {
     const OnnxOpProfile profile = parse_onnx_op_profile(opt.op_profile);
     check_weight_quantization(opt.quantize);
-    if (opt.quantize.enabled() && profile != OnnxOpProfile::Ort &&
+    if (opt.quantize.enabled() && !profile_has_contrib_ops(profile) &&
         opt.quantize.compute == WeightQuantization::Compute::Int8)
       fail("--quantize-compute int8 needs --onnx-ops ort (onnxruntime's MatMulNBits); the standard op set "
            "dequantizes the weights and computes in float");
