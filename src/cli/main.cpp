@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   exp->add_option("--format", req.format, "onnx");
   exp->add_option("--dtype", dtype, "float32 | float16 | bfloat16 (weights and compute)");
   exp->add_flag("--overwrite", req.overwrite, "replace OUT_DIR if it exists");
-  exp->add_option("--onnx-ops", req.op_profile, "ONNX op profile: standard (ai.onnx only) | ort (onnxruntime contrib ops)");
+  exp->add_option("--onnx-ops", req.op_profile, "ONNX op profile: standard (ai.onnx only) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention)");
   exp->add_flag("--for-generation", req.generation.enabled, "export prefill/decode graphs with a KV cache");
   exp->add_flag("--multi-token-decode", req.generation.multi_token, "one decode graph for any query length");
   exp->add_flag("--static-cache", req.generation.static_cache, "fixed-size KV cache buffers written in place");
