@@ -106,6 +106,26 @@ void release(const Segment& s, const std::byte* p, size_t n) {
   if (s.tensor) s.tensor->file->release(p, n);
 }
 
+// Calls fn(src, first_row, rows) for consecutive bands of at most `band` rows of a [rows, cols]
+// constant, stacked parts included (first_row counts across parts), releasing each band's source
+// pages once fn has used them.
+template <class Fn>
+void for_each_row_band(const ConstantData& c, size_t cols, size_t band, Fn&& fn) {
+  const size_t row_bytes = cols * dtype_size(c.src_dtype);
+  if (row_bytes == 0) return;  // no columns: nothing to write
+  size_t first_row = 0;
+  for (const Segment& s : segments(c)) {
+    const size_t part_rows = s.nbytes / row_bytes;
+    for (size_t r0 = 0; r0 < part_rows; r0 += band) {
+      const size_t nr = std::min(band, part_rows - r0);
+      const std::byte* src = s.data + r0 * row_bytes;
+      fn(src, first_row + r0, nr);
+      release(s, src, nr * row_bytes);
+    }
+    first_row += part_rows;
+  }
+}
+
 }  // namespace
 
 void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch) const {
@@ -145,23 +165,15 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
   HFX_CHECK(c.src_shape.size() == 2, "transpose of non-matrix ", v.name);
   const auto rows = static_cast<size_t>(c.src_shape[0]), cols = static_cast<size_t>(c.src_shape[1]);
   const size_t band = std::max<size_t>(1, kBandBytes / std::max<size_t>(1, cols * std::max(in_size, out_size)));
-  size_t first_row = 0;
-  for (const Segment& s : segments(c)) {
-    const size_t part_rows = s.nbytes / in_size / cols;
-    for (size_t r0 = 0; r0 < part_rows; r0 += band) {
-      const size_t nr = std::min(band, part_rows - r0);
-      const std::byte* src = s.data + r0 * cols * in_size;
-      scratch.converted.resize(nr * cols * out_size);
-      convert_floats(src, c.src_dtype, scratch.converted.data(), v.dtype, nr * cols);
-      scratch.transposed.resize(scratch.converted.size());
-      transpose(scratch.converted.data(), scratch.transposed.data(), nr, cols, out_size);
-      for (size_t col = 0; col < cols; ++col)
-        write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size,
-                 offset + (col * rows + first_row + r0) * out_size);
-      release(s, src, nr * cols * in_size);
-    }
-    first_row += part_rows;
-  }
+  for_each_row_band(c, cols, band, [&](const std::byte* src, size_t first_row, size_t nr) {
+    scratch.converted.resize(nr * cols * out_size);
+    convert_floats(src, c.src_dtype, scratch.converted.data(), v.dtype, nr * cols);
+    scratch.transposed.resize(scratch.converted.size());
+    transpose(scratch.converted.data(), scratch.transposed.data(), nr, cols, out_size);
+    for (size_t col = 0; col < cols; ++col)
+      write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size,
+               offset + (col * rows + first_row) * out_size);
+  });
 }
 
 // Quantizes bands of source rows ([N, K], parts stacked) and writes the requested half: codes
@@ -170,33 +182,25 @@ void WeightFile::write_quantized(const Value& v, uint64_t offset, Scratch& scrat
   const ConstantData& c = *v.constant;
   const WeightQuantization& q = c.quantized->scheme;
   HFX_CHECK(c.src_shape.size() == 2 && is_float(c.src_dtype), "quantization of ", v.name);
-  const size_t in_size = dtype_size(c.src_dtype), cols = static_cast<size_t>(c.src_shape[1]);
+  const size_t cols = static_cast<size_t>(c.src_shape[1]);
   const size_t groups = cols / static_cast<size_t>(q.group_size);
   const size_t row_bytes = c.quantized->scales ? groups * dtype_size(v.dtype) : cols * static_cast<size_t>(q.bits) / 8;
   const size_t band = std::max<size_t>(1, kBandBytes / (cols * sizeof(float)));
-  size_t first_row = 0;
-  for (const Segment& s : segments(c)) {
-    const size_t part_rows = s.nbytes / in_size / cols;
-    for (size_t r0 = 0; r0 < part_rows; r0 += band) {
-      const size_t nr = std::min(band, part_rows - r0);
-      const std::byte* src = s.data + r0 * cols * in_size;
-      scratch.converted.resize(nr * cols * sizeof(float));
-      convert_floats(src, c.src_dtype, scratch.converted.data(), DType::F32, nr * cols);
-      scratch.transposed.resize(nr * cols * static_cast<size_t>(q.bits) / 8);
-      scratch.scales.resize(nr * groups);
-      quantize_rows(reinterpret_cast<const float*>(scratch.converted.data()), nr, cols, q,
-                    reinterpret_cast<uint8_t*>(scratch.transposed.data()), scratch.scales.data());
-      const std::byte* out = scratch.transposed.data();
-      if (c.quantized->scales) {
-        // The converted band is no longer needed: reuse it for the scales in v.dtype.
-        convert_floats(scratch.scales.data(), DType::F32, scratch.converted.data(), v.dtype, nr * groups);
-        out = scratch.converted.data();
-      }
-      write_at(out, nr * row_bytes, offset + (first_row + r0) * row_bytes);
-      release(s, src, nr * cols * in_size);
+  for_each_row_band(c, cols, band, [&](const std::byte* src, size_t first_row, size_t nr) {
+    scratch.converted.resize(nr * cols * sizeof(float));
+    convert_floats(src, c.src_dtype, scratch.converted.data(), DType::F32, nr * cols);
+    scratch.transposed.resize(nr * cols * static_cast<size_t>(q.bits) / 8);
+    scratch.scales.resize(nr * groups);
+    quantize_rows(reinterpret_cast<const float*>(scratch.converted.data()), nr, cols, q,
+                  reinterpret_cast<uint8_t*>(scratch.transposed.data()), scratch.scales.data());
+    const std::byte* out = scratch.transposed.data();
+    if (c.quantized->scales) {
+      // The converted band is no longer needed: reuse it for the scales in v.dtype.
+      convert_floats(scratch.scales.data(), DType::F32, scratch.converted.data(), v.dtype, nr * groups);
+      out = scratch.converted.data();
     }
-    first_row += part_rows;
-  }
+    write_at(out, nr * row_bytes, offset + first_row * row_bytes);
+  });
 }
 
 std::vector<WeightFile::Span> WeightFile::append_all(const std::vector<Item>& items) {

@@ -273,25 +273,6 @@ Value* Builder::linear(Value* x, Value* weight, Value* bias) {
   return emit(OpKind::Linear, std::move(ins), {}, x->dtype, std::move(out));
 }
 
-Value* Builder::quantized_linear(Value* x, Value* codes, Value* scales, Value* bias, const WeightQuantization& q) {
-  const Dim k = x->shape.back();
-  HFX_CHECK(codes->rank() == 3 && scales->rank() == 2 && k.is_static() && codes->dtype == DType::U8 &&
-                codes->shape[0] == scales->shape[0] && scales->shape[1].is_static() &&
-                scales->shape[1].value() * q.group_size == k.value() &&
-                codes->shape[2] == Dim(q.group_bytes()),
-            "QuantizedLinear ", shape_string(x->shape), " x codes ", shape_string(codes->shape), " scales ",
-            shape_string(scales->shape), " at ", scope_);
-  Shape out = x->shape;
-  out.back() = codes->shape[0];
-  std::vector<Value*> ins{x, codes, scales};
-  if (bias) ins.push_back(bias);
-  return emit(OpKind::QuantizedLinear, std::move(ins), quantized_linear_attrs(q), x->dtype, std::move(out));
-}
-
-Attrs quantized_linear_attrs(const WeightQuantization& q) {
-  return {{"bits", int64_t{q.bits}}, {"group_size", q.group_size}, {"int8_compute", int64_t{q.compute == WeightQuantization::Compute::Int8}}};
-}
-
 Value* Builder::embedding(Value* weight, Value* ids) {
   Shape out = ids->shape;
   out.push_back(weight->shape[1]);

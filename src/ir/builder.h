@@ -58,7 +58,6 @@ class Builder {
   Value* scatter_elements(Value* data, Value* indices, Value* updates, int64_t axis);
 
   Value* linear(Value* x, Value* weight, Value* bias = nullptr);
-  Value* quantized_linear(Value* x, Value* codes, Value* scales, Value* bias, const WeightQuantization& q);
   Value* embedding(Value* weight, Value* ids);
   Value* rms_norm(Value* x, Value* weight, double epsilon);
   Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);
@@ -77,8 +76,6 @@ class Builder {
   int counter_ = 0;
 };
 
-// The attributes of a QuantizedLinear node for scheme `q`.
-Attrs quantized_linear_attrs(const WeightQuantization& q);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 // The target a runtime's Reshape takes (ONNX, OpenVINO special_zero): static dims as numbers, a
 // symbolic dim equal to the input's at the same index as 0 (copy), one other symbolic dim as -1.

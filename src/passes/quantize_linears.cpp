@@ -1,7 +1,6 @@
 // Replaces Linear ops over checkpoint weights with QuantizedLinear ops whose codes and scales are
 // derived from the same checkpoint bytes when the backend writes them (nothing is computed here).
 #include "core/error.h"
-#include "ir/builder.h"
 #include "passes/passes.h"
 
 namespace hfx {
@@ -20,6 +19,13 @@ Value* derived(Graph& graph, const Value& weight, const WeightQuantization& q, b
   Value* v = graph.new_value(dtype, std::move(shape), module_of(weight.name) + (scales ? ".scales" : ".qweight"));
   v->constant = std::move(data);
   return v;
+}
+
+// The QuantizedLinear attributes (ops.def) for a scheme whose compute the backend has resolved.
+Attrs quantized_linear_attrs(const WeightQuantization& q) {
+  return {{"bits", int64_t{q.bits}},
+          {"group_size", q.group_size},
+          {"int8_compute", int64_t{q.compute == WeightQuantization::Compute::Int8}}};
 }
 
 }  // namespace
