@@ -253,18 +253,33 @@ def task_time(args) -> dict:
     return result
 
 
-def task_export_transformers(args) -> dict:
+def load_float32_model(path: Path, seed: int, *extra_imports: str) -> dict:
+    """What an anchor exporter starts from: torch, transformers (and `extra_imports`) imported, the
+    checkpoint loaded in float32 in eval mode, and a 16-token prompt tensor; with the import and
+    load times."""
+    import importlib
+
     start = time.perf_counter()
     import torch
     from transformers import AutoModelForCausalLM
-    from transformers.exporters import OnnxConfig, OnnxExporter
 
+    for module in extra_imports:
+        importlib.import_module(module)
     import_s = time.perf_counter() - start
     start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(args.path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     load_s = time.perf_counter() - start
+    ids = torch.from_numpy(prompt_ids(model.config.vocab_size, 16, seed))
+    return {"model": model, "ids": ids, "import_s": import_s, "load_s": load_s}
+
+
+def task_export_transformers(args) -> dict:
+    loaded = load_float32_model(args.path, args.seed, "transformers.exporters")
+    import torch
+    from transformers.exporters import OnnxConfig, OnnxExporter
+
+    model, ids, import_s, load_s = loaded["model"], loaded["ids"], loaded["import_s"], loaded["load_s"]
     # generate() inputs; export_for_generation captures the prefill and decode forward kwargs from them.
-    ids = torch.from_numpy(prompt_ids(model.config.vocab_size, 16, args.seed))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     config = OnnxConfig(dynamic=True, ort_fusions=None if args.fusions == "none" else args.fusions)
     start = time.perf_counter()

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _generate_worker import prompt_ids, time_generation
+from _generate_worker import load_float32_model, prompt_ids, time_generation
 
 # The compile properties both sides get unless --ov-config: hfexport.open_runner's own default.
 DEFAULT_OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -135,17 +135,10 @@ def export_with_convert_model(model, ids, out: Path) -> dict:
 
 
 def task_export_anchor(args) -> dict:
-    start = time.perf_counter()
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    import_s = time.perf_counter() - start
-    start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(args.path, dtype=torch.float32).eval()
-    load_s = time.perf_counter() - start
-    ids = torch.from_numpy(prompt_ids(model.config.vocab_size, 16, args.seed))
+    loaded = load_float32_model(args.path, args.seed)
     export = export_with_exporters if args.method == "exporters" else export_with_convert_model
-    return {"method": args.method, "import_s": import_s, "load_s": load_s, **export(model, ids, args.out)}
+    return {"method": args.method, "import_s": loaded["import_s"], "load_s": loaded["load_s"],
+            **export(loaded["model"], loaded["ids"], args.out)}
 
 
 # --------------------------------------------------------------------------- generation loops

@@ -124,6 +124,18 @@ def write_random_safetensors(path: Path, specs, seed: int, chunk_elems: int = 1 
             raise RuntimeError(f"{path}: shape of {name} does not round-trip")
 
 
+def prepare_run(args, prefix: str) -> tuple[Path, int, Path, Path]:
+    """The checkpoint a generation benchmark runs on (built if needed), its vocab size, and the run's
+    directory --workdir/PREFIX-CHECKPOINT with its logs/ directory."""
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    ckpt = ensure_checkpoint(args.workdir, args.layers, args.seed, args.rebuild)
+    vocab_size = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    root = args.workdir / f"{prefix}-{ckpt.name}"
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return ckpt, vocab_size, root, logs
+
+
 def ensure_checkpoint(workdir: Path, layers: int, seed: int, rebuild: bool) -> Path:
     """The cached checkpoint for (layers, seed), built if missing or if `rebuild`."""
     ckpt = workdir / f"qwen3-0.6b-{layers}L-seed{seed}"

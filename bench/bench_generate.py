@@ -74,7 +74,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from bench_export import default_hfexport, ensure_checkpoint
+from bench_export import default_hfexport, prepare_run
 
 EAGER_TARGET = 1.5  # hfexport decode tok/s / transformers eager decode tok/s, at least
 TF_EXPORT_TARGET = 2.0  # hfexport decode tok/s / transformers-exported graph decode tok/s, at least
@@ -671,12 +671,7 @@ def main(argv=None) -> int:
         print(f"warning: {args.hfexport} has no `export --quantize`: it predates weight quantization, so the"
               " quantized configurations are skipped and the float32 ones use that older binary"
               " (reinstall it, or pass --hfexport build/hfexport)")
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    ckpt = ensure_checkpoint(args.workdir, args.layers, args.seed, args.rebuild)
-    vocab_size = json.loads((ckpt / "config.json").read_text())["vocab_size"]
-    exports = args.workdir / f"generate-{ckpt.name}"
-    logs = exports / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    ckpt, vocab_size, exports, logs = prepare_run(args, "generate")
     env = environment(args)
     print_environment(env, args, ckpt)
 

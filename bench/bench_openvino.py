@@ -72,7 +72,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from bench_export import checkpoint_bytes, default_hfexport, ensure_checkpoint, measure, mib
+from bench_export import checkpoint_bytes, default_hfexport, measure, mib, prepare_run
 from bench_generate import (QUANTIZE, leading_matches, machine_environment, passes, ratio, supports_quantize,
                             worker_env)
 
@@ -405,12 +405,7 @@ def main(argv=None) -> int:
     if not args.hfexport.exists():
         sys.exit(f"hfexport binary not found: {args.hfexport} (build it first)")
     os.environ.update(worker_env())  # measure() runs its commands with this process's environment
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    ckpt = ensure_checkpoint(args.workdir, args.layers, args.seed, args.rebuild)
-    vocab_size = json.loads((ckpt / "config.json").read_text())["vocab_size"]
-    root = args.workdir / f"openvino-{ckpt.name}"
-    logs = root / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    ckpt, vocab_size, root, logs = prepare_run(args, "openvino")
     out = {"hfexport": root / "hfexport", "anchor": root / "anchor"}
     env = environment(args)
     print_environment(env, args, ckpt)
