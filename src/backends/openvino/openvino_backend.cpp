@@ -47,6 +47,7 @@ class OvLowering {
   OvPort quantized_constant(const Value* v);
   OvPort lower_quantized_linear(const Node& n, const std::vector<OvPort>& in);
   OvPort i64(const std::vector<int64_t>& data, std::vector<int64_t> shape);
+  OvPort i64_vector(const std::vector<int64_t>& data) { return i64(data, {static_cast<int64_t>(data.size())}); }
   OvPort op(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
             const std::vector<OvPort>& inputs, DType dtype, const Shape& shape, const std::string& suffix = "");
   OvPort node_result(const Node& n, const std::string& type, const std::string& version, OvNetwork::Attrs data,
@@ -124,7 +125,7 @@ OvPort OvLowering::lower_quantized_linear(const Node& n, const std::vector<OvPor
   w = op("Subtract", "opset1", n, kNumpy, {w, port(b_.scalar(zero_point, DType::F32))}, DType::F32, grouped,
          "/zero_point");
   w = op("Multiply", "opset1", n, kNumpy, {w, in[2]}, DType::F32, grouped, "/scale");
-  w = op("Reshape", "opset1", n, {{"special_zero", "false"}}, {w, i64({rows, groups * group}, {2})}, DType::F32,
+  w = op("Reshape", "opset1", n, {{"special_zero", "false"}}, {w, i64_vector({rows, groups * group})}, DType::F32,
          Shape{Dim(rows), Dim(groups * group)}, "/weight");
   const bool bias = n.inputs.size() > 3 && n.inputs[3];
   OvPort out = op("MatMul", "opset1", n, {{"transpose_a", "false"}, {"transpose_b", "true"}}, {in[0], w},
@@ -203,7 +204,7 @@ void OvLowering::lower(const Node& n) {
         for (size_t i = 0; i < x->rank(); ++i) axes.push_back(static_cast<int64_t>(i));
       out = node_result(n, n.op == OpKind::ReduceMean ? "ReduceMean" : "ReduceMax", "opset1",
                         {{"keep_dims", n.attrs.i("keepdims") ? "true" : "false"}},
-                        {in[0], i64(axes, {static_cast<int64_t>(axes.size())})});
+                        {in[0], i64_vector(axes)});
       break;
     }
     case OpKind::Cast:
@@ -212,12 +213,12 @@ void OvLowering::lower(const Node& n) {
     case OpKind::Reshape: {
       const auto target = reshape_target(x->shape, y->shape);
       out = node_result(n, "Reshape", "opset1", {{"special_zero", "true"}},
-                        {in[0], i64(target, {static_cast<int64_t>(target.size())})});
+                        {in[0], i64_vector(target)});
       break;
     }
     case OpKind::Transpose: {
       const auto& perm = n.attrs.ints("perm");
-      out = node_result(n, "Transpose", "opset1", {}, {in[0], i64(perm, {static_cast<int64_t>(perm.size())})});
+      out = node_result(n, "Transpose", "opset1", {}, {in[0], i64_vector(perm)});
       break;
     }
     case OpKind::Slice:
@@ -238,7 +239,7 @@ void OvLowering::lower(const Node& n) {
       break;
     case OpKind::Unsqueeze: {
       const auto& axes = n.attrs.ints("axes");
-      out = node_result(n, "Unsqueeze", "opset1", {}, {in[0], i64(axes, {static_cast<int64_t>(axes.size())})});
+      out = node_result(n, "Unsqueeze", "opset1", {}, {in[0], i64_vector(axes)});
       break;
     }
     case OpKind::Range:
