@@ -71,22 +71,21 @@ int run_generate(int argc, char** argv) {
   return 1;
 }
 
-}  // namespace
-
-namespace {
-
-// --quantize int4|int8 -> bits (0 without it); the options that refine it need it.
-int parse_quantize(const std::string& quantize, const std::string& compute, int64_t group_size) {
-  if (!compute.empty() && compute != "int8" && compute != "float")
-    hfx::fail("--quantize-compute: '", compute, "' is not one of int8, float");
+// --quantize int4|int8 and --quantize-compute int8|float into `q` (whose group size CLI11 set);
+// the options that refine --quantize need it.
+void parse_quantize(const std::string& quantize, const std::string& compute, hfx::WeightQuantization& q) {
+  using Compute = hfx::WeightQuantization::Compute;
+  if (compute == "int8") q.compute = Compute::Int8;
+  else if (compute == "float") q.compute = Compute::Float;
+  else if (!compute.empty()) hfx::fail("--quantize-compute: '", compute, "' is not one of int8, float");
   if (quantize.empty()) {
-    if (!compute.empty() || group_size != hfx::WeightQuantization{}.group_size)
+    if (!compute.empty() || q.group_size != hfx::WeightQuantization{}.group_size)
       hfx::fail("--quantize-group-size and --quantize-compute apply only with --quantize");
-    return 0;
+    return;
   }
-  if (quantize == "int4") return 4;
-  if (quantize == "int8") return 8;
-  hfx::fail("--quantize: '", quantize, "' is not one of int4, int8");
+  if (quantize == "int4") q.bits = 4;
+  else if (quantize == "int8") q.bits = 8;
+  else hfx::fail("--quantize: '", quantize, "' is not one of int4, int8");
 }
 
 }  // namespace
@@ -146,9 +145,7 @@ int main(int argc, char** argv) {
       if (!parsed || !hfx::is_float(*parsed) || *parsed == hfx::DType::F64)
         hfx::fail("--dtype: '", dtype, "' is not one of float32, float16, bfloat16");
       req.dtype = *parsed;
-      req.quantize.bits = parse_quantize(quantize, quantize_compute, req.quantize.group_size);
-      using Compute = hfx::WeightQuantization::Compute;
-      req.quantize.compute = quantize_compute == "int8" ? Compute::Int8 : quantize_compute == "float" ? Compute::Float : Compute::Auto;
+      parse_quantize(quantize, quantize_compute, req.quantize);
       hfx::run_export(req);
     } else if (*ins) {
       hfx::inspect_export(inspect_dir);
