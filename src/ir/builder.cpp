@@ -83,6 +83,15 @@ Value* Builder::weight(const TensorInfo& tensor, DType dtype) {
   return v;
 }
 
+Value* Builder::missing_weight(const std::string& name, const std::vector<int64_t>& shape, DType dtype) {
+  auto c = std::make_shared<ConstantData>();
+  c->src_dtype = dtype;
+  c->src_shape = shape;
+  Value* v = g_.new_value(dtype, Shape(shape.begin(), shape.end()), name);
+  v->constant = std::move(c);
+  return v;
+}
+
 Value* Builder::constant(std::vector<std::byte> bytes, DType dtype, std::vector<int64_t> shape,
                          const std::string& hint) {
   auto c = std::make_shared<ConstantData>();

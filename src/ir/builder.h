@@ -22,6 +22,9 @@ class Builder {
   Value* input(const std::string& name, DType dtype, Shape shape);
   void output(Value* v, const std::string& name);
   Value* weight(const TensorInfo& tensor, DType dtype);
+  // A declared weight the checkpoint lacks (or holds mis-shaped): shape only, no bytes. The
+  // frontend reports it before the graph reaches a backend.
+  Value* missing_weight(const std::string& name, const std::vector<int64_t>& shape, DType dtype);
   Value* constant(std::vector<std::byte> bytes, DType dtype, std::vector<int64_t> shape,
                   const std::string& hint);
   Value* const_i64(const std::vector<int64_t>& data, std::vector<int64_t> shape = {});

@@ -7,10 +7,6 @@ namespace hfx {
 ModelBuilder::ModelBuilder(const Checkpoint& ckpt, const BuildOptions& opt)
     : ckpt_(ckpt), opt_(opt), graph_(std::make_unique<Graph>()), builder_(*graph_) {}
 
-void ModelBuilder::expect(const std::string& name, std::vector<int64_t> shape) {
-  expected_[name] = std::move(shape);
-}
-
 void ModelBuilder::check_checkpoint() const {
   std::vector<std::string> problems;
   for (const auto& [name, shape] : expected_) {
@@ -37,16 +33,21 @@ void ModelBuilder::check_checkpoint() const {
   fail(problems.front(), more);
 }
 
-Value* ModelBuilder::weight(const std::string& name) {
-  if (const auto it = weights_.find(name); it != weights_.end()) return it->second;
-  HFX_CHECK(expected_.count(name), "weight '", name, "' was not declared");
+Value* ModelBuilder::weight(const std::string& name, std::vector<int64_t> shape) {
+  if (const auto it = weights_.find(name); it != weights_.end()) {
+    HFX_CHECK(expected_.at(name) == shape, "weight '", name, "' declared with two shapes");
+    return it->second;
+  }
+  expected_[name] = shape;
   const TensorInfo* t = ckpt_.find(name);
-  HFX_CHECK(t != nullptr, "weight '", name, "' missing after check");
-  Value* v = builder_.weight(*t, opt_.dtype);
+  Value* v = t && t->shape == shape ? builder_.weight(*t, opt_.dtype) : builder_.missing_weight(name, shape, opt_.dtype);
   weights_[name] = v;
   return v;
 }
 
-std::unique_ptr<Graph> ModelBuilder::finish() { return std::move(graph_); }
+std::unique_ptr<Graph> ModelBuilder::finish() {
+  check_checkpoint();
+  return std::move(graph_);
+}
 
 }  // namespace hfx

@@ -1,5 +1,6 @@
-// Shared frontend machinery: the list of tensors an architecture expects, checked against the
-// checkpoint before any graph is built, and named access to them while building.
+// Shared frontend machinery: each weight is declared where it is used (name + the shape the
+// config implies) and returned as a lazy constant; once the graph is built, the declarations are
+// checked against the checkpoint, before any backend writes a byte.
 #pragma once
 #include <map>
 #include <set>
@@ -16,17 +17,23 @@ class ModelBuilder {
  public:
   ModelBuilder(const Checkpoint& ckpt, const BuildOptions& opt);
 
-  // Declares a tensor the architecture reads, with the shape the config implies.
-  void expect(const std::string& name, std::vector<int64_t> shape);
+  // Declares a tensor the architecture reads, with the shape the config implies, and returns it
+  // as a lazy constant of the graph dtype. A missing or mis-shaped tensor yields a stand-in of
+  // the declared shape, so building goes on; check_checkpoint() then reports it.
+  Value* weight(const std::string& name, std::vector<int64_t> shape);
+  // The same, when `present` (e.g. the config enables a bias); else nothing is declared.
+  Value* weight_if(bool present, const std::string& name, std::vector<int64_t> shape) {
+    return present ? weight(name, std::move(shape)) : nullptr;
+  }
   // A tensor that may be present but is not read (e.g. lm_head.weight with tied embeddings).
   void tolerate(const std::string& name) { tolerated_.insert(name); }
   // Throws one Error naming the first missing, unexpected, mis-shaped or mis-typed tensor.
   void check_checkpoint() const;
 
-  Value* weight(const std::string& name);  // a declared tensor, as a lazy constant
   Builder& b() { return builder_; }
   Graph& graph() { return *graph_; }
   const BuildOptions& options() const { return opt_; }
+  // Checks the checkpoint against the declarations and hands over the graph.
   std::unique_ptr<Graph> finish();
 
  private:

@@ -1,30 +1,34 @@
 #include "models/registry.h"
 
-#include <utility>
+#include <map>
 
 #include "core/error.h"
 
 namespace hfx {
 namespace {
 
-const std::pair<const char*, ArchBuilder> kArchitectures[] = {
-    {"llama", build_llama_family},
-    {"mistral", build_llama_family},
-    {"qwen2", build_llama_family},
-    {"qwen3", build_llama_family},
-};
+// Function-local so that registrations from other files' static initialisers find it built.
+std::map<std::string, ArchBuilder>& architectures() {
+  static std::map<std::string, ArchBuilder> registry;
+  return registry;
+}
 
 }  // namespace
 
+bool register_arch(const std::string& model_type, ArchBuilder builder) {
+  const bool added = architectures().emplace(model_type, std::move(builder)).second;
+  HFX_CHECK(added, "model_type '", model_type, "' registered twice");
+  return true;
+}
+
 std::vector<std::string> supported_model_types() {
   std::vector<std::string> out;
-  for (const auto& [type, fn] : kArchitectures) out.emplace_back(type);
+  for (const auto& [type, fn] : architectures()) out.push_back(type);
   return out;
 }
 
-ArchBuilder find_arch(const std::string& model_type) {
-  for (const auto& [type, fn] : kArchitectures)
-    if (model_type == type) return fn;
+const ArchBuilder& find_arch(const std::string& model_type) {
+  if (const auto it = architectures().find(model_type); it != architectures().end()) return it->second;
   std::string list;
   for (const auto& t : supported_model_types()) list += (list.empty() ? "" : ", ") + t;
   fail("config.json: model_type '", model_type, "' is not supported (supported: ", list, ")");

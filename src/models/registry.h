@@ -1,6 +1,8 @@
-// Architecture registry: HF model_type -> graph builder. Adding an architecture is one file plus
-// one line in registry.cpp.
+// Architecture registry: HF model_type -> graph builder. Each family registers itself in its own
+// file (HFX_REGISTER_ARCH / HFX_REGISTER_DECODER); CMake compiles every file under src/models, so
+// adding an architecture touches no shared file.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,12 +38,21 @@ struct ExportModel {
   std::vector<Component> components;
 };
 
-using ArchBuilder = ExportModel (*)(const Checkpoint&, const BuildOptions&);
+using ArchBuilder = std::function<ExportModel(const Checkpoint&, const BuildOptions&)>;
 
+// Adds `model_type` to the registry (a second registration of one type is a bug); returns true
+// so that it can initialise a namespace-scope constant.
+bool register_arch(const std::string& model_type, ArchBuilder builder);
 // Throws Error listing the supported model types when `model_type` is unknown.
-ArchBuilder find_arch(const std::string& model_type);
+const ArchBuilder& find_arch(const std::string& model_type);
+// Sorted.
 std::vector<std::string> supported_model_types();
 
-ExportModel build_llama_family(const Checkpoint& ckpt, const BuildOptions& opt);
+#define HFX_CONCAT_INNER(a, b) a##b
+#define HFX_CONCAT(a, b) HFX_CONCAT_INNER(a, b)
+#define HFX_REGISTER_ARCH(model_type, builder) \
+  namespace {                                  \
+  const bool HFX_CONCAT(hfx_registered_arch_, __LINE__) = ::hfx::register_arch(model_type, builder); \
+  }
 
 }  // namespace hfx

@@ -1,0 +1,114 @@
+"""Exports every tiny test model in every mode and format and prints (or compares) a digest of
+each written file: the before/after check for refactors that must keep the exports identical.
+
+    python scripts/export_digest.py --out before.json            # with the old binary
+    python scripts/export_digest.py --compare before.json        # with the new one
+
+Models come from the tests' config registry (tests/parity/tiny_configs.py), built seeded in a
+cache folder; the binary is $HFEXPORT_BIN or the venv's hfexport.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "parity"))
+
+from conftest import build_tiny_model  # noqa: E402
+from tiny_configs import TINY_CONFIG, cases  # noqa: E402
+
+CACHE = "--static-cache --max-cache-len 48"
+# (mode name, CLI args): every generation mode and weight option, per format.
+ONNX_MODES = [
+    (f"{mode}-{profile}", f"{args} --onnx-ops {profile}".split())
+    for profile in ("standard", "ort", "ort-gqa")
+    for mode, args in (("plain", ""), ("dynamic", "--for-generation"),
+                       ("multi", "--for-generation --multi-token-decode"), ("static", f"--for-generation {CACHE}"))
+] + [
+    ("fp16", "--dtype float16".split()),
+    ("fp16-dynamic-ort", "--dtype float16 --for-generation --onnx-ops ort".split()),
+    ("int4-ort", "--quantize int4 --onnx-ops ort".split()),
+    ("int4-dynamic-ort", "--quantize int4 --for-generation --onnx-ops ort".split()),
+    ("int8-standard", "--quantize int8 --onnx-ops standard".split()),
+    ("int8-static-ort", f"--quantize int8 --for-generation {CACHE} --onnx-ops ort".split()),
+]
+OPENVINO_MODES = [
+    ("plain", []),
+    ("generation", ["--for-generation"]),
+    ("fp16", ["--dtype", "float16"]),
+    ("fp16-generation", ["--dtype", "float16", "--for-generation"]),
+    ("int4", ["--quantize", "int4"]),
+    ("int8-generation", ["--quantize", "int8", "--for-generation"]),
+]
+
+
+def binary() -> str:
+    return os.environ.get("HFEXPORT_BIN") or str(ROOT / ".venv" / "bin" / "hfexport")
+
+
+def digest_dir(d: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(d.rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(d))] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return out
+
+
+def run(models: Path, work: Path) -> dict[str, dict]:
+    result = {}
+    for case in cases():
+        model_dir = models / case.name
+        if not (model_dir / "config.json").exists():
+            build_tiny_model(model_dir, case.model_type, {**TINY_CONFIG, **case.overrides})
+        full = "generation" in case.suites or "quantized" in case.suites
+        modes = [("onnx", m, a) for m, a in ONNX_MODES] + [("openvino", m, a) for m, a in OPENVINO_MODES]
+        if not full:  # forward-only cases: the plain graphs
+            modes = [m for m in modes if m[1].startswith("plain")]
+        for fmt, mode, args in modes:
+            out = work / f"{case.name}-{fmt}-{mode}"
+            proc = subprocess.run([binary(), "export", str(model_dir), "-o", str(out), "--format", fmt, *args],
+                                  capture_output=True, text=True)
+            key = f"{case.name} {fmt} {mode}"
+            result[key] = digest_dir(out) if proc.returncode == 0 else {"error": proc.stderr.strip()}
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, help="write the digest here")
+    p.add_argument("--compare", type=Path, help="compare against this digest")
+    p.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "hfexport-digest-models")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        result = run(args.models, Path(work))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    if not args.compare:
+        return 0
+    before = json.loads(args.compare.read_text())
+    changed = 0
+    for key in sorted(set(before) | set(result)):
+        old, new = before.get(key), result.get(key)
+        if old == new:
+            continue
+        changed += 1
+        if old is None or new is None:
+            print(f"{key}: {'new' if old is None else 'gone'}")
+            continue
+        for f in sorted(set(old) | set(new)):
+            if old.get(f) != new.get(f):
+                print(f"{key}: {f}: {old.get(f)} -> {new.get(f)}")
+    print(f"{len(result)} exports, {changed} differ")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+#include "models/decoder.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace hfx {
+namespace {
+
+using LayerWindows = std::vector<std::optional<int64_t>>;
+
+// qwen2 / qwen3: the window applies only with use_sliding_window, on the layers layer_types
+// marks (4.x configs: the layers from max_window_layers on).
+LayerWindows windows_from_layer_types(const JsonConfig& c, int64_t layers) {
+  std::optional<int64_t> window;
+  if (c.boolean("use_sliding_window", false) && c.has("sliding_window")) window = c.positive("sliding_window");
+  LayerWindows out(static_cast<size_t>(layers));
+  if (c.has("layer_types")) {
+    const auto& types = c.at("layer_types");
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
+      c.invalid("layer_types", str("must list one type for each of the ", layers, " layers"));
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+      if (t != "full_attention" && t != "sliding_attention")
+        c.invalid("layer_types", "entries must be \"full_attention\" or \"sliding_attention\"");
+      if (t == "sliding_attention") out[i] = window;
+    }
+    return out;
+  }
+  const int64_t first_sliding = c.integer("max_window_layers", 28);
+  for (int64_t i = first_sliding; i < layers; ++i) out[static_cast<size_t>(i)] = window;
+  return out;
+}
+
+LayerWindows sliding_windows(const JsonConfig& c, WindowRule rule, int64_t layers) {
+  switch (rule) {
+    case WindowRule::None:
+      return LayerWindows(static_cast<size_t>(layers));
+    case WindowRule::AllLayers: {
+      std::optional<int64_t> window;
+      if (c.has("sliding_window")) window = c.positive("sliding_window");
+      return LayerWindows(static_cast<size_t>(layers), window);
+    }
+    case WindowRule::LayerTypes:
+      return windows_from_layer_types(c, layers);
+  }
+  fail("internal error: window rule");
+}
+
+std::vector<std::string> architectures(const JsonConfig& c) {
+  std::vector<std::string> out;
+  if (c.has("architectures") && c.at("architectures").is_array())
+    for (const auto& a : c.at("architectures"))
+      if (a.is_string()) out.push_back(a.get<std::string>());
+  return out;
+}
+
+AttentionSpec parse_attention(const JsonConfig& c, const DecoderDefaults& d, int64_t hidden, double eps) {
+  AttentionSpec a;
+  a.hidden = hidden;
+  a.heads = c.positive("num_attention_heads");
+  a.kv_heads = c.positive("num_key_value_heads", d.num_key_value_heads.value_or(a.heads));
+  if (a.heads % a.kv_heads != 0)
+    c.invalid("num_key_value_heads", str("must divide num_attention_heads (", a.heads, ")"));
+  a.head_dim = c.positive("head_dim", d.head_dim.value_or(hidden / a.heads));
+  if (!c.has("head_dim") && !d.head_dim && hidden % a.heads != 0)
+    c.invalid("hidden_size", str("must be a multiple of num_attention_heads (", a.heads, ") when head_dim is unset"));
+  a.norm_epsilon = eps;
+  switch (d.attention_bias) {
+    case AttentionBias::FromConfig: a.qkv_bias = a.o_bias = c.boolean("attention_bias", false); break;
+    case AttentionBias::QkvAlways: a.qkv_bias = true; break;
+    case AttentionBias::None: break;
+  }
+  a.qk_norm = d.qk_norm;
+  return a;
+}
+
+// The graph variants to export: the plain forward, or the components a decode loop needs.
+std::vector<std::pair<std::string, DecoderVariant>> components_for(const GenerationOptions& gen) {
+  if (!gen.enabled) return {{"model", {}}};
+  if (gen.static_cache)
+    return {{"decode", {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
+  if (gen.multi_token) return {{"decode", {CacheKind::Dynamic, true, false}}};
+  DecoderVariant prefill{CacheKind::Dynamic, false, false};
+  prefill.last_logits = true;
+  return {{"prefill", prefill}, {"decode", {CacheKind::Dynamic, true, true}}};
+}
+
+}  // namespace
+
+DecoderConfig parse_decoder_config(const JsonConfig& c, const DecoderDefaults& d) {
+  DecoderConfig cfg;
+  cfg.model_type = c.string("model_type", "");
+  cfg.architectures = architectures(c);
+  cfg.vocab = c.positive("vocab_size");
+  cfg.hidden = c.positive("hidden_size");
+  cfg.intermediate = c.positive("intermediate_size");
+  cfg.layers = c.positive("num_hidden_layers");
+  cfg.max_positions = c.positive("max_position_embeddings", d.max_position_embeddings);
+  cfg.rms_eps = c.number("rms_norm_eps", 1e-6);
+  if (cfg.rms_eps < 0) c.invalid("rms_norm_eps", "must not be negative");
+  cfg.tied = c.boolean("tie_word_embeddings", false);
+  cfg.attention = parse_attention(c, d, cfg.hidden, cfg.rms_eps);
+  cfg.mlp = {cfg.hidden, cfg.intermediate, d.mlp_bias && c.boolean("mlp_bias", false), c.string("hidden_act", "silu")};
+  check_activation(c, "hidden_act", cfg.mlp.activation);
+  cfg.rope = parse_rope(c, cfg.attention.head_dim, cfg.max_positions, d.partial_rotary);
+  cfg.layer_window = sliding_windows(c, d.window, cfg.layers);
+  return cfg;
+}
+
+Value* Decoder::embed(DecoderGraph& g) const {
+  g.b().set_scope("model.embed_tokens");
+  return g.b().embedding(g.m.weight("model.embed_tokens.weight", {g.cfg.vocab, g.cfg.hidden}), g.io.input_ids());
+}
+
+Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {
+  Builder& b = g.b();
+  const DecoderConfig& cfg = g.cfg;
+  const std::string p = layer_prefix(i);
+  Value* mask = g.io.mask(cfg.layer_window[static_cast<size_t>(i)]);
+  b.set_scope(p + "input_layernorm");
+  Value* h = b.rms_norm(x, g.m.weight(p + "input_layernorm.weight", {cfg.hidden}), cfg.rms_eps);
+  DecoderIO& io = g.io;
+  const AttentionContext attention{g.cos, g.sin, mask, [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }};
+  x = b.add(x, attention_block(g.m, p + "self_attn.", cfg.attention, h, attention));
+  b.set_scope(p + "post_attention_layernorm");
+  h = b.rms_norm(x, g.m.weight(p + "post_attention_layernorm.weight", {cfg.hidden}), cfg.rms_eps);
+  return b.add(x, gated_mlp(g.m, p + "mlp.", cfg.mlp, h));
+}
+
+Value* Decoder::final_norm(DecoderGraph& g, Value* x) const {
+  g.b().set_scope("model.norm");
+  return g.b().rms_norm(x, g.m.weight("model.norm.weight", {g.cfg.hidden}), g.cfg.rms_eps);
+}
+
+Value* Decoder::head(DecoderGraph& g, Value* x) const {
+  g.b().set_scope("lm_head");
+  if (g.cfg.tied) g.m.tolerate("lm_head.weight");  // some tied checkpoints still carry the copy
+  const std::string name = g.cfg.tied ? "model.embed_tokens.weight" : "lm_head.weight";
+  return g.b().linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
+}
+
+std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const BuildOptions& opt, const DecoderConfig& cfg,
+                                            const DecoderVariant& variant) const {
+  ModelBuilder m(ckpt, opt);
+  Builder& b = m.b();
+  // Dynamic NTK exists to run past max_position_embeddings; the bound says how far it stretches.
+  const int64_t max_sequence = cfg.rope.type == "dynamic"
+                                   ? static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, cfg.rope.factor))
+                                   : cfg.max_positions;
+  b.set_scope("inputs");
+  DecoderIO io(b, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, opt.dtype});
+  b.set_scope("model.rotary_emb");
+  const auto [cos, sin] = rope_cos_sin(b, cfg.rope, io.position_ids());
+  DecoderGraph g{m, io, cfg, cos, sin};
+
+  Value* x = embed(g);
+  for (int64_t i = 0; i < cfg.layers; ++i) x = layer(g, i, x);
+  b.set_scope("model.norm");
+  // With left padding the last column is every row's last real token.
+  if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);
+  x = final_norm(g, x);
+  io.finish(b.cast(head(g, x), DType::F32));
+  return m.finish();
+}
+
+ExportModel Decoder::build(const Checkpoint& ckpt, const BuildOptions& opt) const {
+  const DecoderConfig cfg = parse(ckpt.config());
+  ExportModel out{cfg.model_type, cfg.architectures, {}};
+  for (const auto& [name, variant] : components_for(opt.generation))
+    out.components.push_back({name, build_graph(ckpt, opt, cfg, variant)});
+  return out;
+}
+
+}  // namespace hfx

@@ -1,0 +1,109 @@
+// The decoder frontend kit: the skeleton every decoder-only family shares (components per
+// generation mode, inputs/masks/cache through DecoderIO, RoPE tables, the layer loop, last-logits
+// slice, final norm, tied or untied head, float32 logits), with small hooks that default to Llama.
+// A family file overrides only what differs and registers itself:
+//
+//   HFX_REGISTER_DECODER("qwen3", Decoder, kQwen3Defaults);
+//   HFX_REGISTER_DECODER("gemma", GemmaDecoder, kGemmaDefaults);  // GemmaDecoder : Decoder
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "models/blocks.h"
+#include "models/decoder_io.h"
+#include "models/model_builder.h"
+#include "models/registry.h"
+#include "models/rope.h"
+
+namespace hfx {
+
+// Which layers attend through a sliding window, and where the config says so.
+enum class WindowRule {
+  None,        // no sliding window (llama)
+  AllLayers,   // `sliding_window` applies to every layer when set (mistral)
+  LayerTypes,  // only with `use_sliding_window`, on the layers `layer_types` (or, in 4.x configs,
+               // `max_window_layers`) marks sliding (qwen2, qwen3)
+};
+
+// Which attention projections carry biases.
+enum class AttentionBias {
+  FromConfig,  // q, k, v and o when `attention_bias` is true (llama, qwen3)
+  QkvAlways,   // q, k, v always, o never (qwen2)
+  None,        // never; `attention_bias` is not a key of the family (mistral)
+};
+
+// One row per model_type: transformers' defaults for keys a config may omit, and which of the
+// kit's optional behaviours the family has. Aliases are rows that repeat another's values.
+struct DecoderDefaults {
+  int64_t max_position_embeddings = 2048;
+  std::optional<int64_t> num_key_value_heads;  // unset: num_attention_heads
+  std::optional<int64_t> head_dim;             // unset: hidden_size / num_attention_heads
+  AttentionBias attention_bias = AttentionBias::FromConfig;
+  bool mlp_bias = false;  // honours the `mlp_bias` key
+  bool qk_norm = false;   // per-head RMSNorm on q and k
+  WindowRule window = WindowRule::None;
+  bool partial_rotary = false;  // honours `partial_rotary_factor` (the Llama family reads and ignores it)
+};
+
+// A decoder's hyper-parameters, read once from config.json.
+struct DecoderConfig {
+  std::string model_type;
+  std::vector<std::string> architectures;
+  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, max_positions = 0;
+  double rms_eps = 1e-6;
+  bool tied = false;
+  AttentionSpec attention;
+  MlpSpec mlp;
+  RopeConfig rope;
+  std::vector<std::optional<int64_t>> layer_window;  // sliding window per layer, if any
+};
+
+DecoderConfig parse_decoder_config(const JsonConfig& config, const DecoderDefaults& defaults);
+
+// What the hooks see while one component's graph is built.
+struct DecoderGraph {
+  ModelBuilder& m;
+  DecoderIO& io;
+  const DecoderConfig& cfg;
+  Value* cos;  // RoPE tables for the positions of this call ([batch, query, rotary_dim])
+  Value* sin;
+  Builder& b() { return m.b(); }
+};
+
+class Decoder {
+ public:
+  explicit Decoder(DecoderDefaults defaults) : defaults_(defaults) {}
+  virtual ~Decoder() = default;
+
+  virtual DecoderConfig parse(const JsonConfig& config) const { return parse_decoder_config(config, defaults_); }
+  // input_ids -> hidden states [batch, query, hidden].
+  virtual Value* embed(DecoderGraph& g) const;
+  // One decoder layer (Llama: pre-norm attention and gated MLP, each added to the residual).
+  virtual Value* layer(DecoderGraph& g, int64_t index, Value* x) const;
+  virtual Value* final_norm(DecoderGraph& g, Value* x) const;
+  // Hidden states -> logits in the graph dtype (the kit casts them to float32).
+  virtual Value* head(DecoderGraph& g, Value* x) const;
+
+  // The components the generation options ask for, each built by the hooks above.
+  ExportModel build(const Checkpoint& ckpt, const BuildOptions& opt) const;
+
+ protected:
+  // Layer i's HF weight prefix, "model.layers.{i}.".
+  static std::string layer_prefix(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+  DecoderDefaults defaults_;
+
+ private:
+  std::unique_ptr<Graph> build_graph(const Checkpoint& ckpt, const BuildOptions& opt, const DecoderConfig& cfg,
+                                     const DecoderVariant& variant) const;
+};
+
+// Registers `model_type` as built by a DecoderClass (Decoder or a subclass) with `defaults`.
+#define HFX_REGISTER_DECODER(model_type, DecoderClass, defaults)                                       \
+  HFX_REGISTER_ARCH(model_type, [](const ::hfx::Checkpoint& ckpt, const ::hfx::BuildOptions& opt) { \
+    return DecoderClass(defaults).build(ckpt, opt);                                                   \
+  })
+
+}  // namespace hfx
