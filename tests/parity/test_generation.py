@@ -27,6 +27,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from conftest import TINY_CONFIG, assert_clean_error, build_tiny_model
+from tiny_configs import cases, rope
 from transformers import GenerationConfig
 
 import hfexport
@@ -44,40 +45,10 @@ WEIGHT_STD = 0.2
 BASE = dict(TINY_CONFIG)
 
 
-def rope(rope_type: str, theta: float = 10000.0, **kw) -> dict:
-    return {"rope_parameters": {"rope_type": rope_type, "rope_theta": theta, **kw}}
-
-
-LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
-YARN = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1.0)
-
-# Two tiny configs per model_type. Together: GQA, MQA, MHA, tied embeddings, qwen2's qkv bias,
-# qwen3's q/k norm, explicit head_dim, llama3 / yarn / linear rope scaling, sliding windows
-# (shorter than the prompts, so decode steps must drop old positions).
-CONFIGS = {
-    "llama-gqa-tied-rope_llama3": (
-        "llama",
-        dict(num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=256,
-             **rope("llama3", theta=500000.0, **LLAMA3)),
-    ),
-    "llama-mqa-rope_yarn": ("llama", dict(num_key_value_heads=1, **rope("yarn", **YARN))),
-    "mistral-gqa-rope_linear": (
-        "mistral",
-        dict(num_key_value_heads=2, sliding_window=None, **rope("linear", factor=2.0)),
-    ),
-    "mistral-mha-sliding_window4": ("mistral", dict(num_key_value_heads=4, sliding_window=4, **rope("default"))),
-    "qwen2-gqa-qkv_bias-theta1e6": ("qwen2", dict(num_key_value_heads=2, **rope("default", theta=1e6))),
-    "qwen2-mqa-tied-use_sliding_window4": (
-        "qwen2",
-        dict(num_key_value_heads=1, tie_word_embeddings=True, use_sliding_window=True, sliding_window=4,
-             max_window_layers=1),
-    ),
-    "qwen3-gqa-qk_norm-head_dim16": ("qwen3", dict(num_key_value_heads=2, head_dim=16, **rope("default", theta=1e6))),
-    "qwen3-mha-head_dim24-tied-rope_yarn": (
-        "qwen3",
-        dict(num_key_value_heads=4, head_dim=24, tie_word_embeddings=True, **rope("yarn", **YARN)),
-    ),
-}
+# Two tiny configs per model_type (the registry's "generation" cases). Together: GQA, MQA, MHA,
+# tied embeddings, qwen2's qkv bias, qwen3's q/k norm, explicit head_dim, llama3 / yarn / linear
+# rope scaling, sliding windows (shorter than the prompts, so decode steps must drop old positions).
+CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("generation")}
 
 MODES = ("dynamic", "multi-token", "static")
 
@@ -214,7 +185,7 @@ def compare(got_tokens, got_logits, ref: Reference, what: str, tol: float = TOL)
     return err
 
 
-def record(support_matrix, model_type: str, variant: str, fn):
+def record(support_matrix, model_type: str, variant: str, fn, backend: str = "onnx"):
     """Runs fn() -> max error, recording the outcome in the support matrix."""
     try:
         err = fn()
@@ -224,9 +195,9 @@ def record(support_matrix, model_type: str, variant: str, fn):
         else:
             text = str(e).strip()
             note = f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
-        support_matrix.record(model_type, variant, False, None, note)
+        support_matrix.record(model_type, variant, False, None, note, backend)
         raise
-    support_matrix.record(model_type, variant, True, err)
+    support_matrix.record(model_type, variant, True, err, backend=backend)
     return err
 
 
@@ -757,7 +728,7 @@ def test_openvino_greedy_matches_transformers(name, dtype, tiny, tmp_path, expor
             err = max(err, compare(tokens, logits, ref, f"{name} openvino {dtype} prompts {lengths}", tol))
         return err
 
-    record(support_matrix, tm.model_type, f"generate-openvino-{dtype}-{name.split('-', 1)[1]}", run)
+    record(support_matrix, tm.model_type, f"generate-{dtype}-{name.split('-', 1)[1]}", run, backend="openvino")
 
 
 def test_openvino_cpu_plugin_fuses_attention_rmsnorm_and_rope(tiny, tmp_path, export_model):

@@ -16,6 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from conftest import TINY_CONFIG
+from tiny_configs import ARCHITECTURES, LLAMA3, YARN, cases, rope
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -25,117 +26,7 @@ FP16_TOL = 2e-2
 PROMPT_LENGTHS = (12, 9, 5)
 
 BASE = dict(TINY_CONFIG)
-
-ARCH_NAMES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
-
-
-def rope(rope_type: str, theta: float = 10000.0, **kw) -> dict:
-    return {"rope_parameters": {"rope_type": rope_type, "rope_theta": theta, **kw}}
-
-
-LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
-YARN = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1.0)
-
-# (model_type, variant, config overrides). Together: GQA/MQA/MHA, explicit head_dim != hidden/heads,
-# tied embeddings, biases, q/k norm (qwen3), every rope type, sliding windows.
-CASES = [
-    # llama
-    ("llama", "gqa-rope_default", dict(num_key_value_heads=2, **rope("default"))),
-    ("llama", "mqa-rope_linear", dict(num_key_value_heads=1, **rope("linear", factor=2.0))),
-    (
-        "llama",
-        "mha-rope_dynamic-maxpos8",
-        dict(num_key_value_heads=4, max_position_embeddings=8, **rope("dynamic", factor=2.0)),
-    ),
-    (
-        "llama",
-        "gqa-head_dim32-tied-attn_bias-mlp_bias-rope_llama3",
-        dict(
-            num_key_value_heads=2,
-            head_dim=32,
-            tie_word_embeddings=True,
-            attention_bias=True,
-            mlp_bias=True,
-            max_position_embeddings=256,
-            **rope("llama3", theta=500000.0, **LLAMA3),
-        ),
-    ),
-    ("llama", "gqa-rope_yarn", dict(num_key_value_heads=2, **rope("yarn", **YARN))),
-    # HF llama's default rope ignores partial_rotary_factor (inv_freq spans the full head_dim):
-    # parity here means the exporter must ignore it too.
-    (
-        "llama",
-        "gqa-partial_rotary_0.5",
-        dict(num_key_value_heads=2, **rope("default", partial_rotary_factor=0.5)),
-    ),
-    # mistral (no attention bias in HF mistral)
-    ("mistral", "gqa-sliding_window4", dict(num_key_value_heads=2, sliding_window=4, **rope("default"))),
-    ("mistral", "mqa-head_dim24", dict(num_key_value_heads=1, head_dim=24, sliding_window=None)),
-    (
-        "mistral",
-        "mha-tied-rope_linear",
-        dict(num_key_value_heads=4, tie_word_embeddings=True, sliding_window=None, **rope("linear", factor=4.0)),
-    ),
-    (
-        "mistral",
-        "gqa-sliding_window4-rope_yarn",
-        dict(num_key_value_heads=2, sliding_window=4, **rope("yarn", **YARN)),
-    ),
-    # qwen2 (q/k/v bias built in)
-    ("qwen2", "gqa-qkv_bias-theta1e6", dict(num_key_value_heads=2, **rope("default", theta=1e6))),
-    (
-        "qwen2",
-        "mqa-use_sliding_window4-max_window_layers1",
-        dict(num_key_value_heads=1, use_sliding_window=True, sliding_window=4, max_window_layers=1),
-    ),
-    (
-        "qwen2",
-        "mha-tied-rope_dynamic-maxpos8",
-        dict(
-            num_key_value_heads=4,
-            tie_word_embeddings=True,
-            max_position_embeddings=8,
-            **rope("dynamic", factor=2.0),
-        ),
-    ),
-    (
-        "qwen2",
-        "gqa-head_dim32-rope_llama3",
-        dict(num_key_value_heads=2, head_dim=32, max_position_embeddings=256, **rope("llama3", **LLAMA3)),
-    ),
-    # qwen3 (q/k RMSNorm built in; head_dim defaults to 128 in HF, so always set it)
-    ("qwen3", "gqa-qk_norm-head_dim16", dict(num_key_value_heads=2, head_dim=16, **rope("default", theta=1e6))),
-    ("qwen3", "mqa-head_dim24-rope_yarn", dict(num_key_value_heads=1, head_dim=24, **rope("yarn", **YARN))),
-    (
-        "qwen3",
-        "mha-head_dim32-tied-attn_bias-rope_llama3",
-        dict(
-            num_key_value_heads=4,
-            head_dim=32,
-            tie_word_embeddings=True,
-            attention_bias=True,
-            max_position_embeddings=256,
-            **rope("llama3", **LLAMA3),
-        ),
-    ),
-    (
-        "qwen3",
-        "gqa-use_sliding_window4-max_window_layers1-rope_linear",
-        dict(
-            num_key_value_heads=2,
-            head_dim=16,
-            use_sliding_window=True,
-            sliding_window=4,
-            max_window_layers=1,
-            **rope("linear", factor=2.0),
-        ),
-    ),
-]
+CASES = [(c.model_type, c.variant, c.overrides) for c in cases("forward")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +82,7 @@ def check_manifest(out_dir: Path, *, model_type: str, vocab: int, dtype: str, so
     assert manifest["dtype"] == dtype
     src = manifest["source"]
     assert src["model_type"] == model_type
-    assert src["architectures"] == [ARCH_NAMES[model_type]]
+    assert src["architectures"] == [ARCHITECTURES[model_type]]
     assert src["dtype"] == source_dtype
 
     comp = manifest["components"]["model"]

@@ -36,7 +36,7 @@ def check_openvino_export(out: Path, vocab: int) -> None:
 
 
 def run_case(model_type, variant, model_dir, model, out, export_model, support_matrix, *extra, tol=FP32_TOL):
-    name = f"{variant} [openvino]"
+    name = variant
     try:
         export_model(model_dir, out, "--format", "openvino", *extra)
         vocab = model.config.vocab_size
@@ -45,9 +45,10 @@ def run_case(model_type, variant, model_dir, model, out, export_model, support_m
         diff = masked_max_abs_diff(ov_logits(out / "openvino_model.xml", inputs), hf_logits(model, inputs), inputs[1])
         assert diff <= tol, f"{model_type}/{variant} in OpenVINO: max abs diff {diff:.3e} > {tol:.0e}"
     except Exception as e:
-        support_matrix.record(model_type, name, False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+        support_matrix.record(model_type, name, False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}",
+                              backend="openvino")
         raise
-    support_matrix.record(model_type, name, True, diff)
+    support_matrix.record(model_type, name, True, diff, backend="openvino")
 
 
 @pytest.mark.parametrize("model_type,variant,overrides", CASES, ids=[f"{m}-{v}" for m, v, _ in CASES])

@@ -24,6 +24,7 @@ import onnx
 import pytest
 import torch
 from conftest import TINY_CONFIG, assert_clean_error, build_tiny_model
+from tiny_configs import cases
 from test_generation import compare, hf_generate, make_prompts, mode_args, run_ours
 from test_onnx_parity import hf_logits, make_inputs, masked_max_abs_diff, ort_logits
 
@@ -31,12 +32,7 @@ TOL = 1e-4
 NEW_TOKENS = 24
 WEIGHT_STD = 0.2
 
-CONFIGS = {
-    "llama": ("llama", dict(num_key_value_heads=2)),
-    "qwen2-bias-tied": ("qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True)),
-    "qwen3-qk_norm": ("qwen3", dict(num_key_value_heads=1, head_dim=32)),
-    "mistral-window4": ("mistral", dict(num_key_value_heads=2, sliding_window=4)),
-}
+CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("quantized")}
 
 
 def dequantize(w: np.ndarray, bits: int, group: int) -> np.ndarray:
@@ -116,7 +112,7 @@ def test_forward_matches_dequantized_transformers(name, bits, profile, tiny, tmp
 
 
 def test_int4_data_is_smaller_than_float(tiny, tmp_path, export_model):
-    model_dir, _ = tiny("llama")
+    model_dir, _ = tiny("llama-gqa-rope_default")
     plain = export_model(model_dir, tmp_path / "f32", "--onnx-ops", "ort")
     q4 = export_model(model_dir, tmp_path / "q4", *quant_args(4))
     size = lambda d: (d / "model.onnx.data").stat().st_size  # noqa: E731
@@ -126,7 +122,7 @@ def test_int4_data_is_smaller_than_float(tiny, tmp_path, export_model):
 
 def test_group_size_that_does_not_divide_keeps_float(tiny, tmp_path, export_model):
     """hidden 64 is a multiple of 64, intermediate 96 is not: down_proj stays float."""
-    model_dir, model = tiny("llama")
+    model_dir, model = tiny("llama-gqa-rope_default")
     out = export_model(model_dir, tmp_path / "out", *quant_args(4, group=64))
     report = json.loads((out / "export.json").read_text())["components"]["model"]["quantized_linears"]
     assert report["quantized"] == 2 * 3 + 1
@@ -141,7 +137,7 @@ def test_group_size_that_does_not_divide_keeps_float(tiny, tmp_path, export_mode
 def test_float16_with_quantized_weights(profile, tiny, tmp_path, export_model):
     """Scales and activations in float16: within float16 rounding of the float32 dequantized
     reference (1 % of the logit scale; these weights are wider than the float16 suite's)."""
-    model_dir, model = tiny("llama")
+    model_dir, model = tiny("llama-gqa-rope_default")
     out = export_model(model_dir, tmp_path / "out", "--dtype", "float16", *quant_args(4, profile=profile))
     inputs = make_inputs(model.config.vocab_size)
     want = hf_logits(quantized_reference(model, 4, 32), inputs)
@@ -151,7 +147,7 @@ def test_float16_with_quantized_weights(profile, tiny, tmp_path, export_model):
 
 
 def test_compute_defaults_to_the_profiles_fastest(tiny, tmp_path, export_model):
-    model_dir, _ = tiny("llama")
+    model_dir, _ = tiny("llama-gqa-rope_default")
     for profile, compute in (("ort", "int8"), ("standard", "float")):
         out = export_model(model_dir, tmp_path / profile, "--onnx-ops", profile, "--quantize", "int4")
         assert json.loads((out / "export.json").read_text())["quantization"]["compute"] == compute, profile
@@ -176,7 +172,7 @@ def test_int8_compute_is_close(tiny, tmp_path, export_model):
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-@pytest.mark.parametrize("name", ["llama", "qwen2-bias-tied"])
+@pytest.mark.parametrize("name", ["llama-gqa-rope_default", "qwen2-bias-tied"])
 def test_greedy_matches_dequantized_transformers(name, mode, tiny, tmp_path, export_model):
     model_dir, model = tiny(name)
     args = [a for a in mode_args(mode, batch=2) if a not in ("--onnx-ops", "standard")]
@@ -199,7 +195,7 @@ def ov_compile(xml: Path):
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("name", ["llama", "qwen2-bias-tied"])
+@pytest.mark.parametrize("name", ["llama-gqa-rope_default", "qwen2-bias-tied"])
 def test_openvino_forward_matches_dequantized_transformers(name, bits, tiny, tmp_path, export_model):
     model_dir, model = tiny(name)
     out = export_model(model_dir, tmp_path / "out", "--format", "openvino", "--quantize", f"int{bits}")
@@ -247,7 +243,7 @@ def test_openvino_greedy_matches_dequantized_transformers(tiny, tmp_path, export
     ],
 )
 def test_bad_quantize_options(args, mentions, tiny, tmp_path, run_hfexport):
-    model_dir, _ = tiny("llama")
+    model_dir, _ = tiny("llama-gqa-rope_default")
     out = tmp_path / "out"
     proc = run_hfexport("export", model_dir, "-o", out, *args)
     assert_clean_error(proc, out, *mentions)
