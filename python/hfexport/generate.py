@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from .manifest import ManifestError
+from .manifest import DECODE, ManifestError
 from .runner import GenerationError, generate, open_runner
 from .sampling import Sampler
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler = Sampler(args.do_sample, args.temperature, args.top_k, args.top_p, args.seed)
         runner = open_runner(args.out_dir)
         ids = parse_ids(args.input_ids)
-        vocab_limit = runner.manifest.component("decode")["outputs"][0]["shape"][-1]
+        vocab_limit = runner.manifest.component(DECODE)["outputs"][0]["shape"][-1]
         if ids.min() < 0 or ids.max() >= vocab_limit:
             raise GenerationError(f"--input-ids: token ids must be in [0, {vocab_limit})")
         tokens = generate(runner, ids, max_new_tokens=args.max_new_tokens, sampler=sampler,

@@ -1,4 +1,5 @@
-"""Reads OUT_DIR/export.json, the contract between the exporter and every runner."""
+"""Reads OUT_DIR/export.json, the contract between the exporter and every runner. Component
+names, keys and cache kinds mirror src/io/manifest.h (spelled once there and once here)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,19 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+FILE_NAME = "export.json"
+SCHEMA_VERSION = 1
+
+# Components.
+MODEL = "model"  # the plain forward
+PREFILL = "prefill"  # prompt -> last logits + cache
+DECODE = "decode"  # the step a decode loop repeats
+
+# generation.cache
+CACHE_DYNAMIC = "dynamic"  # past_key_values.* -> present.*
+CACHE_STATIC = "static"  # input.<name> / output.<name>, updated in place
+CACHE_STATEFUL = "stateful"  # the cache lives in the runtime
 
 
 class ManifestError(ValueError):
@@ -22,11 +36,21 @@ class ExportManifest:
     def format(self) -> str:
         return self.data["format"]
 
+    @property
+    def cache(self) -> str:
+        return self.generation.get("cache", "")
+
+    def has_component(self, name: str) -> bool:
+        return name in self.data["components"]
+
     def component(self, name: str) -> dict[str, Any]:
         try:
             return self.data["components"][name]
         except KeyError:
             raise ManifestError(f"{self.directory}: export has no '{name}' component") from None
+
+    def file_of(self, name: str) -> Path:
+        return self.directory / self.component(name)["file"]
 
     def dim_bounds(self, name: str) -> tuple[int, int]:
         d = self.data.get("dims", {}).get(name, {})
@@ -39,13 +63,13 @@ class ExportManifest:
 
 def load_manifest(directory: str | Path) -> ExportManifest:
     directory = Path(directory)
-    path = directory / "export.json"
+    path = directory / FILE_NAME
     if not path.is_file():
-        raise ManifestError(f"{directory}: not an hfexport output (no export.json)")
+        raise ManifestError(f"{directory}: not an hfexport output (no {FILE_NAME})")
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ManifestError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict) or "components" not in data or "format" not in data:
+    if not isinstance(data, dict) or not isinstance(data.get("components"), dict) or "format" not in data:
         raise ManifestError(f"{path}: missing 'format' or 'components'")
     return ExportManifest(directory, data, data.get("generation") or {})

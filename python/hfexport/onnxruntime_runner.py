@@ -8,14 +8,10 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from .manifest import ExportManifest
-from .runner import DecodeRunner, GenerationError
+from .manifest import CACHE_STATIC, DECODE, PREFILL, ExportManifest
+from .runner import DecodeRunner, GenerationError, left_padded_positions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-
-
-def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
-    return np.clip(np.cumsum(attention_mask, -1) - 1, 0, None)
 
 
 class OnnxRuntimeRunner(DecodeRunner):
@@ -23,15 +19,14 @@ class OnnxRuntimeRunner(DecodeRunner):
                  providers: list | None = None):
         self.manifest = manifest
         gen = manifest.generation
-        self.static = gen["cache"] == "static"
+        self.static = manifest.cache == CACHE_STATIC
         providers = providers or ["CPUExecutionProvider"]
 
         def session(name: str) -> ort.InferenceSession:
-            path = manifest.directory / manifest.component(name)["file"]
-            return ort.InferenceSession(str(path), session_options, providers=providers)
+            return ort.InferenceSession(str(manifest.file_of(name)), session_options, providers=providers)
 
-        self.decode = session("decode")
-        self.prefill_session = session("prefill") if "prefill" in gen["components"] else None
+        self.decode = session(DECODE)
+        self.prefill_session = session(PREFILL) if manifest.has_component(PREFILL) else None
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         inputs = {i.name: i for i in self.decode.get_inputs()}
         self.cache_specs = {name: inputs[name] for name, _ in self.pairs}

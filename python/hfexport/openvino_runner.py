@@ -7,17 +7,16 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 
-from .manifest import ExportManifest
-from .onnxruntime_runner import left_padded_positions
-from .runner import DecodeRunner, GenerationError
+from .manifest import CACHE_STATEFUL, DECODE, ExportManifest
+from .runner import DecodeRunner, GenerationError, left_padded_positions
 
 
 class OpenVinoRunner(DecodeRunner):
     def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
         self.manifest = manifest
-        if manifest.generation.get("cache") != "stateful":
+        if manifest.cache != CACHE_STATEFUL:
             raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
-        path = manifest.directory / manifest.component("decode")["file"]
+        path = manifest.file_of(DECODE)
         # f32 inference by default: the parity contract is against transformers' float32 logits.
         # The CPU plugin keeps its fused KV cache in u8/f16 by default; f32 matches transformers.
         config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"} if config is None else config

@@ -1,8 +1,9 @@
-"""The decode-loop interface every runtime implements (prefill, step) and the generation loop on
-top of it (sampling, eos, max new tokens)."""
+"""The decode-loop interface every runtime implements (prefill, step), the registry of runners by
+export format, and the generation loop on top of them (sampling, eos, max new tokens)."""
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Sequence
@@ -32,19 +33,34 @@ class DecodeRunner(ABC):
         """Feeds one new token per row [batch]; returns logits [batch, vocab]."""
 
 
+def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
+    """position_ids of a left-padded batch, as transformers derives them from the mask."""
+    return np.clip(np.cumsum(attention_mask, -1) - 1, 0, None)
+
+
+# Export format -> "module:class" of its runner, imported only when an export of that format is
+# opened (so a runtime that is not installed costs nothing, and no module imports another's).
+_RUNNERS: dict[str, str] = {
+    "onnx": "hfexport.onnxruntime_runner:OnnxRuntimeRunner",
+    "openvino": "hfexport.openvino_runner:OpenVinoRunner",
+}
+
+
+def register_runner(export_format: str, target: str) -> None:
+    """Adds (or replaces) the runner for `export_format`: `target` is "module:class", the class
+    taking (manifest, **options)."""
+    _RUNNERS[export_format] = target
+
+
 def open_runner(directory: str | Path, **options) -> DecodeRunner:
     manifest = load_manifest(directory)
     if not manifest.generation:
         raise GenerationError(f"{directory}: not exported with --for-generation")
-    if manifest.format == "onnx":
-        from .onnxruntime_runner import OnnxRuntimeRunner
-
-        return OnnxRuntimeRunner(manifest, **options)
-    if manifest.format == "openvino":
-        from .openvino_runner import OpenVinoRunner
-
-        return OpenVinoRunner(manifest, **options)
-    raise GenerationError(f"{directory}: no runner for format '{manifest.format}'")
+    target = _RUNNERS.get(manifest.format)
+    if target is None:
+        raise GenerationError(f"{directory}: no runner for format '{manifest.format}'")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)(manifest, **options)
 
 
 def generate(

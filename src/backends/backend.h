@@ -1,21 +1,38 @@
-// Backend interface and registry. A backend lowers an IR graph to its runtime's ops and writes
-// the component's files; nothing outside the registry switches on the format.
+// Backend interface and registry. A backend declares what it can lower, the passes its graphs go
+// through, and a writer that stores a whole export (every component, each weight once). Each
+// backend registers itself by format name in its own file; nothing outside the registry switches
+// on the format.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/export_config.h"
 #include "ir/graph.h"
 #include "passes/passes.h"
 
 namespace hfx {
 
-struct BackendOptions {
-  DType dtype = DType::F32;
-  bool static_cache = false;
-  std::string op_profile;  // backend-specific op set (ONNX: standard | ort); empty = the default
-  WeightQuantization quantize;  // Linear weights stored as blockwise int4/int8 codes
+struct BackendCapabilities {
+  std::vector<DType> dtypes;           // what the config's dtype may be
+  std::string dtype_note;              // why others are refused, for the error
+  std::vector<std::string_view> caches;  // generation caches it lowers (manifest::cache::*)
+  std::string cache_note;
+  // Generation is one graph whose cache lives inside the runtime (serves prefill and decode).
+  bool stateful_generation = false;
+};
+
+// What passes found, for the manifest.
+struct PassReport {
+  QuantizeReport quantization;
+};
+
+struct Pass {
+  std::string name;
+  std::function<void(Graph&, PassReport&)> run;
 };
 
 struct TensorSpec {
@@ -26,32 +43,47 @@ struct TensorSpec {
 
 struct WrittenComponent {
   std::string file;  // relative to the output directory
-  std::vector<std::string> extra_files;
+  std::vector<std::string> data_files;
   std::vector<TensorSpec> inputs, outputs;
-  bool stateful = false;  // the graph's state pairs live inside the runtime (no cache inputs/outputs)
-  QuantizeReport quantization;
+  bool stateful = false;  // the graph's state lives inside the runtime (no cache inputs/outputs)
+};
+
+// Stores one export: components are written one after another; weights they share are stored
+// once, in files finish() completes.
+class ExportWriter {
+ public:
+  virtual ~ExportWriter() = default;
+  // Lowers `graph` (its passes have run; lowering may add small constants) and writes its files.
+  virtual WrittenComponent write(const std::string& name, Graph& graph) = 0;
+  virtual void finish() = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view format() const = 0;
-  // Rejects options this backend cannot honour, with a one-line reason.
-  virtual void check_options(const BackendOptions& opt) const = 0;
-  // The dtype the frontend builds the graph in (a backend may keep weights narrower than this).
-  virtual DType graph_dtype(const BackendOptions& opt) const { return opt.dtype; }
-  // Whether generation is one graph serving prefill and decode (a stateful model) rather than the
-  // requested components.
-  virtual bool single_generation_graph() const { return false; }
-  // Lowers `graph` (consumed: passes rewrite it) and writes `name`'s files under `dir`.
-  virtual WrittenComponent write(const std::string& name, Graph& graph, const std::filesystem::path& dir,
-                                 const BackendOptions& opt) = 0;
+  virtual BackendCapabilities capabilities() const = 0;
+  // What the generic checks cannot see: the `backend` sub-object and this format's own limits.
+  virtual void check(const ExportConfig& config, const FieldSpelling& spell) const = 0;
+  // The config the frontend builds the graphs for (e.g. a dtype the backend widens weights to).
+  virtual ExportConfig graph_config(const ExportConfig& config) const { return config; }
+  virtual std::vector<Pass> passes(const ExportConfig& config) const = 0;
+  virtual std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const = 0;
 };
 
-std::unique_ptr<Backend> make_backend(const std::string& format);
+using BackendFactory = std::function<std::unique_ptr<Backend>()>;
+// Adds `format` to the registry; returns true so that it can initialise a namespace-scope constant.
+bool register_backend(const std::string& format, BackendFactory make);
+// Throws Error listing the supported formats when `format` is unknown.
+std::unique_ptr<Backend> make_backend(const std::string& format, const std::string& option = "--format");
 std::vector<std::string> supported_formats();
 
-std::unique_ptr<Backend> make_onnx_backend();
-std::unique_ptr<Backend> make_openvino_backend();
+#define HFX_REGISTER_BACKEND(format, BackendClass)                                                  \
+  namespace {                                                                                       \
+  const bool HFX_BACKEND_CONCAT(hfx_registered_backend_, __LINE__) =                                \
+      ::hfx::register_backend(format, [] { return std::unique_ptr<::hfx::Backend>(new BackendClass()); }); \
+  }
+#define HFX_BACKEND_CONCAT_INNER(a, b) a##b
+#define HFX_BACKEND_CONCAT(a, b) HFX_BACKEND_CONCAT_INNER(a, b)
 
 }  // namespace hfx

@@ -16,6 +16,8 @@
 
 #include "core/error.h"
 #include "export/exporter.h"
+#include "io/json_config.h"
+#include "io/manifest.h"
 
 namespace {
 
@@ -36,18 +38,30 @@ std::string python_interpreter() {
   return "python3";
 }
 
-// OpenVINO exports go to the C++ runner installed next to this program, when there is one.
+// The decode loops written in C++, by export format: installed next to this program when their
+// runtime's SDK was found at build time. Other formats (and missing runners) use the Python runner.
+constexpr std::pair<std::string_view, std::string_view> kNativeRunners[] = {
+    {"openvino", "hfexport-openvino-generate"},
+};
+
+// The native runner for the export named in the generate arguments, if one is installed.
 std::string native_runner(int argc, char** argv) {
-  const auto runner = executable_dir() / "hfexport-openvino-generate";
-  if (!std::filesystem::exists(runner)) return {};
   for (int i = 2; i < argc; ++i) {
     if (argv[i][0] == '-') {
       if (std::string_view(argv[i]) != "--ignore-eos" && std::string_view(argv[i]) != "--do-sample") ++i;
       continue;
     }
-    std::ifstream in(std::filesystem::path(argv[i]) / "export.json");
-    const auto manifest = nlohmann::json::parse(in, nullptr, false);
-    return manifest.is_object() && manifest.value("format", "") == "openvino" ? runner.string() : std::string();
+    std::string format;
+    try {
+      format = hfx::Manifest::load(argv[i]).format();
+    } catch (const hfx::Error&) {
+      return {};  // the Python runner reports what is wrong with the export
+    }
+    for (const auto& [name, program] : kNativeRunners) {
+      const auto runner = executable_dir() / program;
+      if (name == format && std::filesystem::exists(runner)) return runner.string();
+    }
+    return {};
   }
   return {};
 }
@@ -71,21 +85,107 @@ int run_generate(int argc, char** argv) {
   return 1;
 }
 
-// --quantize int4|int8 and --quantize-compute int8|float into `q` (whose group size CLI11 set);
-// the options that refine --quantize need it.
+// How the command line spells each ExportConfig field, for error messages.
+constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
+    {"format", "--format"},
+    {"dtype", "--dtype"},
+    {"dims", "--dim"},
+    {"generation.enabled", "--for-generation"},
+    {"generation.multi_token_decode", "--multi-token-decode"},
+    {"generation.cache_implementation", "--static-cache"},
+    {"generation.max_cache_len", "--max-cache-len"},
+    {"generation.batch_size", "--batch-size"},
+    {"quantization.weights", "--quantize"},
+    {"quantization.group_size", "--quantize-group-size"},
+    {"quantization.compute", "--quantize-compute"},
+    {"backend.op_profile", "--onnx-ops"},
+};
+
+// Flags that set one key of one backend's options: given with another format, they are an error
+// here (the other backend never sees them).
+struct BackendFlag {
+  std::string_view flag, format, key;
+};
+constexpr BackendFlag kBackendFlags[] = {{"--onnx-ops", "onnx", "op_profile"}};
+
+// Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
+hfx::FieldSpelling cli_spelling(bool with_config) {
+  return [with_config](std::string_view field) {
+    for (const auto& [name, flag] : kFlagOfField)
+      if (name == field) return with_config ? hfx::str(flag, " (", field, ")") : std::string(flag);
+    return std::string(field);
+  };
+}
+
+// --quantize int4|int8 and --quantize-compute int8|float into `q`.
 void parse_quantize(const std::string& quantize, const std::string& compute, hfx::WeightQuantization& q) {
   using Compute = hfx::WeightQuantization::Compute;
   if (compute == "int8") q.compute = Compute::Int8;
   else if (compute == "float") q.compute = Compute::Float;
   else if (!compute.empty()) hfx::fail("--quantize-compute: '", compute, "' is not one of int8, float");
-  if (quantize.empty()) {
-    if (!compute.empty() || q.group_size != hfx::WeightQuantization{}.group_size)
-      hfx::fail("--quantize-group-size and --quantize-compute apply only with --quantize");
-    return;
-  }
   if (quantize == "int4") q.bits = 4;
   else if (quantize == "int8") q.bits = 8;
-  else hfx::fail("--quantize: '", quantize, "' is not one of int4, int8");
+  else if (!quantize.empty()) hfx::fail("--quantize: '", quantize, "' is not one of int4, int8");
+}
+
+// --dim NAME=MIN:MAX (or NAME=N for a fixed size).
+void parse_dim(const std::string& text, hfx::ExportConfig& config) {
+  const auto eq = text.find('=');
+  auto number = [&](const std::string& s) -> int64_t {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (s.empty() || used != s.size()) hfx::fail("--dim: '", text, "' is not NAME=MIN:MAX or NAME=SIZE");
+    return v;
+  };
+  if (eq == std::string::npos || eq == 0) hfx::fail("--dim: '", text, "' is not NAME=MIN:MAX or NAME=SIZE");
+  const std::string range = text.substr(eq + 1);
+  const auto colon = range.find(':');
+  const int64_t min = number(range.substr(0, colon));
+  const int64_t max = colon == std::string::npos ? min : number(range.substr(colon + 1));
+  config.dims[text.substr(0, eq)] = {min, max};
+}
+
+struct ExportFlags {
+  std::filesystem::path model_dir, out_dir, config_file;
+  std::string format, dtype, quantize, quantize_compute, onnx_ops;
+  std::vector<std::string> dims;
+  bool overwrite = false, verbose = false;
+  bool for_generation = false, multi_token = false, static_cache = false;
+  int64_t max_cache_len = 0, batch_size = 1, group_size = 0;
+};
+
+// The ExportConfig the flags describe: --config's JSON first, then every flag given on top.
+hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
+  hfx::ExportConfig c;
+  if (!f.config_file.empty())
+    c = hfx::ExportConfig::from_json(hfx::read_json_file(f.config_file), f.config_file.string());
+  auto given = [&](const char* flag) { return exp.count(flag) > 0; };
+  if (given("--format")) c.format = f.format;
+  if (given("--dtype")) {
+    const auto parsed = hfx::dtype_from_name(f.dtype);
+    if (!parsed || !hfx::is_float(*parsed) || *parsed == hfx::DType::F64)
+      hfx::fail("--dtype: '", f.dtype, "' is not one of float32, float16, bfloat16");
+    c.dtype = *parsed;
+  }
+  for (const std::string& d : f.dims) parse_dim(d, c);
+  if (f.for_generation) c.generation.enabled = true;
+  if (f.multi_token) c.generation.multi_token_decode = true;
+  if (f.static_cache) c.generation.cache_implementation = "static";
+  if (given("--max-cache-len")) c.generation.max_cache_len = f.max_cache_len;
+  if (given("--batch-size")) c.generation.batch_size = f.batch_size;
+  if (given("--quantize-group-size")) c.quantization.group_size = f.group_size;
+  parse_quantize(f.quantize, f.quantize_compute, c.quantization);
+  for (const BackendFlag& b : kBackendFlags) {
+    if (!given(std::string(b.flag).c_str())) continue;
+    if (c.format != b.format) hfx::fail(b.flag, " applies only to --format ", b.format);
+    c.backend[std::string(b.key)] = f.onnx_ops;
+  }
+  return c;
 }
 
 }  // namespace
@@ -95,24 +195,27 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("hfexport ") + HFEXPORT_VERSION);
   app.require_subcommand(1);
 
-  hfx::ExportRequest req;
-  std::string dtype = "float32";
+  ExportFlags flags;
   auto* exp = app.add_subcommand("export", "export a checkpoint directory");
-  exp->add_option("MODEL_DIR", req.model_dir, "checkpoint directory (config.json + *.safetensors)")->required();
-  exp->add_option("-o,--output", req.out_dir, "output directory (written atomically)")->required();
-  exp->add_option("--format", req.format, "onnx");
-  exp->add_option("--dtype", dtype, "float32 | float16 | bfloat16 (weights and compute)");
-  exp->add_flag("--overwrite", req.overwrite, "replace OUT_DIR if it exists");
-  exp->add_option("--onnx-ops", req.op_profile, "ONNX op profile: standard (ai.onnx only) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention)");
-  exp->add_flag("--for-generation", req.generation.enabled, "export prefill/decode graphs with a KV cache");
-  exp->add_flag("--multi-token-decode", req.generation.multi_token, "one decode graph for any query length");
-  exp->add_flag("--static-cache", req.generation.static_cache, "fixed-size KV cache buffers written in place");
-  exp->add_option("--max-cache-len", req.generation.max_cache_len, "static cache length bound");
-  exp->add_option("--batch-size", req.generation.batch_size, "static cache batch size (default 1)");
-  std::string quantize, quantize_compute;
-  exp->add_option("--quantize", quantize, "store Linear weights as int4 | int8 codes with per-group scales");
-  exp->add_option("--quantize-group-size", req.quantize.group_size, "input features per scale (default 32)");
-  exp->add_option("--quantize-compute", quantize_compute,
+  exp->add_option("MODEL_DIR", flags.model_dir, "checkpoint directory (config.json + *.safetensors)")->required();
+  exp->add_option("-o,--output", flags.out_dir, "output directory (written atomically)")->required();
+  exp->add_option("--config", flags.config_file,
+                  "export config JSON (format, dtype, dynamic, dims, generation, quantization, backend); "
+                  "flags given on the command line override it");
+  exp->add_option("--format", flags.format, "onnx | openvino");
+  exp->add_option("--dtype", flags.dtype, "float32 | float16 | bfloat16 (weights and compute)");
+  exp->add_option("--dim", flags.dims, "bounds of a named dim, NAME=MIN:MAX or NAME=SIZE (repeatable)");
+  exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
+  exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
+  exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention)");
+  exp->add_flag("--for-generation", flags.for_generation, "export prefill/decode graphs with a KV cache");
+  exp->add_flag("--multi-token-decode", flags.multi_token, "one decode graph for any query length");
+  exp->add_flag("--static-cache", flags.static_cache, "fixed-size KV cache buffers written in place");
+  exp->add_option("--max-cache-len", flags.max_cache_len, "static cache length bound");
+  exp->add_option("--batch-size", flags.batch_size, "static cache batch size (default 1)");
+  exp->add_option("--quantize", flags.quantize, "store Linear weights as int4 | int8 codes with per-group scales");
+  exp->add_option("--quantize-group-size", flags.group_size, "input features per scale (default 32)");
+  exp->add_option("--quantize-compute", flags.quantize_compute,
                   "int8 (activations quantized inside the MatMul; the ort profile's default) | float "
                   "(dequantized weights; the standard profile's only choice)");
 
@@ -141,12 +244,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (*exp) {
-      const auto parsed = hfx::dtype_from_name(dtype);
-      if (!parsed || !hfx::is_float(*parsed) || *parsed == hfx::DType::F64)
-        hfx::fail("--dtype: '", dtype, "' is not one of float32, float16, bfloat16");
-      req.dtype = *parsed;
-      parse_quantize(quantize, quantize_compute, req.quantize);
-      hfx::run_export(req);
+      const hfx::ExportConfig config = export_config(flags, *exp);
+      hfx::run_export(flags.model_dir, flags.out_dir, config,
+                      {flags.overwrite, flags.verbose, cli_spelling(!flags.config_file.empty())});
     } else if (*ins) {
       hfx::inspect_export(inspect_dir);
     }

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,12 +14,14 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/output_dir.h"
+#include "io/manifest.h"
 #include "models/registry.h"
 
 namespace hfx {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+namespace key = manifest::key;
 
 namespace {
 
@@ -47,15 +51,6 @@ void progress(const std::string& message) {
   if (::isatty(STDERR_FILENO)) std::cerr << "\r\033[K" << message << std::flush;
 }
 
-void check_generation_options(const GenerationOptions& g) {
-  if (!g.enabled && (g.multi_token || g.static_cache))
-    fail(g.multi_token ? "--multi-token-decode" : "--static-cache", " needs --for-generation");
-  if (g.static_cache && g.max_cache_len <= 0) fail("--static-cache needs --max-cache-len N (N > 0)");
-  if (!g.static_cache && g.max_cache_len != 0) fail("--max-cache-len applies only with --static-cache");
-  if (g.batch_size <= 0) fail("--batch-size must be positive, got ", g.batch_size);
-  if (!g.static_cache && g.batch_size != 1) fail("--batch-size applies only with --static-cache (other graphs take any batch)");
-}
-
 // Token ids that end generation: generation_config.json wins over config.json, as in transformers.
 json eos_token_ids(const Checkpoint& ckpt) {
   json ids = json::array();
@@ -72,48 +67,103 @@ json eos_token_ids(const Checkpoint& ckpt) {
   return ids;
 }
 
-json generation_json(const GenerationOptions& g, const ExportModel& model, const Checkpoint& ckpt,
+json generation_json(const GenerationConfig& g, const ExportModel& model, const Checkpoint& ckpt,
                      const json& cache_pairs, bool stateful) {
-  json out = {{"cache", stateful ? "stateful" : g.static_cache ? "static" : "dynamic"},
-              {"multi_token_decode", g.static_cache || g.multi_token},
-              {"cache_pairs", cache_pairs},
-              {"eos_token_id", eos_token_ids(ckpt)}};
+  const std::string_view cache = stateful ? manifest::cache::kStateful
+                                 : g.static_cache() ? manifest::cache::kStatic
+                                                    : manifest::cache::kDynamic;
+  json out = {{key::kCache, cache},
+              {key::kMultiTokenDecode, g.static_cache() || g.multi_token_decode},
+              {key::kCachePairs, cache_pairs},
+              {key::kEosTokenId, eos_token_ids(ckpt)}};
   json components = json::array();
   for (const Component& c : model.components) components.push_back(c.name);
-  out["components"] = components;
-  if (g.static_cache) {
-    out["max_cache_len"] = g.max_cache_len;
-    out["batch_size"] = g.batch_size;
+  out[key::kComponents] = components;
+  if (g.static_cache()) {
+    out[key::kMaxCacheLen] = g.max_cache_len;
+    out[key::kBatchSize] = g.batch_size;
   }
   const auto& gen = ckpt.generation_config();
-  for (const char* key : {"bos_token_id", "pad_token_id"})
-    if (gen && gen->has(key)) out[key] = gen->at(key);
+  for (const char* k : {key::kBosTokenId, key::kPadTokenId})
+    if (gen && gen->has(k)) out[k] = gen->at(k);
   return out;
+}
+
+std::string list_of(const std::vector<std::string_view>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ", ") + std::string(i);
+  return out;
+}
+
+// The checks every backend shares, from its declared capabilities.
+void check_capabilities(const Backend& backend, const ExportConfig& config, const FieldSpelling& spell) {
+  const BackendCapabilities caps = backend.capabilities();
+  if (std::find(caps.dtypes.begin(), caps.dtypes.end(), config.dtype) == caps.dtypes.end()) {
+    std::vector<std::string_view> names;
+    for (DType d : caps.dtypes) names.push_back(dtype_name(d));
+    fail(spell("dtype"), " ", dtype_name(config.dtype), ": --format ", backend.format(), " exports ", list_of(names),
+         caps.dtype_note.empty() ? "" : " (" + caps.dtype_note + ")");
+  }
+  if (!config.generation.enabled) return;
+  const std::string_view wanted = caps.stateful_generation ? manifest::cache::kStateful
+                                  : config.generation.static_cache() ? manifest::cache::kStatic
+                                                                     : manifest::cache::kDynamic;
+  const bool lowered = std::find(caps.caches.begin(), caps.caches.end(), wanted) != caps.caches.end();
+  if (!lowered || (caps.stateful_generation && config.generation.static_cache()))
+    fail(spell("generation.cache_implementation"), " ", config.generation.cache_implementation, ": --format ",
+         backend.format(), " lowers ", list_of(caps.caches), " caches",
+         caps.cache_note.empty() ? "" : " (" + caps.cache_note + ")");
+}
+
+// Configured dims must name dims the graphs have: a misspelt one would silently be ignored.
+void check_dim_names(const ExportConfig& config, const ExportModel& model, const FieldSpelling& spell) {
+  for (const auto& [name, range] : config.dims) {
+    if (model.dims.count(name)) continue;
+    std::string known;
+    for (const auto& d : model.dims) known += (known.empty() ? "" : ", ") + d;
+    fail(spell("dims"), ": '", name, "' is not a dim of this export (its dims: ", known, ")");
+  }
 }
 
 }  // namespace
 
-void run_export(const ExportRequest& req) {
-  const Checkpoint ckpt(req.model_dir);
+void run_passes(const Backend& backend, const ExportConfig& config, const std::string& component, Graph& graph,
+                PassReport& report, bool verbose) {
+  for (const Pass& pass : backend.passes(config)) {
+    const auto start = std::chrono::steady_clock::now();
+    pass.run(graph, report);
+#ifndef NDEBUG
+    verify(graph);
+#endif
+    if (verbose) {
+      const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - start;
+      std::cerr << "hfexport: " << component << ": pass " << pass.name << " " << ms.count() << " ms\n";
+    }
+  }
+  verify(graph);
+}
+
+void run_export(const fs::path& model_dir, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run) {
+  config.validate(run.spell);
+  const Checkpoint ckpt(model_dir);
   const std::string model_type = ckpt.config().string("model_type", "");
   if (model_type.empty()) fail(ckpt.config().where(), ": required key 'model_type' is missing");
-  const ArchBuilder build = find_arch(model_type);
-  std::unique_ptr<Backend> backend = make_backend(req.format);
-  const BackendOptions backend_options{req.dtype, req.generation.static_cache, req.op_profile, req.quantize};
-  backend->check_options(backend_options);
+  const ArchBuilder& build = find_arch(model_type);
+  std::unique_ptr<Backend> backend = make_backend(config.format, run.spell("format"));
+  backend->check(config, run.spell);
+  check_capabilities(*backend, config, run.spell);
 
   progress("hfexport: building graph");
-  check_generation_options(req.generation);
-  GenerationOptions generation = req.generation;
-  if (generation.enabled && backend->single_generation_graph()) generation.multi_token = true;
-  ExportModel model = build(ckpt, BuildOptions{backend->graph_dtype(backend_options), generation});
-  AtomicOutputDir out(req.out_dir, req.overwrite);
+  const ExportConfig graph_config = backend->graph_config(config);
+  ExportModel model = build(ckpt, graph_config);
+  check_dim_names(config, model, run.spell);
+  AtomicOutputDir out(out_dir, run.overwrite);
 
-  json manifest = {{"schema_version", 1},
-                   {"producer", std::string("hfexport ") + HFEXPORT_VERSION},
-                   {"format", req.format},
-                   {"dtype", std::string(dtype_name(req.dtype))},
-                   {"source",
+  json manifest = {{key::kSchemaVersion, manifest::kSchemaVersion},
+                   {key::kProducer, std::string("hfexport ") + HFEXPORT_VERSION},
+                   {key::kFormat, config.format},
+                   {key::kDtype, std::string(dtype_name(config.dtype))},
+                   {key::kSource,
                     {{"model_type", model.model_type},
                      {"architectures", model.architectures},
                      {"dtype", std::string(dtype_name(ckpt.dominant_float_dtype()))}}}};
@@ -122,39 +172,39 @@ void run_export(const ExportRequest& req) {
   json cache_pairs = json::array();
   bool stateful = false;
   std::string quantized_compute;  // as the backend resolved it
+  const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
   for (Component& c : model.components) {
     progress("hfexport: writing " + c.name);
     for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
-    const WrittenComponent w = backend->write(c.name, *c.graph, out.path(), backend_options);
-    components[c.name] = {{"file", w.file},
-                          {"data_files", w.extra_files},
-                          {"inputs", tensors_json(w.inputs)},
-                          {"outputs", tensors_json(w.outputs)}};
+    PassReport report;
+    run_passes(*backend, graph_config, c.name, *c.graph, report, run.verbose);
+    const WrittenComponent w = writer->write(c.name, *c.graph);
+    components[c.name] = {{key::kFile, w.file},
+                          {key::kDataFiles, w.data_files},
+                          {key::kInputs, tensors_json(w.inputs)},
+                          {key::kOutputs, tensors_json(w.outputs)}};
     stateful = stateful || w.stateful;
-    quantized_compute = w.quantization.int8_compute ? "int8" : "float";
-    if (req.quantize.enabled())
-      components[c.name]["quantized_linears"] = {{"quantized", w.quantization.quantized},
-                                                 {"kept_float", w.quantization.kept_float}};
-    if (c.name == "decode")
+    quantized_compute = report.quantization.int8_compute ? "int8" : "float";
+    if (config.quantization.enabled())
+      components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
+                                                    {"kept_float", report.quantization.kept_float}};
+    if (c.name == manifest::component::kDecode)
       for (const StatePair& state : c.graph->states) {
         if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
         else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
       }
   }
-  manifest["components"] = components;
-  if (req.quantize.enabled())
-    manifest["quantization"] = {{"weights", "int" + std::to_string(req.quantize.bits)},
-                                {"group_size", req.quantize.group_size},
-                                {"scheme", "symmetric, per group of input features, round to nearest even"},
-                                {"compute", quantized_compute}};
-  manifest["dims"] = dims;
-  if (req.generation.enabled)
-    manifest["generation"] = generation_json(generation, model, ckpt, cache_pairs, stateful);
-  {
-    std::ofstream f(out.path() / "export.json");
-    f << manifest.dump(2) << "\n";
-    if (!f.flush()) fail((out.path() / "export.json").string(), ": cannot write");
-  }
+  writer->finish();
+  manifest[key::kComponents] = components;
+  if (config.quantization.enabled())
+    manifest[key::kQuantization] = {{"weights", "int" + std::to_string(config.quantization.bits)},
+                                    {"group_size", config.quantization.group_size},
+                                    {"scheme", "symmetric, per group of input features, round to nearest even"},
+                                    {"compute", quantized_compute}};
+  manifest[key::kDims] = dims;
+  if (config.generation.enabled)
+    manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful);
+  Manifest(std::move(manifest)).save(out.path());
   for (const char* name : kCompanionFiles) {
     const fs::path src = ckpt.dir() / name;
     std::error_code ec;
@@ -166,9 +216,8 @@ void run_export(const ExportRequest& req) {
 }
 
 void inspect_export(const fs::path& out_dir) {
-  const fs::path manifest_path = out_dir / "export.json";
-  if (!fs::exists(manifest_path)) fail(out_dir.string(), ": not an hfexport output (no export.json)");
-  const JsonConfig m(read_json_file(manifest_path), manifest_path.string());
+  const fs::path manifest_path = out_dir / manifest::kFileName;
+  const JsonConfig m(Manifest::load(out_dir).data(), manifest_path.string());
   std::cout << "format: " << m.string("format", "?") << "  dtype: " << m.string("dtype", "?")
             << "  producer: " << m.string("producer", "?") << "\n";
   if (const auto source = m.object("source"))

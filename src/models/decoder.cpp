@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/manifest.h"
 
 namespace hfx {
 namespace {
@@ -76,14 +77,15 @@ AttentionSpec parse_attention(const JsonConfig& c, const DecoderDefaults& d, int
 }
 
 // The graph variants to export: the plain forward, or the components a decode loop needs.
-std::vector<std::pair<std::string, DecoderVariant>> components_for(const GenerationOptions& gen) {
-  if (!gen.enabled) return {{"model", {}}};
-  if (gen.static_cache)
-    return {{"decode", {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
-  if (gen.multi_token) return {{"decode", {CacheKind::Dynamic, true, false}}};
+std::vector<std::pair<std::string_view, DecoderVariant>> components_for(const GenerationConfig& gen) {
+  namespace component = manifest::component;
+  if (!gen.enabled) return {{component::kModel, {}}};
+  if (gen.static_cache())
+    return {{component::kDecode, {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
+  if (gen.multi_token_decode) return {{component::kDecode, {CacheKind::Dynamic, true, false}}};
   DecoderVariant prefill{CacheKind::Dynamic, false, false};
   prefill.last_logits = true;
-  return {{"prefill", prefill}, {"decode", {CacheKind::Dynamic, true, true}}};
+  return {{component::kPrefill, prefill}, {component::kDecode, {CacheKind::Dynamic, true, true}}};
 }
 
 }  // namespace
@@ -140,16 +142,17 @@ Value* Decoder::head(DecoderGraph& g, Value* x) const {
   return g.b().linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
 }
 
-std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const BuildOptions& opt, const DecoderConfig& cfg,
-                                            const DecoderVariant& variant) const {
-  ModelBuilder m(ckpt, opt);
+std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const ExportConfig& config,
+                                            const DecoderConfig& cfg, const DecoderVariant& variant,
+                                            std::set<std::string>& dims) const {
+  ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   // Dynamic NTK exists to run past max_position_embeddings; the bound says how far it stretches.
   const int64_t max_sequence = cfg.rope.type == "dynamic"
                                    ? static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, cfg.rope.factor))
                                    : cfg.max_positions;
   b.set_scope("inputs");
-  DecoderIO io(b, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, opt.dtype});
+  DecoderIO io(m, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, config.dtype});
   b.set_scope("model.rotary_emb");
   const auto [cos, sin] = rope_cos_sin(b, cfg.rope, io.position_ids());
   DecoderGraph g{m, io, cfg, cos, sin};
@@ -161,14 +164,15 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const BuildO
   if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);
   x = final_norm(g, x);
   io.finish(b.cast(head(g, x), DType::F32));
+  dims.insert(m.dim_names().begin(), m.dim_names().end());
   return m.finish();
 }
 
-ExportModel Decoder::build(const Checkpoint& ckpt, const BuildOptions& opt) const {
+ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) const {
   const DecoderConfig cfg = parse(ckpt.config());
-  ExportModel out{cfg.model_type, cfg.architectures, {}};
-  for (const auto& [name, variant] : components_for(opt.generation))
-    out.components.push_back({name, build_graph(ckpt, opt, cfg, variant)});
+  ExportModel out{cfg.model_type, cfg.architectures, {}, {}};
+  for (const auto& [name, variant] : components_for(config.generation))
+    out.components.push_back({std::string(name), build_graph(ckpt, config, cfg, variant, out.dims)});
   return out;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,8 +88,8 @@ class Decoder {
   // Hidden states -> logits in the graph dtype (the kit casts them to float32).
   virtual Value* head(DecoderGraph& g, Value* x) const;
 
-  // The components the generation options ask for, each built by the hooks above.
-  ExportModel build(const Checkpoint& ckpt, const BuildOptions& opt) const;
+  // The components the config's generation section asks for, each built by the hooks above.
+  ExportModel build(const Checkpoint& ckpt, const ExportConfig& config) const;
 
  protected:
   // Layer i's HF weight prefix, "model.layers.{i}.".
@@ -96,14 +97,14 @@ class Decoder {
   DecoderDefaults defaults_;
 
  private:
-  std::unique_ptr<Graph> build_graph(const Checkpoint& ckpt, const BuildOptions& opt, const DecoderConfig& cfg,
-                                     const DecoderVariant& variant) const;
+  std::unique_ptr<Graph> build_graph(const Checkpoint& ckpt, const ExportConfig& config, const DecoderConfig& cfg,
+                                     const DecoderVariant& variant, std::set<std::string>& dims) const;
 };
 
 // Registers `model_type` as built by a DecoderClass (Decoder or a subclass) with `defaults`.
 #define HFX_REGISTER_DECODER(model_type, DecoderClass, defaults)                                       \
-  HFX_REGISTER_ARCH(model_type, [](const ::hfx::Checkpoint& ckpt, const ::hfx::BuildOptions& opt) { \
-    return DecoderClass(defaults).build(ckpt, opt);                                                   \
+  HFX_REGISTER_ARCH(model_type, [](const ::hfx::Checkpoint& ckpt, const ::hfx::ExportConfig& config) { \
+    return DecoderClass(defaults).build(ckpt, config);                                                     \
   })
 
 }  // namespace hfx

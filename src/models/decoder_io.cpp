@@ -8,20 +8,20 @@ namespace {
 constexpr int64_t kMaxBatch = 4096;
 }
 
-DecoderIO::DecoderIO(Builder& b, const DecoderVariant& v, int64_t max_positions, const CacheShape& cache)
-    : b_(b), variant_(v), cache_(cache), batch_(1), query_(1) {
-  Graph& g = b.graph();
+DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_positions, const CacheShape& cache)
+    : b_(m.b()), variant_(v), cache_(cache), batch_(1), query_(1) {
+  Builder& b = b_;
   const bool fixed = v.cache == CacheKind::Static;
   const int64_t max_len = fixed ? v.max_cache_len : max_positions;
-  batch_ = fixed ? Dim(v.batch) : Dim(g.symbol("batch", 1, kMaxBatch));
-  if (!v.single_token) query_ = Dim(g.symbol("sequence", 1, max_len));
+  batch_ = fixed ? Dim(v.batch) : m.dim("batch", 1, kMaxBatch);
+  if (!v.single_token) query_ = m.dim("sequence", 1, max_len);
   input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
   if (fixed) {
-    total_ = Dim(g.symbol("cache", 1, v.max_cache_len));
+    total_ = m.dim("cache", 1, v.max_cache_len);
     attention_mask_ = b.input("attention_mask", DType::Bool, {batch_, Dim(1), query_, *total_});
   } else if (v.has_past) {
-    past_ = Dim(g.symbol("past_sequence", 0, max_positions - 1));
-    total_ = Dim(g.symbol("total_sequence", 1, max_positions));
+    past_ = m.dim("past_sequence", 0, max_positions - 1);
+    total_ = m.dim("total_sequence", 1, max_positions);
     attention_mask_ = b.input("attention_mask", DType::I64, {batch_, *total_});
   } else {
     attention_mask_ = b.input("attention_mask", DType::I64, {batch_, query_});

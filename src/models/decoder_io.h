@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/builder.h"
+#include "models/model_builder.h"
 
 namespace hfx {
 
@@ -29,7 +30,8 @@ struct CacheShape {
 
 class DecoderIO {
  public:
-  DecoderIO(Builder& b, const DecoderVariant& variant, int64_t max_positions, const CacheShape& cache);
+  // Dims come from `m` (configured bounds, or static when fixed); nodes go to m.b().
+  DecoderIO(ModelBuilder& m, const DecoderVariant& variant, int64_t max_positions, const CacheShape& cache);
 
   Value* input_ids() const { return input_ids_; }
   Value* position_ids() const { return position_ids_; }

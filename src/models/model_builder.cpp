@@ -4,8 +4,17 @@
 
 namespace hfx {
 
-ModelBuilder::ModelBuilder(const Checkpoint& ckpt, const BuildOptions& opt)
-    : ckpt_(ckpt), opt_(opt), graph_(std::make_unique<Graph>()), builder_(*graph_) {}
+ModelBuilder::ModelBuilder(const Checkpoint& ckpt, const ExportConfig& config)
+    : ckpt_(ckpt), config_(config), graph_(std::make_unique<Graph>()), builder_(*graph_) {}
+
+Dim ModelBuilder::dim(const std::string& name, int64_t min, int64_t max) {
+  dim_names_.insert(name);
+  const DimRange r = config_.dim(name, {min, max});
+  if (r.min == r.max) return Dim(r.min);
+  if (!config_.dynamic)
+    fail("export config: dynamic is false, so dim '", name, "' needs a fixed size (dims.", name, " with min = max)");
+  return Dim(graph_->symbol(name, r.min, r.max));
+}
 
 void ModelBuilder::check_checkpoint() const {
   std::vector<std::string> problems;
@@ -40,7 +49,7 @@ Value* ModelBuilder::weight(const std::string& name, std::vector<int64_t> shape)
   }
   expected_[name] = shape;
   const TensorInfo* t = ckpt_.find(name);
-  Value* v = t && t->shape == shape ? builder_.weight(*t, opt_.dtype) : builder_.missing_weight(name, shape, opt_.dtype);
+  Value* v = t && t->shape == shape ? builder_.weight(*t, config_.dtype) : builder_.missing_weight(name, shape, config_.dtype);
   weights_[name] = v;
   return v;
 }

@@ -15,7 +15,7 @@ namespace hfx {
 
 class ModelBuilder {
  public:
-  ModelBuilder(const Checkpoint& ckpt, const BuildOptions& opt);
+  ModelBuilder(const Checkpoint& ckpt, const ExportConfig& config);
 
   // Declares a tensor the architecture reads, with the shape the config implies, and returns it
   // as a lazy constant of the graph dtype. A missing or mis-shaped tensor yields a stand-in of
@@ -30,20 +30,28 @@ class ModelBuilder {
   // Throws one Error naming the first missing, unexpected, mis-shaped or mis-typed tensor.
   void check_checkpoint() const;
 
+  // A dim of the graph's interface: static when the config fixes it (min == max), else a symbol
+  // with the configured bounds or [min, max]. Refused when the config is not dynamic and leaves
+  // the dim free.
+  Dim dim(const std::string& name, int64_t min, int64_t max);
+  // The dim names dim() was asked for (the driver rejects configured dims no graph has).
+  const std::set<std::string>& dim_names() const { return dim_names_; }
+
   Builder& b() { return builder_; }
   Graph& graph() { return *graph_; }
-  const BuildOptions& options() const { return opt_; }
+  const ExportConfig& config() const { return config_; }
   // Checks the checkpoint against the declarations and hands over the graph.
   std::unique_ptr<Graph> finish();
 
  private:
   const Checkpoint& ckpt_;
-  BuildOptions opt_;
+  const ExportConfig& config_;
   std::unique_ptr<Graph> graph_;
   Builder builder_;
   std::map<std::string, std::vector<int64_t>> expected_;
   std::set<std::string> tolerated_;
   std::map<std::string, Value*> weights_;
+  std::set<std::string> dim_names_;
 };
 
 }  // namespace hfx

@@ -4,27 +4,15 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
+#include "core/export_config.h"
 #include "io/checkpoint.h"
 #include "ir/graph.h"
 
 namespace hfx {
-
-struct GenerationOptions {
-  bool enabled = false;        // export the components a decode loop needs
-  bool multi_token = false;    // one decode graph with a symbolic query length
-  bool static_cache = false;   // fixed-size cache buffers written in place
-  int64_t max_cache_len = 0;   // static cache: upper bound of the cache dim
-  int64_t batch_size = 1;      // static cache: fixed batch
-};
-
-struct BuildOptions {
-  DType dtype = DType::F32;  // compute and weight dtype of the exported graph
-  GenerationOptions generation;
-};
 
 // One exported graph and the name it is published under in export.json.
 struct Component {
@@ -36,9 +24,12 @@ struct ExportModel {
   std::string model_type;
   std::vector<std::string> architectures;
   std::vector<Component> components;
+  std::set<std::string> dims;  // every dim name the graphs' interfaces have (fixed ones included)
 };
 
-using ArchBuilder = std::function<ExportModel(const Checkpoint&, const BuildOptions&)>;
+// Builds the components `config` asks for. The config is the one the graphs are built for, as the
+// backend resolved it (its dtype is the graph dtype; a stateful backend asks for one decode graph).
+using ArchBuilder = std::function<ExportModel(const Checkpoint&, const ExportConfig&)>;
 
 // Adds `model_type` to the registry (a second registration of one type is a bug); returns true
 // so that it can initialise a namespace-scope constant.

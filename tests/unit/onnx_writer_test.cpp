@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "ir/builder.h"
 #include "onnx/onnx.pb.h"
+#include "backend_util.h"
 #include "test_util.h"
 
 namespace hfx {
@@ -258,9 +259,13 @@ TEST(Backend, Registry) {
   const std::string msg = error_of([] { make_backend("tflite"); });
   EXPECT_HAS(msg, "'tflite'");
   EXPECT_HAS(msg, "onnx");
-  EXPECT_NO_THROW(onnx->check_options({DType::F32}));
-  EXPECT_NO_THROW(onnx->check_options({DType::F16}));
-  EXPECT_HAS(error_of([&] { onnx->check_options({DType::BF16}); }), "bfloat16");
+  const auto dtypes = onnx->capabilities().dtypes;
+  EXPECT_EQ(dtypes, (std::vector<DType>{DType::F32, DType::F16}));  // no bfloat16 kernels in onnxruntime CPU
+  const ExportConfig plain;
+  EXPECT_NO_THROW(onnx->check(plain, json_field));
+  ExportConfig unknown;
+  unknown.backend = {{"opset", 17}};
+  EXPECT_HAS(error_of([&] { onnx->check(unknown, json_field); }), "unknown ONNX option 'opset'");
 }
 
 // --- ONNX model written from a tiny graph ----------------------------------------------------
@@ -302,9 +307,9 @@ std::unique_ptr<Written> write_tiny_model() {
 
   const fs::path out = w->dir / "out";
   fs::create_directories(out);
-  w->component = make_backend("onnx")->write("decode", g, out, BackendOptions{DType::F32});
+  w->component = test::write_component("onnx", "decode", g, out);
   EXPECT_TRUE(w->model.ParseFromString(read_file(out / w->component.file)));
-  w->data = read_file(out / "decode.onnx.data");
+  w->data = read_file(out / "model.onnx.data");
   return w;
 }
 
@@ -342,7 +347,7 @@ TEST(OnnxBackend, WritesValidModelStructure) {
   const auto w = write_tiny_model();
   const onnx::ModelProto& m = w->model;
   EXPECT_EQ(w->component.file, "decode.onnx");
-  EXPECT_EQ(w->component.extra_files, (std::vector<std::string>{"decode.onnx.data"}));
+  EXPECT_EQ(w->component.data_files, (std::vector<std::string>{"model.onnx.data"}));
   ASSERT_EQ(w->component.inputs.size(), 1u);
   EXPECT_EQ(w->component.inputs[0].name, "x");
   ASSERT_EQ(w->component.outputs.size(), 2u);
@@ -419,7 +424,7 @@ TEST(OnnxBackend, InitializersAreInlineOrAlignedExternal) {
       EXPECT_FALSE(t.has_raw_data());
       const auto ext = external(t);
       ASSERT_TRUE(ext.count("location") && ext.count("offset") && ext.count("length"));
-      EXPECT_EQ(ext.at("location"), "decode.onnx.data");
+      EXPECT_EQ(ext.at("location"), "model.onnx.data");
       const uint64_t offset = std::stoull(ext.at("offset")), length = std::stoull(ext.at("length"));
       EXPECT_EQ(offset % 4096, 0u);
       EXPECT_LE(offset + length, w->data.size());
@@ -495,7 +500,7 @@ TEST(OnnxBackend, LowersExpand) {
   Value* x = b.input("x", DType::F32, {1, 4});
   b.output(b.expand(x, b.const_i64({3, 4}, {2}), {3, 4}), "y");
   try {
-    make_backend("onnx")->write("m", g, dir.path(), BackendOptions{});
+    test::write_component("onnx", "m", g, dir.path());
     onnx::ModelProto m;
     ASSERT_TRUE(m.ParseFromString(read_file(dir / "m.onnx")));
     bool has_expand = false;

@@ -9,6 +9,7 @@
 #include "backends/backend.h"
 #include "io/safetensors.h"
 #include "ir/builder.h"
+#include "backend_util.h"
 #include "test_util.h"
 
 namespace hfx {
@@ -49,10 +50,10 @@ std::unique_ptr<Written> write_model(DType dtype, bool with_state) {
     b.output(all, "present.0.key");
     g.states.push_back({"past_key_values.0.key", cache, all});
   }
-  w->component = make_backend("openvino")->write(with_state ? "decode" : "model", g, w->dir.path(),
-                                                   BackendOptions{dtype});
+  w->component = test::write_component("openvino", with_state ? "decode" : "model", g, w->dir.path(),
+                                        test::with_dtype(dtype));
   EXPECT_TRUE(w->xml.load_file((w->dir.path() / w->component.file).c_str()));
-  w->bin = read_file(w->dir.path() / w->component.extra_files.at(0));
+  w->bin = read_file(w->dir.path() / w->component.data_files.at(0));
   return w;
 }
 

@@ -8,11 +8,11 @@
 
 namespace hfx {
 
-OnnxOpProfile parse_onnx_op_profile(const std::string& name) {
+OnnxOpProfile parse_onnx_op_profile(const std::string& name, const std::string& field) {
   if (name == "standard" || name.empty()) return OnnxOpProfile::Standard;
   if (name == "ort") return OnnxOpProfile::Ort;
   if (name == "ort-gqa") return OnnxOpProfile::OrtGqa;
-  fail("--onnx-ops: '", name, "' is not a profile (standard: ai.onnx ops only; ort: onnxruntime contrib ops; "
+  fail(field, ": '", name, "' is not a profile (standard: ai.onnx ops only; ort: onnxruntime contrib ops; "
        "ort-gqa: ort with GroupQueryAttention)");
 }
 

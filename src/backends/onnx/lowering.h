@@ -16,7 +16,8 @@ enum class OnnxOpProfile { Standard, Ort, OrtGqa };
 
 // Whether the profile may use onnxruntime's com.microsoft ops.
 inline bool profile_has_contrib_ops(OnnxOpProfile p) { return p != OnnxOpProfile::Standard; }
-OnnxOpProfile parse_onnx_op_profile(const std::string& name);
+// `name` empty: the default (standard). `field` is how the user spelled the option, for errors.
+OnnxOpProfile parse_onnx_op_profile(const std::string& name, const std::string& field = "backend.op_profile");
 int32_t onnx_type(DType t);
 void set_value_info(onnx::ValueInfoProto* info, const std::string& name, DType dtype, const Shape& shape);
 // Whether the profile has a fused op for this high-level node (else it is decomposed first).

@@ -2,12 +2,15 @@
 // and writes the model with one external data file.
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "backends/backend.h"
 #include "backends/onnx/lowering.h"
 #include "backends/weight_file.h"
 #include "core/error.h"
+#include "io/manifest.h"
 #include "passes/passes.h"
 
 namespace hfx {
@@ -27,32 +30,30 @@ WeightQuantization resolve_compute(WeightQuantization q, OnnxOpProfile profile) 
   return q;
 }
 
-class OnnxBackend final : public Backend {
+constexpr const char* kProfileKey = "op_profile";
+
+OnnxOpProfile profile_of(const ExportConfig& config, const FieldSpelling& spell = json_field) {
+  return parse_onnx_op_profile(config.backend.value(kProfileKey, ""), spell("backend.op_profile"));
+}
+
+// The key of a checkpoint-derived constant as stored: components that read the same weight in the
+// same layout share its bytes in the data file.
+using StoredKey = std::tuple<std::vector<const TensorInfo*>, DType, bool, int, int64_t, bool>;
+
+StoredKey stored_key(const Value& v, bool transposed) {
+  const auto& q = v.constant->quantized;
+  return {v.constant->parts, v.dtype, transposed, q ? q->scheme.bits : 0, q ? q->scheme.group_size : 0,
+          q && q->scales};
+}
+
+// One export's ONNX files: a .onnx per component, and one external data file all of them read,
+// holding each weight once.
+class OnnxWriter final : public ExportWriter {
  public:
-  std::string_view format() const override { return "onnx"; }
+  OnnxWriter(const ExportConfig& config, const std::filesystem::path& dir)
+      : profile_(profile_of(config)), dir_(dir), data_(dir / kDataFile, kDataAlignment) {}
 
-  void check_options(const BackendOptions& opt) const override {
-    const OnnxOpProfile profile = parse_onnx_op_profile(opt.op_profile);
-    check_weight_quantization(opt.quantize);
-    if (opt.quantize.enabled() && !profile_has_contrib_ops(profile) &&
-        opt.quantize.compute == WeightQuantization::Compute::Int8)
-      fail("--quantize-compute int8 needs --onnx-ops ort (onnxruntime's MatMulNBits); the standard op set "
-           "dequantizes the weights and computes in float");
-    if (opt.dtype == DType::BF16)
-      fail("--dtype bfloat16: onnxruntime's CPU provider has no bfloat16 MatMul kernels; use float32 or float16");
-  }
-
-  WrittenComponent write(const std::string& name, Graph& graph, const std::filesystem::path& dir,
-                         const BackendOptions& opt) override {
-    const OnnxOpProfile profile = parse_onnx_op_profile(opt.op_profile);
-    // onnxruntime runs each MatMul as its own thread-pool round; batch-1 decode gains from fewer,
-    // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
-    pack_linears(graph);
-    const QuantizeReport quantization = quantize_linears(graph, resolve_compute(opt.quantize, profile));
-    decompose(graph, [profile](const Node& n) { return maps_natively(n, profile); });
-    eliminate_dead_code(graph);
-    verify(graph);
-
+  WrittenComponent write(const std::string& name, Graph& graph) override {
     onnx::ModelProto model;
     model.set_ir_version(kIrVersion);
     model.set_producer_name("hfexport");
@@ -66,10 +67,9 @@ class OnnxBackend final : public Backend {
     std::set<const Value*> transposed;  // weights some Linear reads: stored once, transposed
     for (const Node* n : graph.order)
       if (n->op == OpKind::Linear) transposed.insert(n->inputs[1]);
-    Lowering lowering(g, graph, profile, transposed);
+    Lowering lowering(g, graph, profile_, transposed);
     WrittenComponent written;
     written.file = name + ".onnx";
-    written.quantization = quantization;
     for (const Value* v : graph.inputs) {
       set_value_info(g.add_input(), v->name, v->dtype, v->shape);
       written.inputs.push_back({v->name, v->dtype, v->shape});
@@ -84,22 +84,31 @@ class OnnxBackend final : public Backend {
       set_value_info(g.add_output(), v->name, v->dtype, v->shape);
       written.outputs.push_back({v->name, v->dtype, v->shape});
     }
-    const std::string data_name = written.file + ".data";
-    write_initializers(g, lowering.initializers(), dir / data_name);
-    written.extra_files.push_back(data_name);
+    write_initializers(g, lowering.initializers());
+    written.data_files.push_back(kDataFile);
 
-    std::ofstream out(dir / written.file, std::ios::binary);
+    std::ofstream out(dir_ / written.file, std::ios::binary);
     if (!out || !model.SerializeToOstream(&out) || !out.flush())
-      fail((dir / written.file).string(), ": cannot write model");
+      fail((dir_ / written.file).string(), ": cannot write model");
     return written;
   }
 
+  void finish() override { data_.close(); }
+
  private:
-  static void write_initializers(onnx::GraphProto& g, const std::vector<Lowering::Init>& inits,
-                                 const std::filesystem::path& data_path) {
-    WeightFile data(data_path, kDataAlignment);
-    std::vector<WeightFile::Item> external;
-    std::vector<onnx::TensorProto*> external_protos;
+  static constexpr const char* kDataFile = "model.onnx.data";
+
+  void write_initializers(onnx::GraphProto& g, const std::vector<Lowering::Init>& inits) {
+    // Each external initializer reads either bytes this component appends (`fresh`) or a
+    // checkpoint weight an earlier component stored.
+    struct Ref {
+      onnx::TensorProto* tensor;
+      StoredKey key;
+      size_t fresh = SIZE_MAX;
+    };
+    std::vector<WeightFile::Item> fresh;
+    std::map<StoredKey, size_t> pending;  // checkpoint weights among `fresh`
+    std::vector<Ref> refs;
     for (const auto& init : inits) {
       const Value& v = *init.value;
       auto* t = g.add_initializer();
@@ -121,28 +130,85 @@ class OnnxBackend final : public Backend {
         t->set_raw_data(raw);
         continue;
       }
-      external.push_back({&v, init.transposed});
-      external_protos.push_back(t);
+      Ref ref{t, {}};
+      if (!v.constant->from_checkpoint()) {  // owned bytes: this component's own
+        ref.fresh = fresh.size();
+        fresh.push_back({&v, init.transposed});
+      } else if (ref.key = stored_key(v, init.transposed); !stored_.count(ref.key)) {
+        const auto [it, added] = pending.emplace(ref.key, fresh.size());
+        if (added) fresh.push_back({&v, init.transposed});
+        ref.fresh = it->second;
+      }
+      refs.push_back(std::move(ref));
     }
-    const std::vector<WeightFile::Span> spans = data.append_all(external);
-    for (size_t i = 0; i < spans.size(); ++i) {
-      onnx::TensorProto* t = external_protos[i];
-      t->set_data_location(onnx::TensorProto::EXTERNAL);
+    const std::vector<WeightFile::Span> spans = data_.append_all(fresh);
+    for (const auto& [key, index] : pending) stored_[key] = spans[index];
+    for (const Ref& ref : refs) {
+      const WeightFile::Span span = ref.fresh != SIZE_MAX ? spans[ref.fresh] : stored_.at(ref.key);
       auto add = [&](const char* key, const std::string& value) {
-        auto* e = t->add_external_data();
+        auto* e = ref.tensor->add_external_data();
         e->set_key(key);
         e->set_value(value);
       };
-      add("location", data_path.filename().string());
-      add("offset", std::to_string(spans[i].offset));
-      add("length", std::to_string(spans[i].length));
+      ref.tensor->set_data_location(onnx::TensorProto::EXTERNAL);
+      add("location", kDataFile);
+      add("offset", std::to_string(span.offset));
+      add("length", std::to_string(span.length));
     }
-    data.close();
+  }
+
+  OnnxOpProfile profile_;
+  std::filesystem::path dir_;
+  WeightFile data_;
+  std::map<StoredKey, WeightFile::Span> stored_;  // checkpoint weights written by earlier components
+};
+
+class OnnxBackend final : public Backend {
+ public:
+  std::string_view format() const override { return "onnx"; }
+
+  BackendCapabilities capabilities() const override {
+    return {{DType::F32, DType::F16},
+            "onnxruntime's CPU provider has no bfloat16 MatMul kernels",
+            {manifest::cache::kDynamic, manifest::cache::kStatic},
+            "",
+            false};
+  }
+
+  void check(const ExportConfig& config, const FieldSpelling& spell) const override {
+    for (const auto& [key, value] : config.backend.items())
+      if (key != kProfileKey) fail(spell("backend"), ": unknown ONNX option '", key, "' (known: ", kProfileKey, ")");
+    if (config.backend.contains(kProfileKey) && !config.backend[kProfileKey].is_string())
+      fail(spell("backend.op_profile"), " must be a string");
+    const OnnxOpProfile profile = profile_of(config, spell);
+    if (config.quantization.enabled() && !profile_has_contrib_ops(profile) &&
+        config.quantization.compute == WeightQuantization::Compute::Int8)
+      fail(spell("quantization.compute"), " int8 needs ", spell("backend.op_profile"),
+           " ort (onnxruntime's MatMulNBits); the standard op set dequantizes the weights and computes in float");
+  }
+
+  std::vector<Pass> passes(const ExportConfig& config) const override {
+    const OnnxOpProfile profile = profile_of(config);
+    const WeightQuantization quantize = resolve_compute(config.quantization, profile);
+    return {
+        // onnxruntime runs each MatMul as its own thread-pool round; batch-1 decode gains from fewer,
+        // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
+        {"pack_linears", [](Graph& g, PassReport&) { pack_linears(g); }},
+        {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
+        {"decompose", [profile](Graph& g, PassReport&) {
+           decompose(g, [profile](const Node& n) { return maps_natively(n, profile); });
+         }},
+        {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
+    };
+  }
+
+  std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const override {
+    return std::make_unique<OnnxWriter>(config, dir);
   }
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_onnx_backend() { return std::make_unique<OnnxBackend>(); }
+HFX_REGISTER_BACKEND("onnx", OnnxBackend)
 
 }  // namespace hfx

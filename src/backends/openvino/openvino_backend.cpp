@@ -8,6 +8,7 @@
 #include "backends/openvino/ir_xml.h"
 #include "backends/weight_file.h"
 #include "core/error.h"
+#include "io/manifest.h"
 #include "ir/builder.h"
 #include "passes/passes.h"
 
@@ -373,40 +374,21 @@ bool maps_natively(const Node& n) {
          n.op == OpKind::GELU;
 }
 
-class OpenVinoBackend final : public Backend {
+// One export's OpenVINO files: an .xml per component and its .bin (OpenVINO reads weights from
+// the .bin named after the .xml; generation is one stateful model, so weights are stored once).
+class OpenVinoWriter final : public ExportWriter {
  public:
-  std::string_view format() const override { return "openvino"; }
+  OpenVinoWriter(const ExportConfig& config, const std::filesystem::path& dir) : dtype_(config.dtype), dir_(dir) {}
 
-  void check_options(const BackendOptions& opt) const override {
-    if (!opt.op_profile.empty()) fail("--onnx-ops applies only to --format onnx");
-    if (opt.static_cache)
-      fail("--static-cache: --format openvino exports a stateful model whose cache lives in the runtime");
-    check_weight_quantization(opt.quantize);
-    if (opt.quantize.compute == WeightQuantization::Compute::Int8)
-      fail("--quantize-compute int8: OpenVINO picks the activation precision when it compiles the model "
-           "(DYNAMIC_QUANTIZATION_GROUP_SIZE); leave --quantize-compute unset");
-  }
-
-  // OpenVINO picks its own inference precision; --dtype float16/bfloat16 compresses the weights.
-  DType graph_dtype(const BackendOptions&) const override { return DType::F32; }
-  // Generation is one stateful model: the KV cache lives in ReadValue/Assign variables.
-  bool single_generation_graph() const override { return true; }
-
-  WrittenComponent write(const std::string& name, Graph& graph, const std::filesystem::path& dir,
-                         const BackendOptions& opt) override {
-    WeightQuantization quantize = opt.quantize;
-    if (quantize.enabled()) quantize.compute = WeightQuantization::Compute::Float;  // the IR holds no choice
-    const QuantizeReport quantization = quantize_linears(graph, quantize);
-    decompose(graph, maps_natively);
-    eliminate_dead_code(graph);
-    verify(graph);
+  WrittenComponent write(const std::string& name, Graph& graph) override {
     OvNetwork net;
-    OvLowering lowering(graph, net, opt.dtype);
+    OvLowering lowering(graph, net, dtype_);
     lowering.lower_graph();
 
     // OpenVINO tools look for openvino_model.xml/.bin; other components keep their own name.
-    const std::string stem = name == "model" || name == "decode" ? "openvino_model" : "openvino_" + name + "_model";
-    WeightFile bin(dir / (stem + ".bin"), kBinAlignment);
+    const bool main_model = name == manifest::component::kModel || name == manifest::component::kDecode;
+    const std::string stem = main_model ? "openvino_model" : "openvino_" + name + "_model";
+    WeightFile bin(dir_ / (stem + ".bin"), kBinAlignment);
     std::vector<WeightFile::Item> items;
     for (const auto& [layer, v] : lowering.constants()) items.push_back({v, false});
     const auto spans = bin.append_all(items);
@@ -416,9 +398,9 @@ class OpenVinoBackend final : public Backend {
       net.set_data(layer, "offset", std::to_string(spans[i].offset));
       net.set_data(layer, "size", std::to_string(spans[i].length));
     }
-    net.write(dir / (stem + ".xml"), name);
+    net.write(dir_ / (stem + ".xml"), name);
 
-    WrittenComponent written{stem + ".xml", {stem + ".bin"}, {}, {}, lowering.stateful(), quantization};
+    WrittenComponent written{stem + ".xml", {stem + ".bin"}, {}, {}, lowering.stateful()};
     std::set<const Value*> state_values;
     for (const StatePair& s : graph.states) state_values.insert({s.input, s.output});
     for (const Value* v : graph.inputs)
@@ -428,10 +410,59 @@ class OpenVinoBackend final : public Backend {
       if (!state_values.count(v)) written.outputs.push_back({v->name, v->dtype, v->shape});
     return written;
   }
+
+  void finish() override {}
+
+ private:
+  DType dtype_;  // checkpoint weights are stored compressed to this (the graph computes in f32)
+  std::filesystem::path dir_;
+};
+
+class OpenVinoBackend final : public Backend {
+ public:
+  std::string_view format() const override { return "openvino"; }
+
+  BackendCapabilities capabilities() const override {
+    return {{DType::F32, DType::F16, DType::BF16},
+            "",
+            {manifest::cache::kStateful},
+            "its generation model is stateful: the cache lives in the runtime",
+            true};
+  }
+
+  void check(const ExportConfig& config, const FieldSpelling& spell) const override {
+    if (!config.backend.empty()) fail(spell("backend"), ": --format openvino takes no backend options");
+    if (config.quantization.compute == WeightQuantization::Compute::Int8)
+      fail(spell("quantization.compute"), " int8: OpenVINO picks the activation precision when it compiles the model "
+           "(DYNAMIC_QUANTIZATION_GROUP_SIZE); leave ", spell("quantization.compute"), " unset");
+  }
+
+  // OpenVINO picks its own inference precision: the graph computes in float32 and the weights are
+  // stored compressed to the requested dtype. Generation is one stateful graph for any query length.
+  ExportConfig graph_config(const ExportConfig& config) const override {
+    ExportConfig graph = config;
+    graph.dtype = DType::F32;
+    if (graph.generation.enabled) graph.generation.multi_token_decode = true;
+    return graph;
+  }
+
+  std::vector<Pass> passes(const ExportConfig& config) const override {
+    WeightQuantization quantize = config.quantization;
+    if (quantize.enabled()) quantize.compute = WeightQuantization::Compute::Float;  // the IR holds no choice
+    return {
+        {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
+        {"decompose", [](Graph& g, PassReport&) { decompose(g, maps_natively); }},
+        {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
+    };
+  }
+
+  std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const override {
+    return std::make_unique<OpenVinoWriter>(config, dir);
+  }
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_openvino_backend() { return std::make_unique<OpenVinoBackend>(); }
+HFX_REGISTER_BACKEND("openvino", OpenVinoBackend)
 
 }  // namespace hfx

@@ -1,0 +1,90 @@
+// OUT_DIR/export.json, the contract between the exporter and every runner. Component names, keys
+// and cache kinds are spelled here once (python/hfexport/manifest.py mirrors them); the C++
+// runners read the manifest through this type.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hfx::manifest {
+
+inline constexpr std::string_view kFileName = "export.json";
+inline constexpr int kSchemaVersion = 1;
+
+namespace component {
+inline constexpr std::string_view kModel = "model";      // the plain forward
+inline constexpr std::string_view kPrefill = "prefill";  // prompt -> last logits + cache
+inline constexpr std::string_view kDecode = "decode";    // the step a decode loop repeats
+}  // namespace component
+
+namespace cache {
+inline constexpr std::string_view kDynamic = "dynamic";    // past_key_values.* -> present.*
+inline constexpr std::string_view kStatic = "static";      // input.<name> / output.<name>, updated in place
+inline constexpr std::string_view kStateful = "stateful";  // the cache lives in the runtime
+}  // namespace cache
+
+namespace key {
+inline constexpr const char* kSchemaVersion = "schema_version";
+inline constexpr const char* kProducer = "producer";
+inline constexpr const char* kFormat = "format";
+inline constexpr const char* kDtype = "dtype";
+inline constexpr const char* kSource = "source";
+inline constexpr const char* kExportConfig = "export_config";
+inline constexpr const char* kComponents = "components";
+inline constexpr const char* kFile = "file";
+inline constexpr const char* kDataFiles = "data_files";
+inline constexpr const char* kInputs = "inputs";
+inline constexpr const char* kOutputs = "outputs";
+inline constexpr const char* kDims = "dims";
+inline constexpr const char* kQuantization = "quantization";
+inline constexpr const char* kQuantizedLinears = "quantized_linears";
+inline constexpr const char* kGeneration = "generation";
+inline constexpr const char* kCache = "cache";
+inline constexpr const char* kCachePairs = "cache_pairs";
+inline constexpr const char* kMultiTokenDecode = "multi_token_decode";
+inline constexpr const char* kEosTokenId = "eos_token_id";
+inline constexpr const char* kBosTokenId = "bos_token_id";
+inline constexpr const char* kPadTokenId = "pad_token_id";
+inline constexpr const char* kMaxCacheLen = "max_cache_len";
+inline constexpr const char* kBatchSize = "batch_size";
+}  // namespace key
+
+}  // namespace hfx::manifest
+
+namespace hfx {
+
+// A read manifest: load() checks what every runner relies on, and the accessors name the file
+// and the key in their errors.
+class Manifest {
+ public:
+  explicit Manifest(nlohmann::json data, std::filesystem::path dir = {});
+  // Throws one line when DIR has no export.json or it is not a valid manifest.
+  static Manifest load(const std::filesystem::path& dir);
+  void save(const std::filesystem::path& dir) const;
+
+  const nlohmann::json& data() const { return data_; }
+  nlohmann::json& data() { return data_; }
+  std::string format() const;
+  bool has_component(std::string_view name) const;
+  // The component's entry; throws naming the export when it has none.
+  const nlohmann::json& component(std::string_view name) const;
+  std::filesystem::path file_of(std::string_view component) const;
+  // The generation section; throws when the export was not made --for-generation.
+  const nlohmann::json& generation() const;
+  bool for_generation() const;
+  std::string cache() const;
+  std::vector<int64_t> eos_token_ids() const;
+  // The upper bound of a named dim, if the export has it.
+  std::optional<int64_t> dim_max(std::string_view name) const;
+
+ private:
+  std::string where() const;
+  nlohmann::json data_;
+  std::filesystem::path dir_;
+};
+
+}  // namespace hfx

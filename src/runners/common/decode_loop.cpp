@@ -1,0 +1,54 @@
+#include "runners/common/decode_loop.h"
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+
+#include "core/error.h"
+#include "runners/common/sampler.h"
+
+namespace hfx {
+
+std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& o, const std::vector<int64_t>& eos) {
+  Sampler sample(o);
+  std::vector<int64_t> out;
+  std::vector<float> logits = session.prefill(o.input_ids);
+  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+    const int64_t token = sample(logits.data(), logits.size());
+    out.push_back(token);
+    const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
+    if (stop || step + 1 == o.max_new_tokens) break;
+    logits = session.step(token);
+  }
+  return out;
+}
+
+void check_sequence_bound(const Manifest& manifest, const GenerateOptions& o) {
+  const int64_t limit = manifest.dim_max("total_sequence").value_or(INT64_MAX);
+  const auto prompt = static_cast<int64_t>(o.input_ids.size());
+  if (prompt + o.max_new_tokens - 1 > limit)
+    fail("prompt of ", prompt, " tokens + ", o.max_new_tokens, " new tokens exceeds the exported sequence bound ",
+         limit);
+}
+
+int runner_main(int argc, char** argv, std::string_view format, const SessionFactory& open) {
+  try {
+    const GenerateOptions options = parse_generate_args(argc, argv);
+    const Manifest manifest = Manifest::load(options.out_dir);
+    if (manifest.format() != format) fail(options.out_dir.string(), ": not an ", format, " export");
+    manifest.generation();  // throws unless exported --for-generation
+    const std::vector<int64_t> eos = options.ignore_eos ? std::vector<int64_t>{} : manifest.eos_token_ids();
+    const std::unique_ptr<DecodeSession> session = open(manifest, options);
+    const std::vector<int64_t> tokens = generate(*session, options, eos);
+    for (size_t i = 0; i < tokens.size(); ++i) std::cout << (i ? " " : "") << tokens[i];
+    std::cout << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    std::cerr << "hfexport: error: " << message << "\n";
+    return 1;
+  }
+}
+
+}  // namespace hfx

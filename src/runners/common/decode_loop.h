@@ -1,0 +1,37 @@
+// The decode-loop interface every C++ runner implements (prefill, step) and the loop on top of it
+// (sampling, eos, max new tokens), plus the main() every runner program shares.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "io/manifest.h"
+#include "runners/common/options.h"
+
+namespace hfx {
+
+// One runtime's session over an exported generation model, batch 1.
+class DecodeSession {
+ public:
+  virtual ~DecodeSession() = default;
+  // Runs the prompt; returns the last position's logits.
+  virtual std::vector<float> prefill(const std::vector<int64_t>& input_ids) = 0;
+  // Feeds one new token; returns its logits.
+  virtual std::vector<float> step(int64_t token) = 0;
+};
+
+// The new tokens: at most max_new_tokens, ending at the first eos unless ignore_eos.
+std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& options,
+                              const std::vector<int64_t>& eos_token_ids);
+
+// Refuses a prompt + new tokens longer than the export's sequence bound (total_sequence).
+void check_sequence_bound(const Manifest& manifest, const GenerateOptions& options);
+
+using SessionFactory = std::function<std::unique_ptr<DecodeSession>(const Manifest&, const GenerateOptions&)>;
+
+// Parses the arguments, opens the export (which must be of `format`, made --for-generation),
+// generates and prints the new ids on one line; errors: one line on stderr, exit 1.
+int runner_main(int argc, char** argv, std::string_view format, const SessionFactory& open);
+
+}  // namespace hfx
