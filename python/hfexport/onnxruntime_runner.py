@@ -1,9 +1,12 @@
 """Decode loop over onnxruntime (Python API: the onnxruntime wheel ships no C/C++ headers, and
 Debian has no libonnxruntime-dev here). Dynamic caches pass present -> past as OrtValues without
 copying to numpy; a static cache binds each input/output pair to one buffer that the graph
-updates in place."""
+updates in place. When several components read one weight file (prefill + decode), the weights
+are mapped once and handed to every session (see shared_weights)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -14,13 +17,60 @@ from .runner import DecodeRunner, GenerationError, left_padded_positions
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
+def _external_initializers(path: Path) -> dict[str, tuple]:
+    """name -> (data file, offset, length, numpy dtype, dims) of the model's external initializers."""
+    import onnx
+
+    out = {}
+    for t in onnx.load(str(path), load_external_data=False).graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        e = {x.key: x.value for x in t.external_data}
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+        out[t.name] = (e["location"], int(e.get("offset", 0)), int(e["length"]), np.dtype(dtype).str, tuple(t.dims))
+    return out
+
+
+def shared_weights(paths: list[Path]) -> dict[str, ort.OrtValue]:
+    """OrtValues over one in-memory copy of the data file, for the external initializers every
+    model in `paths` stores identically. Given to each session with add_initializer, they replace
+    the copies each session would otherwise make, so the weights are resident once.
+
+    The file is read into anonymous memory rather than mapped: numpy backs large arrays with huge
+    pages, and batch-1 decode streams every weight per token, so 4 KiB file pages cost it ~18 % in
+    TLB misses (measured). onnxruntime prepacks MatMul weights into a private copy per session
+    unless session.disable_prepacking is set; the caller sets it, since a copy per session is what
+    this avoids (bench/bench_runner_memory.py has the figures)."""
+    tables = [_external_initializers(p) for p in paths]
+    common = {name: spec for name, spec in tables[0].items() if all(t.get(name) == spec for t in tables[1:])}
+    maps: dict[str, np.ndarray] = {}
+    values = {}
+    for name, (location, offset, length, dtype, dims) in common.items():
+        if location not in maps:
+            maps[location] = np.fromfile(paths[0].parent / location, dtype=np.uint8)
+        array = maps[location][offset : offset + length].view(np.dtype(dtype)).reshape(dims)
+        values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+    return values
+
+
 class OnnxRuntimeRunner(DecodeRunner):
     def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
-                 providers: list | None = None):
+                 providers: list | None = None, share_weights: bool = True):
+        """`share_weights`: with several components, map their common weights once for all sessions
+        (and turn off onnxruntime's per-session prepacked copies); False keeps onnxruntime's
+        defaults (faster prefill, a weight copy per session)."""
         self.manifest = manifest
         gen = manifest.generation
         self.static = manifest.cache == CACHE_STATIC
         providers = providers or ["CPUExecutionProvider"]
+        names = [n for n in (PREFILL, DECODE) if manifest.has_component(n)]
+        if share_weights and len(names) > 1:
+            session_options = session_options or ort.SessionOptions()
+            session_options.add_session_config_entry("session.disable_prepacking", "1")
+            # The OrtValues must outlive the sessions that read them.
+            self.weights = shared_weights([manifest.file_of(n) for n in names])
+            for name, value in self.weights.items():
+                session_options.add_initializer(name, value)
 
         def session(name: str) -> ort.InferenceSession:
             return ort.InferenceSession(str(manifest.file_of(name)), session_options, providers=providers)

@@ -101,7 +101,7 @@ void check_capabilities(const Backend& backend, const ExportConfig& config, cons
   if (std::find(caps.dtypes.begin(), caps.dtypes.end(), config.dtype) == caps.dtypes.end()) {
     std::vector<std::string_view> names;
     for (DType d : caps.dtypes) names.push_back(dtype_name(d));
-    fail(spell("dtype"), " ", dtype_name(config.dtype), ": --format ", backend.format(), " exports ", list_of(names),
+    fail(spell("dtype"), ": --format ", backend.format(), " exports ", list_of(names), ", not ", dtype_name(config.dtype),
          caps.dtype_note.empty() ? "" : " (" + caps.dtype_note + ")");
   }
   if (!config.generation.enabled) return;
@@ -110,8 +110,8 @@ void check_capabilities(const Backend& backend, const ExportConfig& config, cons
                                                                      : manifest::cache::kDynamic;
   const bool lowered = std::find(caps.caches.begin(), caps.caches.end(), wanted) != caps.caches.end();
   if (!lowered || (caps.stateful_generation && config.generation.static_cache()))
-    fail(spell("generation.cache_implementation"), " ", config.generation.cache_implementation, ": --format ",
-         backend.format(), " lowers ", list_of(caps.caches), " caches",
+    fail(spell("generation.cache_implementation"), ": --format ", backend.format(), " lowers only ", list_of(caps.caches),
+         " caches, not ", config.generation.cache_implementation,
          caps.cache_note.empty() ? "" : " (" + caps.cache_note + ")");
 }
 
@@ -166,7 +166,9 @@ void run_export(const fs::path& model_dir, const fs::path& out_dir, const Export
                    {key::kSource,
                     {{"model_type", model.model_type},
                      {"architectures", model.architectures},
-                     {"dtype", std::string(dtype_name(ckpt.dominant_float_dtype()))}}}};
+                     {"dtype", std::string(dtype_name(ckpt.dominant_float_dtype()))}}},
+                   // What was asked for: `hfexport export --config` of this object redoes the export.
+                   {key::kExportConfig, config.to_json()}};
   json components = json::object();
   json dims = json::object();
   json cache_pairs = json::array();
