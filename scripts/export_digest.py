@@ -62,7 +62,30 @@ def digest_dir(d: Path) -> dict[str, str]:
     return out
 
 
-def run(models: Path, work: Path) -> dict[str, dict]:
+def canonical_onnx(d: Path) -> dict[str, str]:
+    """Digests of the ONNX graphs with value and node names replaced by their order of appearance:
+    equal when two exports compute the same graph under other intermediate names."""
+    import onnx
+
+    out = {}
+    for p in sorted(d.glob("*.onnx")):
+        m = onnx.load(str(p), load_external_data=False)
+        g = m.graph
+        keep = {v.name for v in [*g.input, *g.output]} | {t.name for t in g.initializer if t.data_location == 1}
+        names: dict[str, str] = {}
+        rename = lambda n: n if (not n or n in keep) else names.setdefault(n, f"t{len(names)}")  # noqa: E731
+        for t in g.initializer:
+            t.name = rename(t.name)
+        for n in g.node:
+            n.name = ""
+            n.input[:] = [rename(i) for i in n.input]
+            n.output[:] = [rename(o) for o in n.output]
+        del g.value_info[:]
+        out[p.name + " (canonical)"] = hashlib.sha256(m.SerializeToString()).hexdigest()[:16]
+    return out
+
+
+def run(models: Path, work: Path, args_canonical: bool = False) -> dict[str, dict]:
     result = {}
     for case in cases():
         model_dir = models / case.name
@@ -77,7 +100,10 @@ def run(models: Path, work: Path) -> dict[str, dict]:
             proc = subprocess.run([binary(), "export", str(model_dir), "-o", str(out), "--format", fmt, *args],
                                   capture_output=True, text=True)
             key = f"{case.name} {fmt} {mode}"
-            result[key] = digest_dir(out) if proc.returncode == 0 else {"error": proc.stderr.strip()}
+            if proc.returncode != 0:
+                result[key] = {"error": proc.stderr.strip()}
+            else:
+                result[key] = digest_dir(out) | (canonical_onnx(out) if args_canonical else {})
     return result
 
 
@@ -86,9 +112,12 @@ def main() -> int:
     p.add_argument("--out", type=Path, help="write the digest here")
     p.add_argument("--compare", type=Path, help="compare against this digest")
     p.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "hfexport-digest-models")
+    p.add_argument("--canonical", action="store_true",
+                   help="also digest each .onnx with intermediate names canonicalised (compare with --ignore-raw)")
+    p.add_argument("--ignore-raw", action="store_true", help="compare only the canonical ONNX digests and the data files")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        result = run(args.models, Path(work))
+        result = run(args.models, Path(work), args.canonical)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     if not args.compare:
@@ -99,11 +128,16 @@ def main() -> int:
         old, new = before.get(key), result.get(key)
         if old == new:
             continue
-        changed += 1
         if old is None or new is None:
+            changed += 1
             print(f"{key}: {'new' if old is None else 'gone'}")
             continue
+        differing = [f for f in sorted(set(old) | set(new)) if old.get(f) != new.get(f)
+                     and not (args.ignore_raw and (f.endswith((".onnx", ".xml")) or f == "export.json"))]
+        changed += bool(differing)
         for f in sorted(set(old) | set(new)):
+            if args.ignore_raw and (f.endswith(".onnx") or f.endswith(".xml") or f == "export.json"):
+                continue
             if old.get(f) != new.get(f):
                 print(f"{key}: {f}: {old.get(f)} -> {new.get(f)}")
     print(f"{len(result)} exports, {changed} differ")

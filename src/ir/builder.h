@@ -67,10 +67,11 @@ class Builder {
   Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap);
   Value* kv_append(Value* past, Value* fresh, Dim total);
   Value* silu(Value* x);
-  Value* gelu(Value* x, const std::string& approximate);
+  Value* gelu(Value* x, GeluApproximation approximate);
 
-  // Lowest-level hook: appends a node with explicit result types.
-  Value* emit(OpKind op, std::vector<Value*> inputs, Attrs attrs, DType dtype, Shape shape);
+  // Appends a node; its results' types come from the op's shape rule (ir/ops.cpp).
+  Value* emit(OpKind op, std::vector<Value*> inputs, OpAttrs attrs = NoAttrs{});
+  std::vector<Value*> emit_all(OpKind op, std::vector<Value*> inputs, OpAttrs attrs = NoAttrs{});
 
  private:
   Graph& g_;

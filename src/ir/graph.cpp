@@ -6,45 +6,7 @@
 
 namespace hfx {
 
-namespace {
-struct OpRow {
-  std::string_view name;
-  bool high_level;
-};
-constexpr OpRow kOps[] = {
-#define X(name, high_level) {#name, high_level},
-#include "ir/ops.def"
-#undef X
-};
-}  // namespace
-
-std::string_view op_name(OpKind op) { return kOps[static_cast<size_t>(op)].name; }
-bool op_is_high_level(OpKind op) { return kOps[static_cast<size_t>(op)].high_level; }
-
-int64_t Attrs::i(const std::string& key) const {
-  const auto it = map_.find(key);
-  HFX_CHECK(it != map_.end() && std::holds_alternative<int64_t>(it->second), "int attr ", key);
-  return std::get<int64_t>(it->second);
-}
-
-double Attrs::f(const std::string& key) const {
-  const auto it = map_.find(key);
-  HFX_CHECK(it != map_.end() && std::holds_alternative<double>(it->second), "float attr ", key);
-  return std::get<double>(it->second);
-}
-
-const std::vector<int64_t>& Attrs::ints(const std::string& key) const {
-  const auto it = map_.find(key);
-  HFX_CHECK(it != map_.end() && std::holds_alternative<std::vector<int64_t>>(it->second), "ints attr ",
-            key);
-  return std::get<std::vector<int64_t>>(it->second);
-}
-
-const std::string& Attrs::s(const std::string& key) const {
-  const auto it = map_.find(key);
-  HFX_CHECK(it != map_.end() && std::holds_alternative<std::string>(it->second), "string attr ", key);
-  return std::get<std::string>(it->second);
-}
+void Node::fail_attrs() const { fail("internal error: ", op_name(op), " node '", name, "' read with another op's attributes"); }
 
 size_t ConstantData::nbytes() const {
   if (parts.empty()) return owned.size();
@@ -76,7 +38,7 @@ Value* Graph::new_value(DType dtype, Shape shape, std::string name) {
   return v;
 }
 
-Node* Graph::new_node(OpKind op, std::vector<Value*> inputs, Attrs attrs, std::string name) {
+Node* Graph::new_node(OpKind op, std::vector<Value*> inputs, OpAttrs attrs, std::string name) {
   nodes_.push_back(Node{op, std::move(inputs), {}, std::move(attrs), std::move(name)});
   return &nodes_.back();
 }
@@ -114,6 +76,20 @@ void verify(const Graph& graph) {
       if (!defined.count(in)) fail(at, ": uses '", in->name, "' before it is defined");
     }
     if (n->outputs.empty()) fail(at, ": has no outputs");
+    std::vector<ValueType> types;
+    try {
+      types = infer_types(n->op, n->inputs, n->attrs);
+    } catch (const Error& e) {
+      fail(at, ": ", e.what());
+    }
+    if (types.size() != n->outputs.size())
+      fail(at, ": has ", n->outputs.size(), " outputs, the op ", types.size());
+    for (size_t i = 0; i < types.size(); ++i) {
+      const Value* out = n->outputs[i];
+      if (out->dtype != types[i].dtype || !(out->shape == types[i].shape))
+        fail(at, ": output '", out->name, "' is ", dtype_name(out->dtype), " ", shape_string(out->shape), ", the op gives ",
+             dtype_name(types[i].dtype), " ", shape_string(types[i].shape));
+    }
     for (const Value* out : n->outputs) {
       if (out->producer != n) fail(at, ": output '", out->name, "' names another producer");
       if (!defined.insert(out).second) fail(at, ": redefines '", out->name, "'");

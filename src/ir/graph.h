@@ -12,38 +12,51 @@
 #include "core/dtype.h"
 #include "core/quantize.h"
 #include "core/shape.h"
+#include "ir/attrs.h"
 #include "io/safetensors.h"
 
 namespace hfx {
 
 enum class OpKind : uint8_t {
-#define X(name, high_level) name,
+#define X(name, high_level, inputs, attrs) name,
 #include "ir/ops.def"
 #undef X
 };
 
+struct Value;
+struct ValueType {
+  DType dtype;
+  Shape shape;
+};
+
+// One input slot of an op, as ops.def spells it.
+struct InputSpec {
+  std::string name;
+  bool optional = false;  // may be null
+  bool variadic = false;  // takes one or more values (the last slot)
+};
+
+// Everything the op table says about an op.
+struct OpInfo {
+  std::string_view name;
+  bool high_level;
+  std::vector<InputSpec> inputs;
+  size_t attrs_index;  // the OpAttrs alternative the op carries
+  // The results' types (shape rule); throws Error("internal error: ...") for inputs or
+  // attributes the op does not accept.
+  std::vector<ValueType> (*infer)(const std::vector<Value*>& inputs, const OpAttrs& attrs);
+};
+
+const OpInfo& op_info(OpKind op);
 std::string_view op_name(OpKind op);
 bool op_is_high_level(OpKind op);
-
-using Attr = std::variant<int64_t, double, std::vector<int64_t>, std::string>;
-
-class Attrs {
- public:
-  Attrs() = default;
-  Attrs(std::initializer_list<std::pair<const std::string, Attr>> init) : map_(init) {}
-  void set(const std::string& key, Attr value) { map_[key] = std::move(value); }
-  bool has(const std::string& key) const { return map_.count(key) != 0; }
-  int64_t i(const std::string& key) const;
-  double f(const std::string& key) const;
-  const std::vector<int64_t>& ints(const std::string& key) const;
-  const std::string& s(const std::string& key) const;
-  int64_t i(const std::string& key, int64_t fallback) const { return has(key) ? i(key) : fallback; }
-  double f(const std::string& key, double fallback) const { return has(key) ? f(key) : fallback; }
-  const std::map<std::string, Attr>& all() const { return map_; }
-
- private:
-  std::map<std::string, Attr> map_;
-};
+inline constexpr size_t kOpCount = 0
+#define X(name, high_level, inputs, attrs) +1
+#include "ir/ops.def"
+#undef X
+    ;
+// Checks arity and the attribute struct against the table, then applies the shape rule.
+std::vector<ValueType> infer_types(OpKind op, const std::vector<Value*>& inputs, const OpAttrs& attrs);
 
 // Bytes behind a constant: lazy views into checkpoint tensors (one, or several of the same dtype
 // stacked along axis 0, e.g. packed q/k/v projections), or a small owned buffer. Materialised
@@ -85,8 +98,21 @@ struct Node {
   OpKind op;
   std::vector<Value*> inputs;  // null entries are absent optional inputs
   std::vector<Value*> outputs;
-  Attrs attrs;
+  OpAttrs attrs;
   std::string name;  // scope of the HF module that produced it, e.g. model.layers.3.self_attn
+
+  // The op's typed attributes; asking for another struct than ops.def gives the op is a bug.
+  template <class A>
+  const A& attrs_as() const {
+    const A* a = std::get_if<A>(&attrs);
+    if (!a) fail_attrs();
+    return *a;
+  }
+  // Input i, or null when the node has fewer inputs (absent optional ones).
+  Value* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
+
+ private:
+  [[noreturn]] void fail_attrs() const;
 };
 
 // A cache tensor carried from one run to the next: read from `input`, written to `output`.
@@ -106,7 +132,7 @@ class Graph {
 
   const Symbol* symbol(const std::string& name, int64_t min, int64_t max);
   Value* new_value(DType dtype, Shape shape, std::string name = {});
-  Node* new_node(OpKind op, std::vector<Value*> inputs, Attrs attrs, std::string name);
+  Node* new_node(OpKind op, std::vector<Value*> inputs, OpAttrs attrs, std::string name);
 
   std::vector<Value*> inputs;
   std::vector<Value*> outputs;
@@ -121,7 +147,8 @@ class Graph {
   std::deque<Node> nodes_;
 };
 
-// Checks every invariant the backends rely on; throws Error naming the first broken one.
+// Checks every invariant the backends rely on (definitions before use, unique names, each node's
+// arity, attributes and result types against the op table); throws Error naming the first broken one.
 void verify(const Graph& graph);
 
 }  // namespace hfx

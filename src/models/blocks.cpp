@@ -51,8 +51,8 @@ void check_activation(const JsonConfig& c, const std::string& key, const std::st
 
 Value* activation(Builder& b, const std::string& name, Value* x) {
   if (name == "silu" || name == "swish") return b.silu(x);
-  if (name == "gelu") return b.gelu(x, "none");
-  return b.gelu(x, "tanh");  // gelu_pytorch_tanh, gelu_new, gelu_fast: validated by check_activation
+  if (name == "gelu") return b.gelu(x, GeluApproximation::None);
+  return b.gelu(x, GeluApproximation::Tanh);  // gelu_pytorch_tanh, gelu_new, gelu_fast: validated by check_activation
 }
 
 Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value* x) {

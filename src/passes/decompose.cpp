@@ -23,7 +23,8 @@ Value* decompose_quantized_linear(Builder& b, const Node& n) {
   Value* x = n.inputs[0];
   Value* codes = n.inputs[1];  // u8 [N, G, group * bits / 8]
   const Dim rows = codes->shape[0], groups = codes->shape[1];
-  const int64_t bits = n.attrs.i("bits"), group = n.attrs.i("group_size");
+  const QuantizedLinearAttrs& q = n.attrs_as<QuantizedLinearAttrs>();
+  const int64_t bits = q.bits, group = q.group_size;
   if (bits == 4) {  // two codes per byte, the earlier one in the low nibble
     Value* low = b.binary(OpKind::BitwiseAnd, codes, b.u8_scalar(0x0f));
     Value* high = b.binary(OpKind::BitShiftRight, codes, b.u8_scalar(4));
@@ -43,7 +44,7 @@ Value* decompose_rms_norm(Builder& b, const Node& n) {
   Value* x = b.cast(n.inputs[0], DType::F32);
   Value* mean_sq = b.reduce(OpKind::ReduceMean, b.mul(x, x), {-1}, true);
   Value* inv = b.unary(OpKind::Reciprocal,
-                       b.unary(OpKind::Sqrt, b.add(mean_sq, b.scalar(n.attrs.f("epsilon"), DType::F32))));
+                       b.unary(OpKind::Sqrt, b.add(mean_sq, b.scalar(n.attrs_as<NormAttrs>().epsilon, DType::F32))));
   Value* normed = b.cast(b.mul(x, inv), n.inputs[0]->dtype);
   Value* w = n.inputs[1];
   return b.mul(w->dtype == normed->dtype ? w : b.cast(w, normed->dtype), normed);
@@ -58,7 +59,7 @@ Value* decompose_rope(Builder& b, const Node& n) {
   const int64_t head = x->shape.back().value();
   Value* xr = rot < head ? b.slice(x, -1, 0, rot) : x;
   Value* rotated;
-  if (n.attrs.i("interleaved", 0)) {
+  if (n.attrs_as<RoPEAttrs>().interleaved) {
     // Pairs (x0, x1) -> (-x1, x0) along the last dim.
     Shape pairs = xr->shape;
     pairs.back() = Dim(rot / 2);
@@ -96,9 +97,10 @@ Value* decompose_attention(Builder& b, const Node& n) {
   std::vector<int64_t> perm(static_cast<size_t>(r));
   for (int64_t i = 0; i < r; ++i) perm[static_cast<size_t>(i)] = i;
   std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
-  Value* scores = b.mul(b.matmul(q, b.transpose(k, perm)), b.scalar(n.attrs.f("scale"), q->dtype));
+  const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
+  Value* scores = b.mul(b.matmul(q, b.transpose(k, perm)), b.scalar(a.scale, q->dtype));
   scores = b.cast(scores, DType::F32);
-  if (const double cap = n.attrs.f("softcap", 0.0); cap > 0) {
+  if (const double cap = a.softcap; cap > 0) {
     Value* c = b.scalar(cap, DType::F32);
     scores = b.mul(b.unary(OpKind::Tanh, b.div(scores, c)), c);
   }
@@ -116,7 +118,7 @@ Value* decompose_silu(Builder& b, const Node& n) {
 Value* decompose_gelu(Builder& b, const Node& n) {
   Value* x = n.inputs[0];
   const DType t = x->dtype;
-  if (n.attrs.s("approximate") == "tanh") {
+  if (n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh) {
     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     Value* cube = b.mul(b.mul(x, x), x);
     Value* inner = b.mul(b.add(x, b.mul(cube, b.scalar(0.044715, t))), b.scalar(std::sqrt(2.0 / M_PI), t));
@@ -135,7 +137,7 @@ Value* decompose_node(Builder& b, const Node& n) {
     case OpKind::RoPE: return decompose_rope(b, n);
     case OpKind::Attention: return decompose_attention(b, n);
     case OpKind::SiLU: return decompose_silu(b, n);
-    case OpKind::KVAppend: return b.concat({n.inputs[0], n.inputs[1]}, 2, n.outputs[0]->shape[2]);
+    case OpKind::KVAppend: return b.concat({n.inputs[0], n.inputs[1]}, 2, n.attrs_as<KVAppendAttrs>().total);
     case OpKind::GELU: return decompose_gelu(b, n);
     default: fail("internal error: no decomposition for ", op_name(n.op));
   }

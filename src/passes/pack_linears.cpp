@@ -95,7 +95,7 @@ Node* pack(Graph& graph, const std::vector<Node*>& group) {
     const int64_t width = n->inputs[1]->shape[0].value();
     n->op = OpKind::Slice;
     n->inputs = {out};
-    n->attrs = Attrs{{"axis", last_axis}, {"start", start}, {"end", start + width}};
+    n->attrs = SliceAttrs{last_axis, start, start + width};
     start += width;
   }
   return packed;

@@ -22,10 +22,8 @@ Value* derived(Graph& graph, const Value& weight, const WeightQuantization& q, b
 }
 
 // The QuantizedLinear attributes (ops.def) for a scheme whose compute the backend has resolved.
-Attrs quantized_linear_attrs(const WeightQuantization& q) {
-  return {{"bits", int64_t{q.bits}},
-          {"group_size", q.group_size},
-          {"int8_compute", int64_t{q.compute == WeightQuantization::Compute::Int8}}};
+QuantizedLinearAttrs quantized_linear_attrs(const WeightQuantization& q) {
+  return {q.bits, q.group_size, q.compute == WeightQuantization::Compute::Int8};
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ TEST(Builder, ReshapeTransposeSlice) {
 
   Value* t = f.b.transpose(r, {0, 2, 1, 3});
   EXPECT_EQ(t->shape, S({f.batch, 2, f.seq, 4}));
-  EXPECT_EQ(t->producer->attrs.ints("perm"), (std::vector<int64_t>{0, 2, 1, 3}));
+  EXPECT_EQ(t->producer->attrs_as<PermAttrs>().perm, (std::vector<int64_t>{0, 2, 1, 3}));
   EXPECT_HAS(error_of([&] { f.b.transpose(r, {1, 0}); }), "perm");
 
   EXPECT_EQ(f.b.slice(x, -1, 2, 6)->shape, S({f.batch, f.seq, 4}));
@@ -106,9 +106,9 @@ TEST(Builder, ReshapeTransposeSlice) {
   EXPECT_EQ(f.b.slice(x, 2, 5, 100)->shape, S({f.batch, f.seq, 3}));         // end clamped
   EXPECT_EQ(f.b.slice(x, 2, 6, 2)->shape, S({f.batch, f.seq, Dim(int64_t{0})}));  // empty, not negative
   Value* s = f.b.slice(x, -1, 1, 3);
-  EXPECT_EQ(s->producer->attrs.i("axis"), 2);  // axis normalised
-  EXPECT_EQ(s->producer->attrs.i("start"), 1);
-  EXPECT_EQ(s->producer->attrs.i("end"), 3);
+  EXPECT_EQ(s->producer->attrs_as<SliceAttrs>().axis, 2);  // axis normalised
+  EXPECT_EQ(s->producer->attrs_as<SliceAttrs>().start, 1);
+  EXPECT_EQ(s->producer->attrs_as<SliceAttrs>().end, 3);
   // A symbolic dim can only be sliced whole.
   EXPECT_EQ(f.b.slice(x, 1, 0, INT64_MAX)->shape, x->shape);
   EXPECT_HAS(error_of([&] { f.b.slice(x, 1, 0, 2); }), "symbolic");
@@ -121,16 +121,16 @@ TEST(Builder, ConcatUnsqueezeGather) {
   Value* c = f.b.input("c", DType::F32, {f.batch, f.seq, 5});
   Value* cat = f.b.concat({a, c, a}, -1);
   EXPECT_EQ(cat->shape, S({f.batch, f.seq, 11}));
-  EXPECT_EQ(cat->producer->attrs.i("axis"), 2);
+  EXPECT_EQ(cat->producer->attrs_as<ConcatAttrs>().axis, 2);
   EXPECT_HAS(error_of([&] { f.b.concat({a, a}, 1); }), "symbolic");
   Value* other = f.b.input("other", DType::F32, {f.batch, f.kv, 3});
-  EXPECT_HAS(error_of([&] { f.b.concat({a, other}, 2); }), "concat dims");
+  EXPECT_HAS(error_of([&] { f.b.concat({a, other}, 2); }), "Concat dims");
 
   EXPECT_EQ(f.b.unsqueeze(a, {1})->shape, S({f.batch, 1, f.seq, 3}));
   EXPECT_EQ(f.b.unsqueeze(a, {0, -1})->shape, S({1, f.batch, f.seq, 3, 1}));
   Value* u = f.b.unsqueeze(a, {-1, 0});
   EXPECT_EQ(u->shape, S({1, f.batch, f.seq, 3, 1}));
-  EXPECT_EQ(u->producer->attrs.ints("axes"), (std::vector<int64_t>{0, 4}));  // normalised, sorted
+  EXPECT_EQ(u->producer->attrs_as<AxesAttrs>().axes, (std::vector<int64_t>{0, 4}));  // normalised, sorted
 
   Value* table = f.b.const_f32(std::vector<float>(40, 1.0f), {10, 4});
   Value* ids = f.b.input("ids", DType::I64, {f.batch, f.seq});
@@ -148,15 +148,15 @@ TEST(Builder, ReduceSoftmaxCastAndMisc) {
   Value* x = f.b.input("x", DType::F32, {f.batch, f.seq, 8});
   Value* keep = f.b.reduce(OpKind::ReduceMean, x, {-1}, true);
   EXPECT_EQ(keep->shape, S({f.batch, f.seq, 1}));
-  EXPECT_EQ(keep->producer->attrs.ints("axes"), (std::vector<int64_t>{2}));
-  EXPECT_EQ(keep->producer->attrs.i("keepdims"), 1);
+  EXPECT_EQ(keep->producer->attrs_as<ReduceAttrs>().axes, (std::vector<int64_t>{2}));
+  EXPECT_TRUE(keep->producer->attrs_as<ReduceAttrs>().keepdims);
   EXPECT_EQ(f.b.reduce(OpKind::ReduceMax, x, {0, 2}, false)->shape, S({f.seq}));
   EXPECT_EQ(f.b.reduce(OpKind::ReduceMax, x, {}, false)->shape, S({}));  // empty axes: all
   EXPECT_EQ(f.b.reduce(OpKind::ReduceMax, x, {}, true)->shape, S({1, 1, 1}));
 
   Value* sm = f.b.softmax(x, -1);
   EXPECT_EQ(sm->shape, x->shape);
-  EXPECT_EQ(sm->producer->attrs.i("axis"), 2);
+  EXPECT_EQ(sm->producer->attrs_as<AxisAttrs>().axis, 2);
 
   EXPECT_EQ(f.b.cast(x, DType::F32), x);  // no-op cast emits nothing
   const size_t nodes = f.g.order.size();
@@ -192,7 +192,7 @@ TEST(Builder, HighLevelOpsAndNaming) {
   Value* norm_w = f.b.const_f32({1, 1, 1, 1}, {4});
   Value* n = f.b.rms_norm(x, norm_w, 1e-6);
   EXPECT_EQ(n->shape, x->shape);
-  EXPECT_EQ(n->producer->attrs.f("epsilon"), 1e-6);
+  EXPECT_EQ(n->producer->attrs_as<NormAttrs>().epsilon, 1e-6);
   EXPECT_HAS(error_of([&] { f.b.rms_norm(x, w, 1e-6); }), "RMSNorm");
 
   Value* emb = f.b.embedding(f.b.const_f32(std::vector<float>(20, 0.0f), {5, 4}), f.b.input("ids", DType::I64, {f.batch}));
@@ -301,6 +301,66 @@ TEST(Verify, RejectsOutputNeverProduced) {
   EXPECT_HAS(msg, "never produced");
 }
 
+// The verifier re-applies each op's table row: arity, attribute struct, result types.
+TEST(Verify, ChecksNodesAgainstTheOpTable) {
+  {  // too few inputs
+    Graph g;
+    Value* in = g.new_value(DType::F32, {4}, "in");
+    g.inputs.push_back(in);
+    Value* a = detached(g, OpKind::Add, {in}, "a", DType::F32, {4});
+    g.order = {a->producer};
+    EXPECT_HAS(error_of([&] { verify(g); }), "Add takes 2 inputs, got 1");
+  }
+  {  // a required input left null
+    Graph g;
+    Value* in = g.new_value(DType::F32, {2, 4}, "in");
+    g.inputs.push_back(in);
+    Value* a = detached(g, OpKind::Linear, {in, nullptr}, "a", DType::F32, {2, 4});
+    g.order = {a->producer};
+    EXPECT_HAS(error_of([&] { verify(g); }), "input 'weight' is missing");
+  }
+  {  // another op's attributes
+    Graph g;
+    Value* in = g.new_value(DType::F32, {4}, "in");
+    g.inputs.push_back(in);
+    Value* a = detached(g, OpKind::Softmax, {in}, "a", DType::F32, {4});
+    a->producer->attrs = NormAttrs{};
+    g.order = {a->producer};
+    EXPECT_HAS(error_of([&] { verify(g); }), "another op's attributes");
+    EXPECT_HAS(error_of([&] { a->producer->attrs_as<AxisAttrs>(); }), "Softmax");
+  }
+  {  // an output type the shape rule does not give (a pass that rewired a node wrongly)
+    Graph g;
+    Value* in = g.new_value(DType::F32, {4, 8}, "in");
+    g.inputs.push_back(in);
+    Value* a = detached(g, OpKind::Transpose, {in}, "a", DType::F32, {4, 8});
+    a->producer->attrs = PermAttrs{{1, 0}};
+    g.order = {a->producer};
+    EXPECT_HAS(error_of([&] { verify(g); }), "the op gives float32 [8, 4]");
+  }
+  {  // dtypes a rule refuses
+    Graph g;
+    Value* x = g.new_value(DType::F32, {4}, "x");
+    Value* y = g.new_value(DType::F16, {4}, "y");
+    g.inputs = {x, y};
+    Value* a = detached(g, OpKind::Mul, {x, y}, "a", DType::F32, {4});
+    g.order = {a->producer};
+    EXPECT_HAS(error_of([&] { verify(g); }), "operand dtypes differ");
+  }
+}
+
+TEST(OpTable, EveryOpHasItsRow) {
+  for (size_t i = 0; i < kOpCount; ++i) {
+    const OpInfo& info = op_info(static_cast<OpKind>(i));
+    EXPECT_FALSE(info.name.empty());
+    EXPECT_FALSE(info.inputs.empty()) << info.name;
+    EXPECT_NE(info.infer, nullptr) << info.name;
+  }
+  EXPECT_TRUE(op_info(OpKind::Linear).inputs.back().optional);        // bias?
+  EXPECT_TRUE(op_info(OpKind::Concat).inputs.back().variadic);        // xs...
+  EXPECT_EQ(op_info(OpKind::Attention).inputs.at(3).name, "mask");
+}
+
 TEST(Verify, RejectsOtherBrokenInvariants) {
   {  // a node listed twice redefines its output
     Graph g;
@@ -333,6 +393,7 @@ TEST(Verify, RejectsOtherBrokenInvariants) {
     Value* in = g.new_value(DType::F32, {4}, "in");
     g.inputs.push_back(in);
     Value* a = detached(g, OpKind::Reshape, {in}, "a", DType::F32, {-1, 2});
+    a->producer->attrs = ShapeAttrs{{-1, 2}};
     g.order = {a->producer};
     EXPECT_HAS(error_of([&] { verify(g); }), "negative dim");
   }
@@ -468,8 +529,8 @@ TEST(Decompose, SiLUGeluLinearEmbedding) {
   f.b.output(f.b.silu(x), "silu");
   f.b.output(f.b.linear(x, w, bias), "linear_bias");
   f.b.output(f.b.linear(x, w), "linear");
-  f.b.output(f.b.gelu(x, "none"), "gelu");
-  f.b.output(f.b.gelu(x, "tanh"), "gelu_tanh");
+  f.b.output(f.b.gelu(x, GeluApproximation::None), "gelu");
+  f.b.output(f.b.gelu(x, GeluApproximation::Tanh), "gelu_tanh");
   f.b.output(f.b.embedding(table, ids), "embed");
   decompose_and_check(f.g);
   // Linear became MatMul against a transposed weight (+ Add for the bias).

@@ -89,9 +89,9 @@ TEST(PackLinears, StacksProjectionsOfOneInputAndSlicesTheResult) {
     const Node* n = value->producer;
     ASSERT_EQ(n->op, OpKind::Slice) << value->name;
     EXPECT_EQ(n->inputs, std::vector<Value*>{packed->outputs[0]});
-    EXPECT_EQ(n->attrs.i("axis"), 2);
-    EXPECT_EQ(n->attrs.i("start"), range.first);
-    EXPECT_EQ(n->attrs.i("end"), range.second);
+    EXPECT_EQ(n->attrs_as<SliceAttrs>().axis, 2);
+    EXPECT_EQ(n->attrs_as<SliceAttrs>().start, range.first);
+    EXPECT_EQ(n->attrs_as<SliceAttrs>().end, range.second);
   }
   EXPECT_EQ(linears[1], o->producer);
   EXPECT_EQ(linears[1]->inputs[1]->name, "attn.o_proj.weight");

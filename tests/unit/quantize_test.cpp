@@ -100,8 +100,8 @@ TEST(QuantizeLinears, RewritesLinearsAndKeepsIndivisibleOnesFloat) {
   EXPECT_EQ(report.kept_float, std::vector<std::string>{"m.odd.weight"});
   const Node* n = y->producer;
   ASSERT_EQ(n->op, OpKind::QuantizedLinear);
-  EXPECT_EQ(n->attrs.i("bits"), 4);
-  EXPECT_EQ(n->attrs.i("group_size"), 16);
+  EXPECT_EQ(n->attrs_as<QuantizedLinearAttrs>().bits, 4);
+  EXPECT_EQ(n->attrs_as<QuantizedLinearAttrs>().group_size, 16);
   EXPECT_EQ(n->inputs[1]->name, "m.a_proj.qweight");
   EXPECT_EQ(n->inputs[1]->dtype, DType::U8);
   EXPECT_EQ(n->inputs[1]->shape, Shape({3, 2, 8}));

@@ -44,9 +44,6 @@ void set_value_info(onnx::ValueInfoProto* info, const std::string& name, DType d
   }
 }
 
-
-namespace {
-
 void attr_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
   auto* a = n->add_attribute();
   a->set_name(name);
@@ -75,20 +72,6 @@ void attr_float(onnx::NodeProto* n, const std::string& name, float v) {
   a->set_f(v);
 }
 
-}  // namespace
-
-bool maps_natively(const Node& n, OnnxOpProfile profile) {
-  switch (n.op) {
-    case OpKind::QuantizedLinear:
-      return profile_has_contrib_ops(profile);
-    case OpKind::Linear: case OpKind::Embedding: case OpKind::GELU:
-    case OpKind::RMSNorm: case OpKind::RoPE: case OpKind::Attention: case OpKind::KVAppend:
-      return true;
-    default:
-      return false;
-  }
-}
-
 std::string Lowering::float_scalar(float value, DType dtype) {
   auto* t = g_.add_initializer();
   t->set_name("const/f_" + std::to_string(++counter_));
@@ -97,24 +80,6 @@ std::string Lowering::float_scalar(float value, DType dtype) {
   convert_floats(&value, DType::F32, raw.data(), dtype, 1);
   t->set_raw_data(raw);
   return t->name();
-}
-
-// RMSNormalization-23 computes in float32 (stash_type 1) and casts back before the scale, as HF.
-// The ort profile uses onnxruntime's SimplifiedLayerNormalization, its fast kernel for the same.
-void Lowering::lower_rms_norm(const Node& n, const std::vector<std::string>& in, const std::string& out) {
-  const bool ort = profile_has_contrib_ops(profile_);
-  if (const Node* add = ort ? fusable_residual(n) : nullptr; add && fused_.count(add)) {
-    // Output 3 is the residual sum the skipped Add would have produced.
-    onnx::NodeProto* norm = node("SkipSimplifiedLayerNormalization",
-                                 {name_of(add->inputs[0]), name_of(add->inputs[1]), in[1]},
-                                 {out, "", "", add->outputs[0]->name}, "com.microsoft");
-    attr_float(norm, "epsilon", static_cast<float>(n.attrs.f("epsilon")));
-    return;
-  }
-  onnx::NodeProto* norm = node(ort ? "SimplifiedLayerNormalization" : "RMSNormalization", {in[0], in[1]}, {out});
-  attr_int(norm, "axis", -1);
-  attr_float(norm, "epsilon", static_cast<float>(n.attrs.f("epsilon")));
-  attr_int(norm, "stash_type", 1);
 }
 
 std::string Lowering::int32_scalar(int32_t value) {
@@ -135,23 +100,6 @@ std::string Lowering::half_table(const Value* table) {
   return name;
 }
 
-// RotaryEmbedding-23 with per-token tables: cos/sin [B, S, R/2] (the IR's tables repeat the
-// frequencies twice, HF-style, so the first half is taken once per table).
-void Lowering::lower_rope(const Node& n, const std::vector<std::string>&, const std::string& out) {
-  const Value* x = n.inputs[0];
-  std::string cos = half_table(n.inputs[1]), sin = half_table(n.inputs[2]);
-  if (n.inputs[1]->dtype != x->dtype) {
-    const std::string c = temp(cos), s = temp(sin);
-    attr_int(node("Cast", {cos}, {c}), "to", onnx_type(x->dtype));
-    attr_int(node("Cast", {sin}, {s}), "to", onnx_type(x->dtype));
-    cos = c, sin = s;
-  }
-  onnx::NodeProto* rope = node("RotaryEmbedding", {x->name, cos, sin}, {out});
-  attr_int(rope, "interleaved", n.attrs.i("interleaved", 0));
-  const int64_t rot = n.inputs[1]->shape.back().value();
-  if (rot != x->shape.back().value()) attr_int(rope, "rotary_embedding_dim", rot);
-}
-
 // Masked scores must stay finite (fully padded rows would otherwise turn NaN and poison later
 // layers), so the bool mask becomes an additive one holding the dtype's lowest value.
 std::string Lowering::additive_mask(const Value* mask, DType dtype) {
@@ -164,85 +112,11 @@ std::string Lowering::additive_mask(const Value* mask, DType dtype) {
   return name;
 }
 
-// [B, N, S, D] -> [B, S, N * D], the layout GroupQueryAttention takes.
 std::string Lowering::bsh(const Value* x) {
   const std::string t = temp(x->name + "/bsnd"), r = temp(x->name + "/bsh");
   attr_ints(node("Transpose", {name_of(x)}, {t}), "perm", {0, 2, 1, 3});
   node("Reshape", {t, ints({0, 0, x->shape[1].value() * x->shape[3].value()})}, {r});
   return r;
-}
-
-bool Lowering::lower_group_query_attention(const Node& n, const std::string& out) {
-  const Value* mask = n.inputs.size() > 3 ? n.inputs[3] : nullptr;
-  if (!mask) return false;
-  const Node* k_append = n.inputs[1]->producer;
-  const bool cached = k_append && fused_.count(k_append);
-  const Node* v_append = cached ? n.inputs[2]->producer : nullptr;
-  const Value* q = n.inputs[0];
-  // Without an append to absorb, GQA needs keys exactly as long as the queries (no cache).
-  if (!cached && !(n.inputs[1]->shape[2] == q->shape[2])) return false;
-  const Value* k = cached ? k_append->inputs[1] : n.inputs[1];
-  const Value* v = cached ? v_append->inputs[1] : n.inputs[2];
-  // Every row's cache spans all T slots (left padding included), so seqlens_k = T - 1 for each
-  // row and the causal rule matches the IR's; padding and windows arrive as the additive bias.
-  auto& [seqlens, total] = gqa_lengths_[mask];
-  if (seqlens.empty()) {
-    const std::string shape = temp(mask->name + "/shape");
-    node("Shape", {mask->name}, {shape});
-    const std::string t64 = temp(mask->name + "/total64"), b64 = temp(mask->name + "/batch64");
-    node("Gather", {shape, ints({3}, true)}, {t64});
-    node("Gather", {shape, ints({0}, true)}, {b64});
-    total = temp(mask->name + "/total");
-    attr_int(node("Cast", {t64}, {total}), "to", onnx::TensorProto::INT32);
-    const std::string last = temp(mask->name + "/last"), batch = temp(mask->name + "/batch");
-    node("Sub", {total, int32_scalar(1)}, {last});
-    node("Unsqueeze", {b64, ints({0})}, {batch});
-    seqlens = temp(mask->name + "/seqlens_k");
-    node("Expand", {last, batch}, {seqlens});
-  }
-  const int64_t heads = q->shape[1].value(), kv_heads = k->shape[1].value(), head_dim = q->shape[3].value();
-  std::vector<std::string> inputs{bsh(q), bsh(k), bsh(v)};
-  inputs.push_back(cached ? name_of(k_append->inputs[0]) : "");
-  inputs.push_back(cached ? name_of(v_append->inputs[0]) : "");
-  inputs.insert(inputs.end(), {seqlens, total, "", "", "", additive_mask(mask, q->dtype)});
-  const std::string flat = temp(out + "/bsh");
-  std::vector<std::string> outputs{flat};
-  if (cached) outputs.insert(outputs.end(), {k_append->outputs[0]->name, v_append->outputs[0]->name});
-  onnx::NodeProto* gqa = node("GroupQueryAttention", inputs, outputs, "com.microsoft");
-  attr_int(gqa, "num_heads", heads);
-  attr_int(gqa, "kv_num_heads", kv_heads);
-  attr_float(gqa, "scale", static_cast<float>(n.attrs.f("scale")));
-  if (const double cap = n.attrs.f("softcap", 0.0); cap > 0) attr_float(gqa, "softcap", static_cast<float>(cap));
-  const std::string split = temp(out + "/bsnd");
-  node("Reshape", {flat, ints({0, 0, heads, head_dim})}, {split});
-  attr_ints(node("Transpose", {split}, {out}), "perm", {0, 2, 1, 3});
-  return true;
-}
-
-void Lowering::lower_attention(const Node& n, const std::vector<std::string>& in, const std::string& out) {
-  if (profile_ == OnnxOpProfile::OrtGqa && lower_group_query_attention(n, out)) return;
-  const Value* q = n.inputs[0];
-  std::vector<std::string> inputs{in[0], in[1], in[2]};
-  if (n.inputs.size() > 3 && n.inputs[3]) inputs.push_back(additive_mask(n.inputs[3], q->dtype));
-  onnx::NodeProto* attention = node("Attention", inputs, {out});
-  attr_float(attention, "scale", static_cast<float>(n.attrs.f("scale")));
-  if (const double cap = n.attrs.f("softcap", 0.0); cap > 0) attr_float(attention, "softcap", static_cast<float>(cap));
-}
-
-// onnxruntime's MatMulNBits reads the IR's layout as is: codes [N, K/g, g*bits/8], scales
-// [N, K/g], no zero points (the default is the symmetric midpoint). accuracy_level 4 lets it
-// quantize activations to int8 and use the integer dot-product units; 0 computes in float.
-void Lowering::lower_quantized_linear(const Node& n, const std::vector<std::string>& in, const std::string& out) {
-  const Value* codes = n.inputs[1];
-  const bool bias = n.inputs.size() > 3 && n.inputs[3];
-  const std::string mm = bias ? temp(out) : out;
-  auto* m = node("MatMulNBits", {in[0], in[1], in[2]}, {mm}, "com.microsoft");
-  attr_int(m, "K", n.inputs[0]->shape.back().value());
-  attr_int(m, "N", codes->shape[0].value());
-  attr_int(m, "bits", n.attrs.i("bits"));
-  attr_int(m, "block_size", n.attrs.i("group_size"));
-  attr_int(m, "accuracy_level", n.attrs.i("int8_compute") ? 4 : 0);
-  if (bias) node("Add", {mm, in[3]}, {out});
 }
 
 Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profile,
@@ -251,7 +125,6 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
   for (const Node* n : graph.order)
     for (const Value* in : n->inputs)
       if (in) consumers_[in].push_back(n);
-  graph_outputs_.insert(graph.outputs.begin(), graph.outputs.end());
   if (!profile_has_contrib_ops(profile_)) return;
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
   for (const Node* n : graph.order) {
@@ -316,114 +189,40 @@ onnx::NodeProto* Lowering::node(const std::string& op, std::vector<std::string> 
   return n;
 }
 
+namespace {
+
+OnnxOpRule* rules() {
+  static OnnxOpRule table[kOpCount];
+  return table;
+}
+
+}  // namespace
+
+bool register_onnx_rule(OpKind op, OnnxRule lower, OnnxNative native) {
+  OnnxOpRule& rule = rules()[static_cast<size_t>(op)];
+  HFX_CHECK(rule.lower == nullptr, "ONNX lowering of ", op_name(op), " registered twice");
+  rule = {lower, native};
+  return true;
+}
+
+const OnnxOpRule& onnx_rule(OpKind op) { return rules()[static_cast<size_t>(op)]; }
+
+bool maps_natively(const Node& n, OnnxOpProfile profile) {
+  const OnnxOpRule& rule = onnx_rule(n.op);
+  return rule.lower && (!rule.native || rule.native(n, profile));
+}
+
 void Lowering::lower(const Node& n) {
   if (fused_.count(&n)) return;
+  const OnnxOpRule& rule = onnx_rule(n.op);
+  if (!rule.lower) fail("internal error: ONNX backend cannot lower ", op_name(n.op));
   // Linear and Embedding read their weight in a stored layout of their own; name only the rest.
   const bool own_weight = n.op == OpKind::Linear || n.op == OpKind::Embedding;
   const size_t weight_index = n.op == OpKind::Linear ? 1 : 0;
-  std::vector<std::string> in;
+  OnnxNames in;
   for (size_t i = 0; i < n.inputs.size(); ++i)
     in.push_back(!n.inputs[i] || (own_weight && i == weight_index) ? "" : name_of(n.inputs[i]));
-  const std::string out = n.outputs[0]->name;
-  const Value* x = n.inputs.empty() ? nullptr : n.inputs[0];
-  switch (n.op) {
-    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
-    case OpKind::Max: case OpKind::Neg: case OpKind::Sqrt: case OpKind::Reciprocal: case OpKind::Exp:
-    case OpKind::Tanh: case OpKind::Erf: case OpKind::Cos: case OpKind::Sin: case OpKind::Sigmoid:
-    case OpKind::MatMul: case OpKind::Where: case OpKind::Equal: case OpKind::Less:
-    case OpKind::LessOrEqual: case OpKind::Greater: case OpKind::And: case OpKind::Not:
-    case OpKind::Range: case OpKind::Expand: case OpKind::BitwiseAnd:
-      node(std::string(op_name(n.op)), in, {out});
-      return;
-    case OpKind::BitShiftRight:
-      attr_string(node("BitShift", in, {out}), "direction", "RIGHT");
-      return;
-    case OpKind::Softmax:
-      attr_int(node("Softmax", in, {out}), "axis", n.attrs.i("axis"));
-      return;
-    case OpKind::ReduceMean: case OpKind::ReduceMax: {
-      const auto& axes = n.attrs.ints("axes");
-      if (!axes.empty()) in.push_back(ints(axes));
-      attr_int(node(std::string(op_name(n.op)), in, {out}), "keepdims", n.attrs.i("keepdims"));
-      return;
-    }
-    case OpKind::Cast:
-      attr_int(node("Cast", in, {out}), "to", onnx_type(n.outputs[0]->dtype));
-      return;
-    case OpKind::Reshape:
-      node("Reshape", {in[0], ints(reshape_target(x->shape, n.outputs[0]->shape))}, {out});
-      return;
-    case OpKind::Transpose:
-      attr_ints(node("Transpose", in, {out}), "perm", n.attrs.ints("perm"));
-      return;
-    case OpKind::Slice:
-      node("Slice", {in[0], ints({n.attrs.i("start")}), ints({n.attrs.i("end")}), ints({n.attrs.i("axis")})}, {out});
-      return;
-    case OpKind::Concat:
-      attr_int(node("Concat", in, {out}), "axis", n.attrs.i("axis"));
-      return;
-    case OpKind::Gather:
-      attr_int(node("Gather", in, {out}), "axis", n.attrs.i("axis"));
-      return;
-    case OpKind::Unsqueeze:
-      node("Unsqueeze", {in[0], ints(n.attrs.ints("axes"))}, {out});
-      return;
-    case OpKind::ScatterElements:
-      attr_int(node("ScatterElements", in, {out}), "axis", n.attrs.i("axis"));
-      return;
-    case OpKind::ShapeOf:
-      node("Shape", in, {out});
-      return;
-    case OpKind::Linear: {
-      // MatMul against the weight stored transposed ([in, out]) at export time.
-      const std::string w = constant_name(n.inputs[1], true);
-      if (n.inputs.size() > 2 && n.inputs[2]) {
-        const std::string mm = temp(out);
-        node("MatMul", {in[0], w}, {mm});
-        node("Add", {mm, in[2]}, {out});
-      } else {
-        node("MatMul", {in[0], w}, {out});
-      }
-      return;
-    }
-    case OpKind::QuantizedLinear:
-      lower_quantized_linear(n, in, out);
-      return;
-    case OpKind::Embedding: {
-      const Value* w = n.inputs[0];
-      if (!transposed_.count(w)) {
-        attr_int(node("Gather", {constant_name(w, false), in[1]}, {out}), "axis", 0);
-        return;
-      }
-      // Tied embeddings: one [hidden, vocab] copy serves lm_head; gather columns and transpose back.
-      const std::string cols = temp(out);
-      attr_int(node("Gather", {constant_name(w, true), in[1]}, {cols}), "axis", 1);
-      std::vector<int64_t> perm;
-      for (size_t i = 1; i <= n.inputs[1]->rank(); ++i) perm.push_back(static_cast<int64_t>(i));
-      perm.push_back(0);
-      attr_ints(node("Transpose", {cols}, {out}), "perm", perm);
-      return;
-    }
-    case OpKind::RMSNorm:
-      lower_rms_norm(n, in, out);
-      return;
-    case OpKind::RoPE:
-      lower_rope(n, in, out);
-      return;
-    case OpKind::Attention:
-      lower_attention(n, in, out);
-      return;
-    case OpKind::KVAppend:
-      attr_int(node("Concat", in, {out}), "axis", 2);
-      return;
-    case OpKind::GELU:
-      attr_string(node("Gelu", in, {out}), "approximate", n.attrs.s("approximate"));
-      return;
-    default:
-      fail("internal error: ONNX backend cannot lower ", op_name(n.op));
-  }
+  rule.lower(*this, n, in, n.outputs[0]->name);
 }
-
-
 
 }  // namespace hfx

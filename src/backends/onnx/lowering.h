@@ -1,6 +1,8 @@
 // Lowering of IR ops to ONNX nodes, per op profile: `standard` (ai.onnx only, opset 23 fused
 // RMSNormalization / RotaryEmbedding / Attention), `ort` (adds onnxruntime contrib ops: fused
 // norms, MatMulNBits) or `ort-gqa` (ort + GroupQueryAttention owning the dynamic KV cache).
+// Each op's lowering is a small function registered in ops.cpp (HFX_ONNX_OP); Lowering holds what
+// they share: names, constants, and the fusions decided up front from the IR's links.
 #pragma once
 #include <map>
 #include <set>
@@ -13,6 +15,7 @@
 namespace hfx {
 
 enum class OnnxOpProfile { Standard, Ort, OrtGqa };
+inline constexpr OnnxOpProfile kOnnxProfiles[] = {OnnxOpProfile::Standard, OnnxOpProfile::Ort, OnnxOpProfile::OrtGqa};
 
 // Whether the profile may use onnxruntime's com.microsoft ops.
 inline bool profile_has_contrib_ops(OnnxOpProfile p) { return p != OnnxOpProfile::Standard; }
@@ -22,6 +25,33 @@ int32_t onnx_type(DType t);
 void set_value_info(onnx::ValueInfoProto* info, const std::string& name, DType dtype, const Shape& shape);
 // Whether the profile has a fused op for this high-level node (else it is decomposed first).
 bool maps_natively(const Node& n, OnnxOpProfile profile);
+
+void attr_int(onnx::NodeProto* n, const std::string& name, int64_t v);
+void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v);
+void attr_string(onnx::NodeProto* n, const std::string& name, const std::string& v);
+void attr_float(onnx::NodeProto* n, const std::string& name, float v);
+
+class Lowering;
+using OnnxNames = std::vector<std::string>;
+// Lowers node `n` whose input names are `in` ("" for absent ones) and whose result is `out`.
+using OnnxRule = void (*)(Lowering& l, const Node& n, const OnnxNames& in, const std::string& out);
+// For a high-level op: whether the profile maps this node natively (no predicate: always).
+using OnnxNative = bool (*)(const Node& n, OnnxOpProfile profile);
+struct OnnxOpRule {
+  OnnxRule lower = nullptr;
+  OnnxNative native = nullptr;
+};
+// The op's rule (lower == nullptr: the backend has none; a high-level op is then decomposed).
+const OnnxOpRule& onnx_rule(OpKind op);
+bool register_onnx_rule(OpKind op, OnnxRule lower, OnnxNative native = nullptr);
+
+// HFX_ONNX_OP(Softmax) { l.node(...); }   registers the lowering of OpKind::Softmax.
+#define HFX_ONNX_OP_NATIVE(Op, native)                                                                      \
+  static void onnx_lower_##Op(Lowering& l, const Node& n, const OnnxNames& in, const std::string& out);     \
+  [[maybe_unused]] static const bool onnx_registered_##Op = register_onnx_rule(OpKind::Op, onnx_lower_##Op, native); \
+  static void onnx_lower_##Op([[maybe_unused]] Lowering& l, [[maybe_unused]] const Node& n,                 \
+                              [[maybe_unused]] const OnnxNames& in, [[maybe_unused]] const std::string& out)
+#define HFX_ONNX_OP(Op) HFX_ONNX_OP_NATIVE(Op, nullptr)
 
 class Lowering {
  public:
@@ -38,29 +68,31 @@ class Lowering {
   const std::vector<Init>& initializers() const { return inits_; }
   bool uses_contrib_ops() const { return uses_contrib_; }
 
- private:
+  // What the op rules build with.
+  OnnxOpProfile profile() const { return profile_; }
+  onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                        const std::string& domain = "");
   std::string name_of(const Value* v) { return v->is_constant() ? constant_name(v, false) : v->name; }
   std::string constant_name(const Value* v, bool transposed);
+  bool stored_transposed(const Value* weight) const { return transposed_.count(weight) != 0; }
   std::string ints(const std::vector<int64_t>& data, bool scalar = false);
   std::string float_scalar(float value, DType dtype);
   std::string int32_scalar(int32_t value);
-  onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                        const std::string& domain = "");
   std::string temp(const std::string& base) { return base + "/t" + std::to_string(++counter_); }
-  void lower_quantized_linear(const Node& n, const std::vector<std::string>& in, const std::string& out);
-  void lower_rms_norm(const Node& n, const std::vector<std::string>& in, const std::string& out);
-  void lower_rope(const Node& n, const std::vector<std::string>& in, const std::string& out);
-  void lower_attention(const Node& n, const std::vector<std::string>& in, const std::string& out);
-  // ort profile: GroupQueryAttention over BSH tensors, appending to the cache itself when the
-  // keys and values come from KVAppend nodes that feed only this attention (and the outputs).
-  bool lower_group_query_attention(const Node& n, const std::string& out);
-  // ort profile: a residual Add feeding RMSNorm becomes SkipSimplifiedLayerNormalization.
-  const Node* fusable_residual(const Node& norm) const;
-  std::string bsh(const Value* x);
-  const std::vector<const Node*>& consumers(const Value* v) const;
   // Memoized per source value: the first half of a [B, S, R] cos/sin table, and additive masks.
   std::string half_table(const Value* table);
   std::string additive_mask(const Value* mask, DType dtype);
+  // [B, N, S, D] -> [B, S, N * D], the layout GroupQueryAttention takes.
+  std::string bsh(const Value* x);
+  // Whether `n` was absorbed into a later fused op (decided in the constructor).
+  bool fused(const Node* n) const { return fused_.count(n) != 0; }
+  // ort profile: a residual Add feeding RMSNorm becomes SkipSimplifiedLayerNormalization.
+  const Node* fusable_residual(const Node& norm) const;
+  // GroupQueryAttention's sequence-length inputs for a mask, built once: (seqlens_k, total).
+  std::pair<std::string, std::string>& gqa_lengths(const Value* mask) { return gqa_lengths_[mask]; }
+
+ private:
+  const std::vector<const Node*>& consumers(const Value* v) const;
 
   onnx::GraphProto& g_;
   OnnxOpProfile profile_;
@@ -70,9 +102,8 @@ class Lowering {
   std::map<std::pair<const Value*, DType>, std::string> additive_masks_;
   std::vector<Init> inits_;
   std::map<const Value*, std::vector<const Node*>> consumers_;
-  std::set<const Value*> graph_outputs_;
-  std::set<const Node*> fused_;  // lowered as part of a later node
-  std::map<const Value*, std::pair<std::string, std::string>> gqa_lengths_;  // per mask: seqlens_k, total
+  std::set<const Node*> fused_;
+  std::map<const Value*, std::pair<std::string, std::string>> gqa_lengths_;
   int counter_ = 0;
   bool uses_contrib_ = false;
 };

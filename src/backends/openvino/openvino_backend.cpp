@@ -119,10 +119,11 @@ OvPort OvLowering::quantized_constant(const Value* v) {
 // weights to f32 at compile time (measured).
 OvPort OvLowering::lower_quantized_linear(const Node& n, const std::vector<OvPort>& in) {
   const Value* codes = n.inputs[1];
-  const int64_t rows = codes->shape[0].value(), groups = codes->shape[1].value(), group = n.attrs.i("group_size");
+  const QuantizedLinearAttrs& q = n.attrs_as<QuantizedLinearAttrs>();
+  const int64_t rows = codes->shape[0].value(), groups = codes->shape[1].value(), group = q.group_size;
   const Shape grouped{Dim(rows), Dim(groups), Dim(group)};
   OvPort w = op("Convert", "opset1", n, {{"destination_type", "f32"}}, {in[1]}, DType::F32, grouped, "/decompress");
-  const double zero_point = static_cast<double>(int64_t{1} << (n.attrs.i("bits") - 1));
+  const double zero_point = static_cast<double>(int64_t{1} << (q.bits - 1));
   w = op("Subtract", "opset1", n, kNumpy, {w, port(b_.scalar(zero_point, DType::F32))}, DType::F32, grouped,
          "/zero_point");
   w = op("Multiply", "opset1", n, kNumpy, {w, in[2]}, DType::F32, grouped, "/scale");
@@ -197,14 +198,15 @@ void OvLowering::lower(const Node& n) {
       out = node_result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], i64({0}, {})});
       break;
     case OpKind::Softmax:
-      out = node_result(n, "SoftMax", "opset8", {{"axis", std::to_string(n.attrs.i("axis"))}}, in);
+      out = node_result(n, "SoftMax", "opset8", {{"axis", std::to_string(n.attrs_as<AxisAttrs>().axis)}}, in);
       break;
     case OpKind::ReduceMean: case OpKind::ReduceMax: {
-      std::vector<int64_t> axes = n.attrs.ints("axes");
+      const ReduceAttrs& r = n.attrs_as<ReduceAttrs>();
+      std::vector<int64_t> axes = r.axes;
       if (axes.empty())
         for (size_t i = 0; i < x->rank(); ++i) axes.push_back(static_cast<int64_t>(i));
       out = node_result(n, n.op == OpKind::ReduceMean ? "ReduceMean" : "ReduceMax", "opset1",
-                        {{"keep_dims", n.attrs.i("keepdims") ? "true" : "false"}},
+                        {{"keep_dims", r.keepdims ? "true" : "false"}},
                         {in[0], i64_vector(axes)});
       break;
     }
@@ -218,28 +220,30 @@ void OvLowering::lower(const Node& n) {
       break;
     }
     case OpKind::Transpose: {
-      const auto& perm = n.attrs.ints("perm");
+      const auto& perm = n.attrs_as<PermAttrs>().perm;
       out = node_result(n, "Transpose", "opset1", {}, {in[0], i64_vector(perm)});
       break;
     }
-    case OpKind::Slice:
+    case OpKind::Slice: {
       // "To the end" as INT32_MAX, the sentinel OpenVINO's fusion patterns (RoPE) look for.
+      const SliceAttrs& s = n.attrs_as<SliceAttrs>();
       out = node_result(n, "Slice", "opset8", {},
-                        {in[0], i64({n.attrs.i("start")}, {1}),
-                         i64({std::min<int64_t>(n.attrs.i("end"), std::numeric_limits<int32_t>::max())}, {1}),
-                         i64({1}, {1}), i64({n.attrs.i("axis")}, {1})});
+                        {in[0], i64({s.start}, {1}),
+                         i64({std::min<int64_t>(s.end, std::numeric_limits<int32_t>::max())}, {1}),
+                         i64({1}, {1}), i64({s.axis}, {1})});
       break;
+    }
     case OpKind::Concat: {  // the last axis as -1, as fusion patterns spell it
-      const int64_t axis = n.attrs.i("axis");
+      const int64_t axis = n.attrs_as<ConcatAttrs>().axis;
       const bool last = axis == static_cast<int64_t>(y->rank()) - 1;
       out = node_result(n, "Concat", "opset1", {{"axis", last ? "-1" : std::to_string(axis)}}, in);
       break;
     }
     case OpKind::Gather:
-      out = node_result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], i64({n.attrs.i("axis")}, {})});
+      out = node_result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], i64({n.attrs_as<AxisAttrs>().axis}, {})});
       break;
     case OpKind::Unsqueeze: {
-      const auto& axes = n.attrs.ints("axes");
+      const auto& axes = n.attrs_as<AxesAttrs>().axes;
       out = node_result(n, "Unsqueeze", "opset1", {}, {in[0], i64_vector(axes)});
       break;
     }
@@ -254,14 +258,14 @@ void OvLowering::lower(const Node& n) {
       break;
     case OpKind::ScatterElements:
       out = node_result(n, "ScatterElementsUpdate", "opset12", {{"reduction", "none"}, {"use_init_val", "true"}},
-                        {in[0], in[1], in[2], i64({n.attrs.i("axis")}, {})});
+                        {in[0], in[1], in[2], i64({n.attrs_as<AxisAttrs>().axis}, {})});
       break;
     case OpKind::Attention:
       out = lower_attention(n, in);
       break;
     case OpKind::GELU:
       out = node_result(n, "Gelu", "opset7",
-                        {{"approximation_mode", n.attrs.s("approximate") == "tanh" ? "TANH" : "ERF"}}, in);
+                        {{"approximation_mode", n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh ? "TANH" : "ERF"}}, in);
       break;
     default:
       fail("internal error: OpenVINO backend cannot lower ", op_name(n.op));
@@ -308,8 +312,9 @@ OvPort OvLowering::lower_attention(const Node& n, const std::vector<OvPort>& in)
   } else {
     inputs.push_back(port(b_.scalar(0.0, q->dtype)));
   }
-  inputs.push_back(port(b_.scalar(n.attrs.f("scale"), q->dtype)));
-  HFX_CHECK(n.attrs.f("softcap", 0.0) == 0.0, "OpenVINO SDPA has no softcap (decompose instead)");
+  const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
+  inputs.push_back(port(b_.scalar(a.scale, q->dtype)));
+  HFX_CHECK(a.softcap == 0.0, "OpenVINO SDPA has no softcap (decompose instead)");
   return node_result(n, "ScaledDotProductAttention", "opset13", {{"causal", "false"}}, inputs);
 }
 
@@ -369,7 +374,7 @@ void OvLowering::lower_state_reads() {
 }
 
 bool maps_natively(const Node& n) {
-  if (n.op == OpKind::Attention) return n.attrs.f("softcap", 0.0) == 0.0;  // SDPA has no softcap
+  if (n.op == OpKind::Attention) return n.attrs_as<AttentionAttrs>().softcap == 0.0;  // SDPA has no softcap
   return n.op == OpKind::Linear || n.op == OpKind::QuantizedLinear || n.op == OpKind::Embedding ||
          n.op == OpKind::GELU;
 }

@@ -1,0 +1,219 @@
+// The ONNX lowering of each IR op, one registered function per op (opset 23; com.microsoft
+// contrib ops where the profile allows them). High-level ops without a rule here, or whose
+// native predicate says no, are decomposed into primitives before lowering.
+#include "backends/onnx/lowering.h"
+#include "core/error.h"
+#include "ir/builder.h"
+
+namespace hfx {
+namespace {
+
+// Ops whose ONNX op has the IR op's name, inputs and no attributes.
+#define HFX_ONNX_SAME_NAME(Op) \
+  HFX_ONNX_OP(Op) { l.node(#Op, in, {out}); }
+HFX_ONNX_SAME_NAME(Add)
+HFX_ONNX_SAME_NAME(Sub)
+HFX_ONNX_SAME_NAME(Mul)
+HFX_ONNX_SAME_NAME(Div)
+HFX_ONNX_SAME_NAME(Pow)
+HFX_ONNX_SAME_NAME(Max)
+HFX_ONNX_SAME_NAME(Neg)
+HFX_ONNX_SAME_NAME(Sqrt)
+HFX_ONNX_SAME_NAME(Reciprocal)
+HFX_ONNX_SAME_NAME(Exp)
+HFX_ONNX_SAME_NAME(Tanh)
+HFX_ONNX_SAME_NAME(Erf)
+HFX_ONNX_SAME_NAME(Cos)
+HFX_ONNX_SAME_NAME(Sin)
+HFX_ONNX_SAME_NAME(Sigmoid)
+HFX_ONNX_SAME_NAME(MatMul)
+HFX_ONNX_SAME_NAME(Where)
+HFX_ONNX_SAME_NAME(Equal)
+HFX_ONNX_SAME_NAME(Less)
+HFX_ONNX_SAME_NAME(LessOrEqual)
+HFX_ONNX_SAME_NAME(Greater)
+HFX_ONNX_SAME_NAME(And)
+HFX_ONNX_SAME_NAME(Not)
+HFX_ONNX_SAME_NAME(Range)
+HFX_ONNX_SAME_NAME(Expand)
+HFX_ONNX_SAME_NAME(BitwiseAnd)
+#undef HFX_ONNX_SAME_NAME
+
+HFX_ONNX_OP(BitShiftRight) { attr_string(l.node("BitShift", in, {out}), "direction", "RIGHT"); }
+HFX_ONNX_OP(Softmax) { attr_int(l.node("Softmax", in, {out}), "axis", n.attrs_as<AxisAttrs>().axis); }
+
+void lower_reduce(Lowering& l, const char* op, const Node& n, OnnxNames in, const std::string& out) {
+  const ReduceAttrs& r = n.attrs_as<ReduceAttrs>();
+  if (!r.axes.empty()) in.push_back(l.ints(r.axes));  // opset 18+: axes as an input
+  attr_int(l.node(op, in, {out}), "keepdims", r.keepdims);
+}
+HFX_ONNX_OP(ReduceMean) { lower_reduce(l, "ReduceMean", n, in, out); }
+HFX_ONNX_OP(ReduceMax) { lower_reduce(l, "ReduceMax", n, in, out); }
+
+HFX_ONNX_OP(Cast) { attr_int(l.node("Cast", in, {out}), "to", onnx_type(n.attrs_as<CastAttrs>().to)); }
+HFX_ONNX_OP(Reshape) {
+  l.node("Reshape", {in[0], l.ints(reshape_target(n.inputs[0]->shape, n.attrs_as<ShapeAttrs>().shape))}, {out});
+}
+HFX_ONNX_OP(Transpose) { attr_ints(l.node("Transpose", in, {out}), "perm", n.attrs_as<PermAttrs>().perm); }
+HFX_ONNX_OP(Slice) {
+  const SliceAttrs& s = n.attrs_as<SliceAttrs>();
+  l.node("Slice", {in[0], l.ints({s.start}), l.ints({s.end}), l.ints({s.axis})}, {out});
+}
+HFX_ONNX_OP(Concat) { attr_int(l.node("Concat", in, {out}), "axis", n.attrs_as<ConcatAttrs>().axis); }
+HFX_ONNX_OP(Gather) { attr_int(l.node("Gather", in, {out}), "axis", n.attrs_as<AxisAttrs>().axis); }
+HFX_ONNX_OP(Unsqueeze) { l.node("Unsqueeze", {in[0], l.ints(n.attrs_as<AxesAttrs>().axes)}, {out}); }
+HFX_ONNX_OP(ScatterElements) {
+  attr_int(l.node("ScatterElements", in, {out}), "axis", n.attrs_as<AxisAttrs>().axis);
+}
+HFX_ONNX_OP(ShapeOf) { l.node("Shape", in, {out}); }
+
+// MatMul against the weight stored transposed ([in, out]) at export time.
+HFX_ONNX_OP(Linear) {
+  const std::string w = l.constant_name(n.inputs[1], true);
+  if (!n.input(2)) {
+    l.node("MatMul", {in[0], w}, {out});
+    return;
+  }
+  const std::string mm = l.temp(out);
+  l.node("MatMul", {in[0], w}, {mm});
+  l.node("Add", {mm, in[2]}, {out});
+}
+
+// onnxruntime's MatMulNBits reads the IR's layout as is: codes [N, K/g, g*bits/8], scales
+// [N, K/g], no zero points (the default is the symmetric midpoint). accuracy_level 4 lets it
+// quantize activations to int8 and use the integer dot-product units; 0 computes in float.
+bool has_contrib_ops(const Node&, OnnxOpProfile profile) { return profile_has_contrib_ops(profile); }
+HFX_ONNX_OP_NATIVE(QuantizedLinear, has_contrib_ops) {
+  const bool bias = n.input(3) != nullptr;
+  const std::string mm = bias ? l.temp(out) : out;
+  auto* m = l.node("MatMulNBits", {in[0], in[1], in[2]}, {mm}, "com.microsoft");
+  const QuantizedLinearAttrs& q = n.attrs_as<QuantizedLinearAttrs>();
+  attr_int(m, "K", n.inputs[0]->shape.back().value());
+  attr_int(m, "N", n.inputs[1]->shape[0].value());
+  attr_int(m, "bits", q.bits);
+  attr_int(m, "block_size", q.group_size);
+  attr_int(m, "accuracy_level", q.int8_compute ? 4 : 0);
+  if (bias) l.node("Add", {mm, in[3]}, {out});
+}
+
+HFX_ONNX_OP(Embedding) {
+  const Value* w = n.inputs[0];
+  if (!l.stored_transposed(w)) {
+    attr_int(l.node("Gather", {l.constant_name(w, false), in[1]}, {out}), "axis", 0);
+    return;
+  }
+  // Tied embeddings: one [hidden, vocab] copy serves lm_head; gather columns and transpose back.
+  const std::string cols = l.temp(out);
+  attr_int(l.node("Gather", {l.constant_name(w, true), in[1]}, {cols}), "axis", 1);
+  std::vector<int64_t> perm;
+  for (size_t i = 1; i <= n.inputs[1]->rank(); ++i) perm.push_back(static_cast<int64_t>(i));
+  perm.push_back(0);
+  attr_ints(l.node("Transpose", {cols}, {out}), "perm", perm);
+}
+
+// RMSNormalization-23 computes in float32 (stash_type 1) and casts back before the scale, as HF.
+// The ort profile uses onnxruntime's SimplifiedLayerNormalization, its fast kernel for the same.
+HFX_ONNX_OP(RMSNorm) {
+  const float epsilon = static_cast<float>(n.attrs_as<NormAttrs>().epsilon);
+  const bool ort = profile_has_contrib_ops(l.profile());
+  if (const Node* add = ort ? l.fusable_residual(n) : nullptr; add && l.fused(add)) {
+    // Output 3 is the residual sum the skipped Add would have produced.
+    onnx::NodeProto* norm = l.node("SkipSimplifiedLayerNormalization",
+                                   {l.name_of(add->inputs[0]), l.name_of(add->inputs[1]), in[1]},
+                                   {out, "", "", add->outputs[0]->name}, "com.microsoft");
+    attr_float(norm, "epsilon", epsilon);
+    return;
+  }
+  onnx::NodeProto* norm = l.node(ort ? "SimplifiedLayerNormalization" : "RMSNormalization", {in[0], in[1]}, {out});
+  attr_int(norm, "axis", -1);
+  attr_float(norm, "epsilon", epsilon);
+  attr_int(norm, "stash_type", 1);
+}
+
+// RotaryEmbedding-23 with per-token tables: cos/sin [B, S, R/2] (the IR's tables repeat the
+// frequencies twice, HF-style, so the first half is taken once per table).
+HFX_ONNX_OP(RoPE) {
+  const Value* x = n.inputs[0];
+  std::string cos = l.half_table(n.inputs[1]), sin = l.half_table(n.inputs[2]);
+  if (n.inputs[1]->dtype != x->dtype) {
+    const std::string c = l.temp(cos), s = l.temp(sin);
+    attr_int(l.node("Cast", {cos}, {c}), "to", onnx_type(x->dtype));
+    attr_int(l.node("Cast", {sin}, {s}), "to", onnx_type(x->dtype));
+    cos = c, sin = s;
+  }
+  onnx::NodeProto* rope = l.node("RotaryEmbedding", {x->name, cos, sin}, {out});
+  attr_int(rope, "interleaved", n.attrs_as<RoPEAttrs>().interleaved);
+  const int64_t rot = n.inputs[1]->shape.back().value();
+  if (rot != x->shape.back().value()) attr_int(rope, "rotary_embedding_dim", rot);
+}
+
+void attention_attrs(onnx::NodeProto* node, const Node& n) {
+  const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
+  attr_float(node, "scale", static_cast<float>(a.scale));
+  if (a.softcap > 0) attr_float(node, "softcap", static_cast<float>(a.softcap));
+}
+
+// GroupQueryAttention over BSH tensors, appending to the cache itself when the keys and values
+// come from KVAppend nodes that feed only this attention (the Lowering decided that up front).
+bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& out) {
+  const Value* mask = n.input(3);
+  if (!mask) return false;
+  const Node* k_append = n.inputs[1]->producer;
+  const bool cached = k_append && l.fused(k_append);
+  const Node* v_append = cached ? n.inputs[2]->producer : nullptr;
+  const Value* q = n.inputs[0];
+  // Without an append to absorb, GQA needs keys exactly as long as the queries (no cache).
+  if (!cached && !(n.inputs[1]->shape[2] == q->shape[2])) return false;
+  const Value* k = cached ? k_append->inputs[1] : n.inputs[1];
+  const Value* v = cached ? v_append->inputs[1] : n.inputs[2];
+  // Every row's cache spans all T slots (left padding included), so seqlens_k = T - 1 for each
+  // row and the causal rule matches the IR's; padding and windows arrive as the additive bias.
+  auto& [seqlens, total] = l.gqa_lengths(mask);
+  if (seqlens.empty()) {
+    const std::string shape = l.temp(mask->name + "/shape");
+    l.node("Shape", {mask->name}, {shape});
+    const std::string t64 = l.temp(mask->name + "/total64"), b64 = l.temp(mask->name + "/batch64");
+    l.node("Gather", {shape, l.ints({3}, true)}, {t64});
+    l.node("Gather", {shape, l.ints({0}, true)}, {b64});
+    total = l.temp(mask->name + "/total");
+    attr_int(l.node("Cast", {t64}, {total}), "to", onnx::TensorProto::INT32);
+    const std::string last = l.temp(mask->name + "/last"), batch = l.temp(mask->name + "/batch");
+    l.node("Sub", {total, l.int32_scalar(1)}, {last});
+    l.node("Unsqueeze", {b64, l.ints({0})}, {batch});
+    seqlens = l.temp(mask->name + "/seqlens_k");
+    l.node("Expand", {last, batch}, {seqlens});
+  }
+  const int64_t heads = q->shape[1].value(), kv_heads = k->shape[1].value(), head_dim = q->shape[3].value();
+  std::vector<std::string> inputs{l.bsh(q), l.bsh(k), l.bsh(v)};
+  inputs.push_back(cached ? l.name_of(k_append->inputs[0]) : "");
+  inputs.push_back(cached ? l.name_of(v_append->inputs[0]) : "");
+  inputs.insert(inputs.end(), {seqlens, total, "", "", "", l.additive_mask(mask, q->dtype)});
+  const std::string flat = l.temp(out + "/bsh");
+  std::vector<std::string> outputs{flat};
+  if (cached) outputs.insert(outputs.end(), {k_append->outputs[0]->name, v_append->outputs[0]->name});
+  onnx::NodeProto* gqa = l.node("GroupQueryAttention", inputs, outputs, "com.microsoft");
+  attr_int(gqa, "num_heads", heads);
+  attr_int(gqa, "kv_num_heads", kv_heads);
+  attention_attrs(gqa, n);
+  const std::string split = l.temp(out + "/bsnd");
+  l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {split});
+  attr_ints(l.node("Transpose", {split}, {out}), "perm", {0, 2, 1, 3});
+  return true;
+}
+
+HFX_ONNX_OP(Attention) {
+  if (l.profile() == OnnxOpProfile::OrtGqa && lower_group_query_attention(l, n, out)) return;
+  std::vector<std::string> inputs{in[0], in[1], in[2]};
+  if (const Value* mask = n.input(3)) inputs.push_back(l.additive_mask(mask, n.inputs[0]->dtype));
+  attention_attrs(l.node("Attention", inputs, {out}), n);
+}
+
+HFX_ONNX_OP(KVAppend) { attr_int(l.node("Concat", in, {out}), "axis", 2); }
+
+HFX_ONNX_OP(GELU) {
+  const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
+  attr_string(l.node("Gelu", in, {out}), "approximate", tanh ? "tanh" : "none");
+}
+
+}  // namespace
+}  // namespace hfx

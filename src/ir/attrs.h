@@ -1,0 +1,72 @@
+// Typed attributes of the IR ops: one struct per attribute shape, with its defaults. ops.def names
+// the struct each op carries; nodes hold it in OpAttrs and consumers read it with
+// Node::attrs_as<T>(), so a name or a default is spelled once.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace hfx {
+
+struct NoAttrs {};
+struct AxisAttrs {
+  int64_t axis = 0;  // normalised (non-negative) by the builder
+};
+struct AxesAttrs {
+  std::vector<int64_t> axes;  // normalised, sorted (Unsqueeze)
+};
+struct ReduceAttrs {
+  std::vector<int64_t> axes;  // empty: all axes
+  bool keepdims = true;
+};
+struct CastAttrs {
+  DType to = DType::F32;
+};
+struct ShapeAttrs {
+  Shape shape;  // the result's shape (Reshape, Expand targets; symbolic dims allowed)
+};
+struct PermAttrs {
+  std::vector<int64_t> perm;
+};
+struct SliceAttrs {
+  int64_t axis = 0, start = 0, end = INT64_MAX;  // static bounds; end INT64_MAX: to the end
+};
+struct ConcatAttrs {
+  int64_t axis = 0;
+  std::optional<Dim> axis_dim;  // the result's dim on `axis` when it is symbolic (e.g. past + new = total)
+};
+struct RangeAttrs {
+  Dim length{int64_t{0}};
+};
+struct QuantizedLinearAttrs {
+  int64_t bits = 4, group_size = 32;
+  bool int8_compute = false;  // the runtime may quantize activations to int8 (see core/quantize.h)
+};
+struct NormAttrs {
+  double epsilon = 1e-6;
+};
+struct RoPEAttrs {
+  bool interleaved = false;  // rotate pairs (x0, x1) rather than halves
+};
+struct AttentionAttrs {
+  double scale = 1.0;
+  double softcap = 0.0;  // tanh logit softcapping (0: none)
+};
+struct KVAppendAttrs {
+  Dim total{int64_t{0}};  // past + fresh, symbolic
+};
+enum class GeluApproximation { None, Tanh };
+struct GELUAttrs {
+  GeluApproximation approximate = GeluApproximation::None;
+};
+
+using OpAttrs = std::variant<NoAttrs, AxisAttrs, AxesAttrs, ReduceAttrs, CastAttrs, ShapeAttrs, PermAttrs, SliceAttrs,
+                             ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, AttentionAttrs,
+                             KVAppendAttrs, GELUAttrs>;
+
+}  // namespace hfx

@@ -1,0 +1,325 @@
+// The op table (ops.def) and each op's shape/dtype rule. Rules check what they rely on; a failure
+// is a bug in a frontend or pass, reported as an internal error.
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+#include "ir/builder.h"
+#include "ir/graph.h"
+
+namespace hfx {
+namespace {
+
+using Inputs = std::vector<Value*>;
+using Types = std::vector<ValueType>;
+
+template <class A>
+const A& attrs(const OpAttrs& a) {
+  return std::get<A>(a);
+}
+
+Types one(DType dtype, Shape shape) { return {{dtype, std::move(shape)}}; }
+
+void need(bool ok, const char* what) {
+  if (!ok) fail("internal error: ", what);
+}
+
+Types rule_binary(const Inputs& in, const OpAttrs&) {
+  need(in[0]->dtype == in[1]->dtype, "operand dtypes differ");
+  return one(in[0]->dtype, broadcast_shapes(in[0]->shape, in[1]->shape));
+}
+
+Types rule_compare(const Inputs& in, const OpAttrs&) {
+  need(in[0]->dtype == in[1]->dtype, "compared dtypes differ");
+  return one(DType::Bool, broadcast_shapes(in[0]->shape, in[1]->shape));
+}
+
+Types rule_logical(const Inputs& in, const OpAttrs&) {
+  for (const Value* v : in) need(v->dtype == DType::Bool, "logical op on a non-bool");
+  return one(DType::Bool, in.size() == 1 ? in[0]->shape : broadcast_shapes(in[0]->shape, in[1]->shape));
+}
+
+Types rule_same(const Inputs& in, const OpAttrs&) { return one(in[0]->dtype, in[0]->shape); }
+
+Types rule_matmul(const Inputs& in, const OpAttrs&) {
+  const Value* a = in[0];
+  const Value* b = in[1];
+  need(a->rank() >= 2 && b->rank() >= 2 && a->dtype == b->dtype, "MatMul operands");
+  need(a->shape.back() == b->shape[b->rank() - 2], "MatMul inner dims differ");
+  Shape out = broadcast_shapes(Shape(a->shape.begin(), a->shape.end() - 2), Shape(b->shape.begin(), b->shape.end() - 2));
+  out.push_back(a->shape[a->rank() - 2]);
+  out.push_back(b->shape.back());
+  return one(a->dtype, std::move(out));
+}
+
+Types rule_softmax(const Inputs& in, const OpAttrs& a) {
+  need(attrs<AxisAttrs>(a).axis < static_cast<int64_t>(in[0]->rank()), "Softmax axis");
+  return rule_same(in, a);
+}
+
+Types rule_reduce(const Inputs& in, const OpAttrs& a) {
+  const ReduceAttrs& r = attrs<ReduceAttrs>(a);
+  Shape out;
+  for (size_t i = 0; i < in[0]->rank(); ++i) {
+    const bool reduced = r.axes.empty() || std::find(r.axes.begin(), r.axes.end(), static_cast<int64_t>(i)) != r.axes.end();
+    if (!reduced) out.push_back(in[0]->shape[i]);
+    else if (r.keepdims) out.push_back(Dim(1));
+  }
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_cast(const Inputs& in, const OpAttrs& a) { return one(attrs<CastAttrs>(a).to, in[0]->shape); }
+
+Types rule_reshape(const Inputs& in, const OpAttrs& a) { return one(in[0]->dtype, attrs<ShapeAttrs>(a).shape); }
+
+Types rule_transpose(const Inputs& in, const OpAttrs& a) {
+  const auto& perm = attrs<PermAttrs>(a).perm;
+  need(perm.size() == in[0]->rank(), "Transpose perm rank");
+  Shape out;
+  for (int64_t p : perm) {
+    need(p >= 0 && p < static_cast<int64_t>(in[0]->rank()), "Transpose perm entry");
+    out.push_back(in[0]->shape[static_cast<size_t>(p)]);
+  }
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_slice(const Inputs& in, const OpAttrs& a) {
+  const SliceAttrs& s = attrs<SliceAttrs>(a);
+  need(s.axis >= 0 && s.axis < static_cast<int64_t>(in[0]->rank()), "Slice axis");
+  Shape out = in[0]->shape;
+  const Dim d = out[static_cast<size_t>(s.axis)];
+  if (d.is_static()) {
+    const int64_t b = std::clamp(s.start < 0 ? s.start + d.value() : s.start, int64_t{0}, d.value());
+    const int64_t e = std::clamp(s.end < 0 ? s.end + d.value() : s.end, int64_t{0}, d.value());
+    out[static_cast<size_t>(s.axis)] = Dim(std::max<int64_t>(0, e - b));
+  } else if (s.start < 0 && s.end == INT64_MAX) {  // the last -start entries (the dim must hold them)
+    out[static_cast<size_t>(s.axis)] = Dim(-s.start);
+  } else {
+    need(s.start == 0 && s.end == INT64_MAX, "Slice of a symbolic dim");
+  }
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_concat(const Inputs& in, const OpAttrs& a) {
+  const ConcatAttrs& c = attrs<ConcatAttrs>(a);
+  need(c.axis >= 0 && c.axis < static_cast<int64_t>(in[0]->rank()), "Concat axis");
+  const auto axis = static_cast<size_t>(c.axis);
+  Shape out = in[0]->shape;
+  for (size_t i = 1; i < in.size(); ++i) {
+    need(in[i]->rank() == out.size() && in[i]->dtype == in[0]->dtype, "Concat operands");
+    for (size_t j = 0; j < out.size(); ++j)
+      if (j != axis) need(in[i]->shape[j] == out[j], "Concat dims differ");
+    if (!c.axis_dim) {
+      need(out[axis].is_static() && in[i]->shape[axis].is_static(), "Concat of a symbolic axis without its dim");
+      out[axis] = Dim(out[axis].value() + in[i]->shape[axis].value());
+    }
+  }
+  if (c.axis_dim) out[axis] = *c.axis_dim;
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_gather(const Inputs& in, const OpAttrs& a) {
+  const int64_t axis = attrs<AxisAttrs>(a).axis;
+  const Value* data = in[0];
+  need(axis >= 0 && axis < static_cast<int64_t>(data->rank()), "Gather axis");
+  Shape out(data->shape.begin(), data->shape.begin() + axis);
+  out.insert(out.end(), in[1]->shape.begin(), in[1]->shape.end());
+  out.insert(out.end(), data->shape.begin() + axis + 1, data->shape.end());
+  return one(data->dtype, std::move(out));
+}
+
+Types rule_unsqueeze(const Inputs& in, const OpAttrs& a) {
+  const auto& axes = attrs<AxesAttrs>(a).axes;
+  const size_t rank = in[0]->rank() + axes.size();
+  Shape out;
+  size_t src = 0;
+  for (size_t i = 0; i < rank; ++i) {
+    if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(i)) != axes.end()) out.push_back(Dim(1));
+    else out.push_back(in[0]->shape[src++]);
+  }
+  need(src == in[0]->rank(), "Unsqueeze axes");
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_where(const Inputs& in, const OpAttrs&) {
+  need(in[0]->dtype == DType::Bool && in[1]->dtype == in[2]->dtype, "Where operands");
+  return one(in[1]->dtype, broadcast_shapes(in[0]->shape, broadcast_shapes(in[1]->shape, in[2]->shape)));
+}
+
+Types rule_range(const Inputs& in, const OpAttrs& a) {
+  need(in[0]->dtype == in[1]->dtype && in[1]->dtype == in[2]->dtype, "Range operands");
+  return one(in[0]->dtype, {attrs<RangeAttrs>(a).length});
+}
+
+Types rule_shape_of(const Inputs& in, const OpAttrs&) {
+  return one(DType::I64, {Dim(static_cast<int64_t>(in[0]->rank()))});
+}
+
+Types rule_expand(const Inputs& in, const OpAttrs& a) {
+  need(in[1]->dtype == DType::I64 && in[1]->rank() == 1, "Expand shape tensor");
+  return one(in[0]->dtype, attrs<ShapeAttrs>(a).shape);
+}
+
+Types rule_scatter(const Inputs& in, const OpAttrs& a) {
+  need(in[0]->rank() == in[1]->rank() && in[1]->shape == in[2]->shape && in[0]->dtype == in[2]->dtype,
+       "ScatterElements operands");
+  need(attrs<AxisAttrs>(a).axis < static_cast<int64_t>(in[0]->rank()), "ScatterElements axis");
+  return one(in[0]->dtype, in[0]->shape);
+}
+
+Types rule_linear(const Inputs& in, const OpAttrs&) {
+  const Value* w = in[1];
+  need(w->rank() == 2 && in[0]->shape.back() == w->shape[1], "Linear weight does not match the input");
+  if (in.size() > 2 && in[2]) need(in[2]->rank() == 1 && in[2]->shape[0] == w->shape[0], "Linear bias");
+  Shape out = in[0]->shape;
+  out.back() = w->shape[0];
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_quantized_linear(const Inputs& in, const OpAttrs& a) {
+  const QuantizedLinearAttrs& q = attrs<QuantizedLinearAttrs>(a);
+  const Value* codes = in[1];
+  need(codes->dtype == DType::U8 && codes->rank() == 3 && in[2]->rank() == 2, "QuantizedLinear codes/scales");
+  need(codes->shape[1].value() * q.group_size == in[0]->shape.back().value(), "QuantizedLinear groups");
+  Shape out = in[0]->shape;
+  out.back() = codes->shape[0];
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_embedding(const Inputs& in, const OpAttrs&) {
+  need(in[0]->rank() == 2 && in[1]->dtype == DType::I64, "Embedding operands");
+  Shape out = in[1]->shape;
+  out.push_back(in[0]->shape[1]);
+  return one(in[0]->dtype, std::move(out));
+}
+
+Types rule_rms_norm(const Inputs& in, const OpAttrs& a) {
+  need(in[1]->rank() == 1 && in[1]->shape[0] == in[0]->shape.back(), "RMSNorm weight");
+  return rule_same(in, a);
+}
+
+Types rule_rope(const Inputs& in, const OpAttrs& a) {
+  need(in[0]->rank() == 4 && in[1]->rank() == 3 && in[1]->shape == in[2]->shape, "RoPE ranks");
+  return rule_same(in, a);
+}
+
+Types rule_attention(const Inputs& in, const OpAttrs&) {
+  const Value *q = in[0], *k = in[1], *v = in[2];
+  need(q->rank() == 4 && k->rank() == 4 && v->rank() == 4, "Attention ranks");
+  need(q->shape[1].value() % k->shape[1].value() == 0, "Attention heads");
+  Shape out = q->shape;
+  out[3] = v->shape[3];
+  return one(q->dtype, std::move(out));
+}
+
+Types rule_kv_append(const Inputs& in, const OpAttrs& a) {
+  need(in[0]->rank() == 4 && in[1]->rank() == 4 && in[0]->dtype == in[1]->dtype, "KVAppend operands");
+  Shape out = in[0]->shape;
+  out[2] = attrs<KVAppendAttrs>(a).total;
+  return one(in[0]->dtype, std::move(out));
+}
+
+// Each op's rule under the name the table expects.
+#define RULE(op, rule) \
+  Types infer_##op(const Inputs& in, const OpAttrs& a) { return rule(in, a); }
+RULE(Add, rule_binary)
+RULE(Sub, rule_binary)
+RULE(Mul, rule_binary)
+RULE(Div, rule_binary)
+RULE(Pow, rule_binary)
+RULE(Max, rule_binary)
+RULE(BitwiseAnd, rule_binary)
+RULE(BitShiftRight, rule_binary)
+RULE(Neg, rule_same)
+RULE(Sqrt, rule_same)
+RULE(Reciprocal, rule_same)
+RULE(Exp, rule_same)
+RULE(Tanh, rule_same)
+RULE(Erf, rule_same)
+RULE(Cos, rule_same)
+RULE(Sin, rule_same)
+RULE(Sigmoid, rule_same)
+RULE(SiLU, rule_same)
+RULE(GELU, rule_same)
+RULE(MatMul, rule_matmul)
+RULE(Softmax, rule_softmax)
+RULE(ReduceMean, rule_reduce)
+RULE(ReduceMax, rule_reduce)
+RULE(Cast, rule_cast)
+RULE(Reshape, rule_reshape)
+RULE(Transpose, rule_transpose)
+RULE(Slice, rule_slice)
+RULE(Concat, rule_concat)
+RULE(Gather, rule_gather)
+RULE(Unsqueeze, rule_unsqueeze)
+RULE(Where, rule_where)
+RULE(Equal, rule_compare)
+RULE(Less, rule_compare)
+RULE(LessOrEqual, rule_compare)
+RULE(Greater, rule_compare)
+RULE(And, rule_logical)
+RULE(Not, rule_logical)
+RULE(Range, rule_range)
+RULE(ShapeOf, rule_shape_of)
+RULE(Expand, rule_expand)
+RULE(ScatterElements, rule_scatter)
+RULE(Linear, rule_linear)
+RULE(QuantizedLinear, rule_quantized_linear)
+RULE(Embedding, rule_embedding)
+RULE(RMSNorm, rule_rms_norm)
+RULE(RoPE, rule_rope)
+RULE(Attention, rule_attention)
+RULE(KVAppend, rule_kv_append)
+#undef RULE
+
+template <class A>
+size_t attrs_index() {
+  return OpAttrs(std::in_place_type<A>).index();
+}
+
+std::vector<InputSpec> parse_inputs(std::string_view spec) {
+  std::vector<InputSpec> out;
+  std::istringstream words{std::string(spec)};
+  std::string w;
+  while (words >> w) {
+    InputSpec s;
+    if (w.ends_with("?")) s.optional = true, w.pop_back();
+    if (w.ends_with("...")) s.variadic = true, w.resize(w.size() - 3);
+    s.name = w;
+    out.push_back(s);
+  }
+  return out;
+}
+
+const std::vector<OpInfo>& table() {
+  static const std::vector<OpInfo> ops = {
+#define X(name, high_level, inputs, attrs) {#name, high_level, parse_inputs(inputs), attrs_index<attrs>(), infer_##name},
+#include "ir/ops.def"
+#undef X
+  };
+  return ops;
+}
+
+}  // namespace
+
+const OpInfo& op_info(OpKind op) { return table()[static_cast<size_t>(op)]; }
+std::string_view op_name(OpKind op) { return op_info(op).name; }
+bool op_is_high_level(OpKind op) { return op_info(op).high_level; }
+
+std::vector<ValueType> infer_types(OpKind op, const std::vector<Value*>& inputs, const OpAttrs& attrs) {
+  const OpInfo& info = op_info(op);
+  const std::vector<InputSpec>& specs = info.inputs;
+  const bool variadic = !specs.empty() && specs.back().variadic;
+  size_t required = 0;
+  for (const InputSpec& s : specs) required += !s.optional;
+  if (inputs.size() < required || (!variadic && inputs.size() > specs.size()))
+    fail("internal error: ", info.name, " takes ", specs.size(), " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const InputSpec& s = specs[std::min(i, specs.size() - 1)];
+    if (!inputs[i] && !s.optional) fail("internal error: ", info.name, " input '", s.name, "' is missing");
+  }
+  if (attrs.index() != info.attrs_index) fail("internal error: ", info.name, " node carries another op's attributes");
+  return info.infer(inputs, attrs);
+}
+
+}  // namespace hfx
