@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,13 @@ class Backend {
   virtual std::vector<Pass> passes(const ExportConfig& config) const = 0;
   virtual std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const = 0;
 };
+
+// The `decompose` option every backend takes: high-level ops (by name, or "all") to replace by
+// their reference decomposition even where the backend has a fused op. Ops not named keep the
+// backend's choice. Throws for names that are not high-level ops.
+std::set<OpKind> forced_decompositions(const ExportConfig& config, const FieldSpelling& spell = json_field);
+// The decompose pass for a backend whose native predicate is `native`, honouring `decompose`.
+Pass decompose_pass(std::function<bool(const Node&)> native, std::set<OpKind> forced);
 
 using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 // Adds `format` to the registry; returns true so that it can initialise a namespace-scope constant.

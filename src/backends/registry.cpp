@@ -20,6 +20,37 @@ bool register_backend(const std::string& format, BackendFactory make) {
   return true;
 }
 
+std::set<OpKind> forced_decompositions(const ExportConfig& config, const FieldSpelling& spell) {
+  std::set<OpKind> out;
+  if (!config.backend.contains("decompose")) return out;
+  const nlohmann::json& list = config.backend["decompose"];
+  const std::string field = spell("backend.decompose");
+  if (!list.is_array()) fail(field, " must be a list of high-level op names");
+  for (const auto& item : list) {
+    const std::string name = item.is_string() ? item.get<std::string>() : item.dump();
+    bool known = false;
+    for (size_t i = 0; i < kOpCount; ++i) {
+      const auto op = static_cast<OpKind>(i);
+      if (!op_is_high_level(op) || (name != "all" && op_name(op) != name)) continue;
+      out.insert(op);
+      known = true;
+    }
+    if (!known) {
+      std::string ops;
+      for (size_t i = 0; i < kOpCount; ++i)
+        if (op_is_high_level(static_cast<OpKind>(i))) ops += std::string(ops.empty() ? "" : ", ") + std::string(op_name(static_cast<OpKind>(i)));
+      fail(field, ": '", name, "' is not a high-level op (all, ", ops, ")");
+    }
+  }
+  return out;
+}
+
+Pass decompose_pass(std::function<bool(const Node&)> native, std::set<OpKind> forced) {
+  return {"decompose", [native = std::move(native), forced = std::move(forced)](Graph& g, PassReport&) {
+            decompose(g, [&](const Node& n) { return !forced.count(n.op) && native(n); });
+          }};
+}
+
 std::vector<std::string> supported_formats() {
   std::vector<std::string> out;
   for (const auto& [name, make] : backends()) out.push_back(name);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -99,14 +100,19 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"quantization.group_size", "--quantize-group-size"},
     {"quantization.compute", "--quantize-compute"},
     {"backend.op_profile", "--onnx-ops"},
+    {"backend.decompose", "--decompose"},
 };
 
-// Flags that set one key of one backend's options: given with another format, they are an error
-// here (the other backend never sees them).
+// Flags that set one key of the backend options, and the formats that take it: given with another
+// format, they are an error here (that backend never sees them).
 struct BackendFlag {
-  std::string_view flag, format, key;
+  std::string_view flag, key;
+  std::array<std::string_view, 2> formats;
 };
-constexpr BackendFlag kBackendFlags[] = {{"--onnx-ops", "onnx", "op_profile"}};
+constexpr BackendFlag kBackendFlags[] = {
+    {"--onnx-ops", "op_profile", {"onnx", ""}},
+    {"--decompose", "decompose", {"onnx", "openvino"}},
+};
 
 // Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
 hfx::FieldSpelling cli_spelling(bool with_config) {
@@ -153,7 +159,7 @@ void parse_dim(const std::string& text, hfx::ExportConfig& config) {
 struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
   std::string format, dtype, quantize, quantize_compute, onnx_ops;
-  std::vector<std::string> dims;
+  std::vector<std::string> dims, decompose;
   bool overwrite = false, verbose = false;
   bool for_generation = false, multi_token = false, static_cache = false;
   int64_t max_cache_len = 0, batch_size = 1, group_size = 0;
@@ -182,8 +188,9 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
   parse_quantize(f.quantize, f.quantize_compute, c.quantization);
   for (const BackendFlag& b : kBackendFlags) {
     if (!given(std::string(b.flag).c_str())) continue;
-    if (c.format != b.format) hfx::fail(b.flag, " applies only to --format ", b.format);
-    c.backend[std::string(b.key)] = f.onnx_ops;
+    if (std::find(b.formats.begin(), b.formats.end(), c.format) == b.formats.end())
+      hfx::fail(b.flag, " applies only to --format ", b.formats[0]);
+    c.backend[std::string(b.key)] = b.key == "decompose" ? nlohmann::json(f.decompose) : nlohmann::json(f.onnx_ops);
   }
   return c;
 }
@@ -208,6 +215,9 @@ int main(int argc, char** argv) {
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention)");
+  exp->add_option("--decompose", flags.decompose,
+                  "high-level ops to export as their reference decomposition (e.g. Attention,RMSNorm, or all)")
+      ->delimiter(',');
   exp->add_flag("--for-generation", flags.for_generation, "export prefill/decode graphs with a KV cache");
   exp->add_flag("--multi-token-decode", flags.multi_token, "one decode graph for any query length");
   exp->add_flag("--static-cache", flags.static_cache, "fixed-size KV cache buffers written in place");

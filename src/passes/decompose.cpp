@@ -70,7 +70,7 @@ Value* decompose_rope(Builder& b, const Node& n) {
     rotated = b.reshape(b.concat({b.unary(OpKind::Neg, odd), even}, -1), xr->shape);
   } else {
     Value* x1 = b.slice(xr, -1, 0, rot / 2);
-    Value* x2 = b.slice(xr, -1, rot / 2, INT64_MAX);  // "to the end": the form RoPE fusions match
+    Value* x2 = b.slice(xr, -1, rot / 2, rot);
     rotated = b.concat({b.unary(OpKind::Neg, x2), x1}, -1);
   }
   Value* out = b.add(b.mul(xr, cos), b.mul(rotated, sin));
@@ -128,22 +128,26 @@ Value* decompose_gelu(Builder& b, const Node& n) {
   return b.mul(b.mul(x, b.scalar(0.5, t)), b.add(e, b.scalar(1.0, t)));
 }
 
-Value* decompose_node(Builder& b, const Node& n) {
-  switch (n.op) {
-    case OpKind::Linear: return decompose_linear(b, n);
-    case OpKind::QuantizedLinear: return decompose_quantized_linear(b, n);
-    case OpKind::Embedding: return decompose_embedding(b, n);
-    case OpKind::RMSNorm: return decompose_rms_norm(b, n);
-    case OpKind::RoPE: return decompose_rope(b, n);
-    case OpKind::Attention: return decompose_attention(b, n);
-    case OpKind::SiLU: return decompose_silu(b, n);
-    case OpKind::KVAppend: return b.concat({n.inputs[0], n.inputs[1]}, 2, n.attrs_as<KVAppendAttrs>().total);
-    case OpKind::GELU: return decompose_gelu(b, n);
-    default: fail("internal error: no decomposition for ", op_name(n.op));
-  }
+Value* decompose_kv_append(Builder& b, const Node& n) {
+  return b.concat({n.inputs[0], n.inputs[1]}, 2, n.attrs_as<KVAppendAttrs>().total);
 }
 
 }  // namespace
+
+Decomposition reference_decomposition(OpKind op) {
+  switch (op) {
+    case OpKind::Linear: return decompose_linear;
+    case OpKind::QuantizedLinear: return decompose_quantized_linear;
+    case OpKind::Embedding: return decompose_embedding;
+    case OpKind::RMSNorm: return decompose_rms_norm;
+    case OpKind::RoPE: return decompose_rope;
+    case OpKind::Attention: return decompose_attention;
+    case OpKind::SiLU: return decompose_silu;
+    case OpKind::KVAppend: return decompose_kv_append;
+    case OpKind::GELU: return decompose_gelu;
+    default: return nullptr;
+  }
+}
 
 void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_maps_natively) {
   std::vector<Node*> order;
@@ -162,7 +166,9 @@ void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_map
       continue;
     }
     b.set_scope(n->name.substr(0, n->name.rfind('/')));
-    Value* out = decompose_node(b, *n);
+    const Decomposition reference = reference_decomposition(n->op);
+    HFX_CHECK(reference != nullptr, "no decomposition for ", op_name(n->op));
+    Value* out = reference(b, *n);
     HFX_CHECK(out->dtype == n->outputs[0]->dtype && out->shape == n->outputs[0]->shape,
               "decomposition of ", op_name(n->op), " changed the result type");
     replaced[n->outputs[0]] = out;

@@ -8,6 +8,12 @@
 
 namespace hfx {
 
+class Builder;
+// An op's reference decomposition: emits primitives computing `n`'s result, returns it.
+using Decomposition = Value* (*)(Builder& b, const Node& n);
+// Null for primitives; every high-level op has one (tested).
+Decomposition reference_decomposition(OpKind op);
+
 // Replaces every high-level op the backend cannot map natively with its reference decomposition.
 void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_maps_natively);
 

@@ -177,7 +177,9 @@ class OnnxBackend final : public Backend {
 
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
     for (const auto& [key, value] : config.backend.items())
-      if (key != kProfileKey) fail(spell("backend"), ": unknown ONNX option '", key, "' (known: ", kProfileKey, ")");
+      if (key != kProfileKey && key != "decompose")
+        fail(spell("backend"), ": unknown ONNX option '", key, "' (known: ", kProfileKey, ", decompose)");
+    forced_decompositions(config, spell);
     if (config.backend.contains(kProfileKey) && !config.backend[kProfileKey].is_string())
       fail(spell("backend.op_profile"), " must be a string");
     const OnnxOpProfile profile = profile_of(config, spell);
@@ -195,9 +197,7 @@ class OnnxBackend final : public Backend {
         // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
         {"pack_linears", [](Graph& g, PassReport&) { pack_linears(g); }},
         {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
-        {"decompose", [profile](Graph& g, PassReport&) {
-           decompose(g, [profile](const Node& n) { return maps_natively(n, profile); });
-         }},
+        decompose_pass([profile](const Node& n) { return maps_natively(n, profile); }, forced_decompositions(config)),
         {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
     };
   }

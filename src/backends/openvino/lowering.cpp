@@ -1,0 +1,163 @@
+#include "backends/openvino/lowering.h"
+
+#include "core/error.h"
+
+namespace hfx {
+
+std::string ov_shape_attr(const Shape& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + (s[i].is_static() ? std::to_string(s[i].value()) : "?");
+  return out;
+}
+
+std::string ov_shape_attr(const std::vector<int64_t>& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out;
+}
+
+namespace {
+
+OvOpRule* rules() {
+  static OvOpRule table[kOpCount];
+  return table;
+}
+
+}  // namespace
+
+bool register_ov_rule(OpKind op, OvRule lower, OvNative native, uint32_t owned_inputs) {
+  OvOpRule& rule = rules()[static_cast<size_t>(op)];
+  HFX_CHECK(rule.lower == nullptr, "OpenVINO lowering of ", op_name(op), " registered twice");
+  rule = {lower, native, owned_inputs};
+  return true;
+}
+
+const OvOpRule& ov_rule(OpKind op) { return rules()[static_cast<size_t>(op)]; }
+
+bool ov_maps_natively(const Node& n) {
+  const OvOpRule& rule = ov_rule(n.op);
+  return rule.lower && (!rule.native || rule.native(n));
+}
+
+OvPort OvLowering::constant(const Value* v, const Value* stored, const std::string& element_type,
+                            const std::vector<int64_t>& shape, const std::string& precision) {
+  const OvPort c = net_.add("Const", "opset1", v->name,
+                            {{"element_type", element_type}, {"shape", ov_shape_attr(shape)}, {"offset", "0"}, {"size", "0"}},
+                            {}, {{stored->dtype, Shape(shape.begin(), shape.end()), "", precision}});
+  constants_.emplace_back(c.layer, stored);
+  return c;
+}
+
+OvPort OvLowering::port(const Value* v) {
+  if (const auto it = ports_.find(v); it != ports_.end()) return it->second;
+  HFX_CHECK(v->is_constant(), "OpenVINO: value '", v->name, "' used before it is produced");
+  if (v->constant->quantized) {  // the IR's layout, for a decomposed QuantizedLinear
+    std::vector<int64_t> shape;
+    for (const Dim& d : v->shape) shape.push_back(d.value());
+    return ports_[v] = constant(v, v, ov_element_type(v->dtype), shape);
+  }
+  const auto& shape = v->constant->src_shape;
+  const bool compress = v->constant->from_checkpoint() && is_float(v->dtype) && weight_dtype_ != v->dtype;
+  const Value* stored = v;
+  if (compress) {
+    stored_as_.push_back(*v);
+    stored_as_.back().dtype = weight_dtype_;
+    stored = &stored_as_.back();
+  }
+  const OvPort c = constant(v, stored, ov_element_type(stored->dtype), shape);
+  if (!compress) return ports_[v] = c;
+  const OvPort p = net_.add("Convert", "opset1", v->name + "/decompress",
+                            {{"destination_type", ov_element_type(v->dtype)}}, {c},
+                            {{v->dtype, Shape(shape.begin(), shape.end()), ""}});
+  net_.add_rt_attribute(p.layer, "decompression");
+  return ports_[v] = p;
+}
+
+// Codes as u4/u8 [N, groups, group] (u4 packs two per byte, low nibble first: the IR's layout),
+// scales as [N, groups, 1] so that they broadcast over each group. The bytes are the IR's.
+OvPort OvLowering::compressed_weight(const Value* v) {
+  if (const auto it = compressed_ports_.find(v); it != compressed_ports_.end()) return it->second;
+  HFX_CHECK(v->is_constant() && v->constant->quantized, "OpenVINO: '", v->name, "' is not a quantized weight");
+  const ConstantData::Quantized& q = *v->constant->quantized;
+  const int64_t rows = v->shape[0].value(), groups = v->shape[1].value();
+  const bool u4 = !q.scales && q.scheme.bits == 4;
+  const std::string element_type = q.scales ? ov_element_type(v->dtype) : u4 ? "u4" : "u8";
+  return compressed_ports_[v] = constant(v, v, element_type, {rows, groups, q.scales ? 1 : q.scheme.group_size},
+                                         u4 ? "U4" : "");
+}
+
+OvPort OvLowering::i64(const std::vector<int64_t>& data, std::vector<int64_t> shape) {
+  return port(b_.const_i64(data, std::move(shape)));
+}
+
+OvPort OvLowering::op(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
+                      const std::vector<OvPort>& inputs, DType dtype, const Shape& shape, const std::string& suffix) {
+  const std::string name = n.outputs[0]->name + suffix + (suffix.empty() ? "" : std::to_string(++counter_));
+  return net_.add(type, version, name, std::move(data), inputs, {{dtype, shape, ""}});
+}
+
+void OvLowering::lower(const Node& n) {
+  const OvOpRule& rule = ov_rule(n.op);
+  if (!rule.lower) fail("internal error: OpenVINO backend cannot lower ", op_name(n.op));
+  std::vector<OvPort> in;
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    in.push_back(rule.owned_inputs >> i & 1 ? OvPort{} : port(n.inputs[i]));
+  ports_[n.outputs[0]] = rule.lower(*this, n, in);
+}
+
+void OvLowering::lower_graph() {
+  std::map<const Value*, const StatePair*> state_of;
+  for (const StatePair& s : graph_.states) state_of[s.input] = state_of[s.output] = &s;
+  for (const Value* v : graph_.inputs)
+    if (!state_of.count(v)) ports_[v] = parameter(v->name, v->dtype, v->shape);
+  if (!graph_.states.empty()) lower_state_reads();
+  for (const Node* n : graph_.order) lower(*n);
+  for (const Value* v : graph_.outputs) {
+    const OvPort p = port(v);
+    if (const auto it = state_of.find(v); it != state_of.end()) {
+      net_.add("Assign", "opset6", it->second->name + "/assign", {{"variable_id", it->second->name}}, {p},
+               {net_.output(p)});
+      continue;
+    }
+    net_.set_names(p, v->name);
+    net_.add("Result", "opset1", v->name + "/sink_port_0", {}, {p}, {});
+  }
+}
+
+OvPort OvLowering::parameter(const std::string& name, DType dtype, const Shape& shape) {
+  return net_.add("Parameter", "opset1", name, {{"shape", ov_shape_attr(shape)}, {"element_type", ov_element_type(dtype)}},
+                  {}, {{dtype, shape, name}});
+}
+
+// Each cache input becomes a variable: ReadValue, initialised to an empty [batch, heads, 0, dim]
+// tensor, reordered by beam_idx, as optimum-intel and OpenVINO GenAI expect; its output is
+// written back by an Assign.
+void OvLowering::lower_state_reads() {
+  const Value* ids = graph_.inputs.front();
+  const Dim batch = ids->shape[0];
+  const OvPort beam_idx = parameter("beam_idx", DType::I32, {batch});
+  beam_idx_ = beam_idx;
+  const OvPort ids_shape = net_.add("ShapeOf", "opset3", "state_init/batch_shape", {{"output_type", "i64"}},
+                                    {ports_.at(ids)}, {{DType::I64, {Dim(2)}, ""}});
+  const OvPort batch_size = net_.add("Gather", "opset8", "state_init/batch", {{"batch_dims", "0"}},
+                                     {ids_shape, i64({0}, {1}), i64({0}, {})}, {{DType::I64, {Dim(1)}, ""}});
+  for (const StatePair& s : graph_.states) {
+    const Value* v = s.input;
+    const Shape& shape = v->shape;  // [batch, heads, past, dim]
+    const OvPort rest = i64({shape[1].value(), 0, shape[3].value()}, {3});
+    const OvPort init_shape = net_.add("Concat", "opset1", s.name + "/init_shape", {{"axis", "0"}}, {batch_size, rest},
+                                       {{DType::I64, {Dim(4)}, ""}});
+    const Shape empty{batch, shape[1], Dim(int64_t{0}), shape[3]};
+    const OvPort zeros = net_.add("Broadcast", "opset3", s.name + "/init", {{"mode", "numpy"}},
+                                  {port(b_.scalar(0.0, v->dtype)), init_shape}, {{v->dtype, empty, ""}});
+    std::string variable_shape = "?," + std::to_string(shape[1].value()) + ",?," + std::to_string(shape[3].value());
+    const OvPort read = net_.add("ReadValue", "opset6", s.name,
+                                 {{"variable_id", s.name}, {"variable_type", ov_element_type(v->dtype)},
+                                  {"variable_shape", variable_shape}},
+                                 {zeros}, {{v->dtype, shape, ""}});
+    ports_[v] = net_.add("Gather", "opset8", s.name + "/beam", {{"batch_dims", "0"}}, {read, beam_idx, i64({0}, {})},
+                         {{v->dtype, shape, ""}});
+  }
+}
+
+}  // namespace hfx

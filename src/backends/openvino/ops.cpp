@@ -1,0 +1,199 @@
+// The OpenVINO lowering of each IR op, one registered function per op (public opsets). High-level
+// ops without a rule here, or whose native predicate says no, are decomposed into primitives first.
+#include <limits>
+
+#include "backends/openvino/lowering.h"
+#include "core/error.h"
+
+namespace hfx {
+namespace {
+
+// Element-wise ops with numpy broadcasting, by their OpenVINO names.
+#define HFX_OV_ELEMENTWISE(Op, type) \
+  HFX_OV_OP(Op) { return l.result(n, type, "opset1", kOvNumpy, in); }
+HFX_OV_ELEMENTWISE(Add, "Add")
+HFX_OV_ELEMENTWISE(Sub, "Subtract")
+HFX_OV_ELEMENTWISE(Mul, "Multiply")
+HFX_OV_ELEMENTWISE(Div, "Divide")
+HFX_OV_ELEMENTWISE(Pow, "Power")
+HFX_OV_ELEMENTWISE(Max, "Maximum")
+HFX_OV_ELEMENTWISE(Equal, "Equal")
+HFX_OV_ELEMENTWISE(Less, "Less")
+HFX_OV_ELEMENTWISE(LessOrEqual, "LessEqual")
+HFX_OV_ELEMENTWISE(Greater, "Greater")
+HFX_OV_ELEMENTWISE(And, "LogicalAnd")
+HFX_OV_ELEMENTWISE(Where, "Select")
+#undef HFX_OV_ELEMENTWISE
+
+#define HFX_OV_UNARY(Op, type) \
+  HFX_OV_OP(Op) { return l.result(n, type, "opset1", {}, in); }
+HFX_OV_UNARY(Sqrt, "Sqrt")
+HFX_OV_UNARY(Exp, "Exp")
+HFX_OV_UNARY(Tanh, "Tanh")
+HFX_OV_UNARY(Erf, "Erf")
+HFX_OV_UNARY(Cos, "Cos")
+HFX_OV_UNARY(Sin, "Sin")
+HFX_OV_UNARY(Sigmoid, "Sigmoid")
+HFX_OV_UNARY(Not, "LogicalNot")
+#undef HFX_OV_UNARY
+
+// x * -1: the form OpenVINO's RoPE fusion matches in rotate_half.
+HFX_OV_OP(Neg) { return l.result(n, "Multiply", "opset1", kOvNumpy, {in[0], l.scalar(-1.0, n.inputs[0]->dtype)}); }
+
+// No public Reciprocal: 1 / x.
+HFX_OV_OP(Reciprocal) { return l.result(n, "Divide", "opset1", kOvNumpy, {l.scalar(1.0, n.inputs[0]->dtype), in[0]}); }
+
+HFX_OV_OP(BitwiseAnd) { return l.result(n, "BitwiseAnd", "opset13", kOvNumpy, in); }
+HFX_OV_OP(BitShiftRight) { return l.result(n, "BitwiseRightShift", "opset15", kOvNumpy, in); }
+
+HFX_OV_OP(MatMul) { return l.result(n, "MatMul", "opset1", {{"transpose_a", "false"}, {"transpose_b", "false"}}, in); }
+
+// The weight stays [out, in]: MatMul reads it transposed.
+HFX_OV_OP(Linear) {
+  const Value* y = n.outputs[0];
+  const bool bias = n.input(2) != nullptr;
+  OvPort out = l.op("MatMul", "opset1", n, {{"transpose_a", "false"}, {"transpose_b", "true"}}, {in[0], in[1]},
+                    y->dtype, y->shape, bias ? "/matmul" : "");
+  return bias ? l.result(n, "Add", "opset1", kOvNumpy, {out, in[2]}) : out;
+}
+
+// The weight-compression subgraph OpenVINO's CPU plugin keeps compressed (Convert -> Subtract zero
+// point -> Multiply scale), reshaped to [N, K] for a MatMul that reads it transposed. Unlike the
+// f16 path, the Convert must not carry the "decompression" mark: with it the plugin folds the
+// weights to f32 at compile time (measured). Codes, scales and bias are fetched here, in that order.
+HFX_OV_OP_RULE(QuantizedLinear, nullptr, 0b1110) {
+  const Value* codes = n.inputs[1];
+  const OvPort packed = l.compressed_weight(codes), scales = l.compressed_weight(n.inputs[2]);
+  const Value* bias = n.input(3);
+  const OvPort bias_port = bias ? l.port(bias) : OvPort{};
+  const QuantizedLinearAttrs& q = n.attrs_as<QuantizedLinearAttrs>();
+  const int64_t rows = codes->shape[0].value(), groups = codes->shape[1].value(), group = q.group_size;
+  const Shape grouped{Dim(rows), Dim(groups), Dim(group)};
+  OvPort w = l.op("Convert", "opset1", n, {{"destination_type", "f32"}}, {packed}, DType::F32, grouped, "/decompress");
+  const double zero_point = static_cast<double>(int64_t{1} << (q.bits - 1));
+  w = l.op("Subtract", "opset1", n, kOvNumpy, {w, l.scalar(zero_point, DType::F32)}, DType::F32, grouped,
+           "/zero_point");
+  w = l.op("Multiply", "opset1", n, kOvNumpy, {w, scales}, DType::F32, grouped, "/scale");
+  w = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {w, l.i64_vector({rows, groups * group})}, DType::F32,
+           Shape{Dim(rows), Dim(groups * group)}, "/weight");
+  OvPort out = l.op("MatMul", "opset1", n, {{"transpose_a", "false"}, {"transpose_b", "true"}}, {in[0], w},
+                    n.outputs[0]->dtype, n.outputs[0]->shape, bias ? "/matmul" : "");
+  return bias ? l.result(n, "Add", "opset1", kOvNumpy, {out, bias_port}) : out;
+}
+
+HFX_OV_OP(Embedding) { return l.result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], l.i64({0}, {})}); }
+
+HFX_OV_OP(Softmax) {
+  return l.result(n, "SoftMax", "opset8", {{"axis", std::to_string(n.attrs_as<AxisAttrs>().axis)}}, in);
+}
+
+OvPort lower_reduce(OvLowering& l, const char* type, const Node& n, const std::vector<OvPort>& in) {
+  const ReduceAttrs& r = n.attrs_as<ReduceAttrs>();
+  std::vector<int64_t> axes = r.axes;
+  if (axes.empty())
+    for (size_t i = 0; i < n.inputs[0]->rank(); ++i) axes.push_back(static_cast<int64_t>(i));
+  return l.result(n, type, "opset1", {{"keep_dims", r.keepdims ? "true" : "false"}}, {in[0], l.i64_vector(axes)});
+}
+HFX_OV_OP(ReduceMean) { return lower_reduce(l, "ReduceMean", n, in); }
+HFX_OV_OP(ReduceMax) { return lower_reduce(l, "ReduceMax", n, in); }
+
+HFX_OV_OP(Cast) {
+  return l.result(n, "Convert", "opset1", {{"destination_type", ov_element_type(n.attrs_as<CastAttrs>().to)}}, in);
+}
+
+HFX_OV_OP(Reshape) {
+  const auto target = reshape_target(n.inputs[0]->shape, n.attrs_as<ShapeAttrs>().shape);
+  return l.result(n, "Reshape", "opset1", {{"special_zero", "true"}}, {in[0], l.i64_vector(target)});
+}
+
+HFX_OV_OP(Transpose) { return l.result(n, "Transpose", "opset1", {}, {in[0], l.i64_vector(n.attrs_as<PermAttrs>().perm)}); }
+
+// A slice that runs to the end is written with INT32_MAX, the sentinel OpenVINO's fusion
+// patterns (RoPE's rotate_half) look for.
+HFX_OV_OP(Slice) {
+  const SliceAttrs& s = n.attrs_as<SliceAttrs>();
+  const Dim dim = n.inputs[0]->shape[static_cast<size_t>(s.axis)];
+  const bool to_end = s.end == INT64_MAX || (dim.is_static() && s.end >= dim.value());
+  const int64_t end = to_end ? std::numeric_limits<int32_t>::max() : s.end;
+  return l.result(n, "Slice", "opset8", {},
+                  {in[0], l.i64({s.start}, {1}), l.i64({end}, {1}), l.i64({1}, {1}), l.i64({s.axis}, {1})});
+}
+
+// The last axis as -1, as fusion patterns spell it.
+HFX_OV_OP(Concat) {
+  const int64_t axis = n.attrs_as<ConcatAttrs>().axis;
+  const bool last = axis == static_cast<int64_t>(n.outputs[0]->rank()) - 1;
+  return l.result(n, "Concat", "opset1", {{"axis", last ? "-1" : std::to_string(axis)}}, in);
+}
+
+HFX_OV_OP(Gather) {
+  return l.result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], l.i64({n.attrs_as<AxisAttrs>().axis}, {})});
+}
+
+HFX_OV_OP(Unsqueeze) { return l.result(n, "Unsqueeze", "opset1", {}, {in[0], l.i64_vector(n.attrs_as<AxesAttrs>().axes)}); }
+
+HFX_OV_OP(Range) {
+  return l.result(n, "Range", "opset4", {{"output_type", ov_element_type(n.outputs[0]->dtype)}}, in);
+}
+
+HFX_OV_OP(ShapeOf) { return l.result(n, "ShapeOf", "opset3", {{"output_type", "i64"}}, in); }
+
+HFX_OV_OP(Expand) { return l.result(n, "Broadcast", "opset3", {{"mode", "bidirectional"}}, in); }
+
+HFX_OV_OP(ScatterElements) {
+  return l.result(n, "ScatterElementsUpdate", "opset12", {{"reduction", "none"}, {"use_init_val", "true"}},
+                  {in[0], in[1], in[2], l.i64({n.attrs_as<AxisAttrs>().axis}, {})});
+}
+
+HFX_OV_OP(GELU) {
+  const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
+  return l.result(n, "Gelu", "opset7", {{"approximation_mode", tanh ? "TANH" : "ERF"}}, in);
+}
+
+// Grouped kv heads repeated to the query heads, the shape the CPU plugin's SDPA fusions expect:
+// [B, Hkv, T, D] -> Unsqueeze -> Broadcast [B, Hkv, G, T, D] -> Reshape [B, Hkv * G, T, D].
+OvPort repeat_kv(OvLowering& l, const Node& n, OvPort kv, const Value* value, int64_t groups) {
+  const Shape& s = value->shape;
+  const Shape five{s[0], s[1], Dim(groups), s[2], s[3]};
+  const OvPort unsqueezed = l.op("Unsqueeze", "opset1", n, {}, {kv, l.i64({2}, {1})}, value->dtype,
+                                 {s[0], s[1], Dim(int64_t{1}), s[2], s[3]}, "/kv_unsqueeze");
+  const OvPort target = l.i64({1, 1, groups, 1, 1}, {5});
+  const OvPort broadcast = l.op("Broadcast", "opset3", n, {{"mode", "bidirectional"}}, {unsqueezed, target},
+                                value->dtype, five, "/kv_broadcast");
+  const Shape four{s[0], Dim(s[1].value() * groups), s[2], s[3]};
+  return l.op("Reshape", "opset1", n, {{"special_zero", "true"}}, {broadcast, l.i64(reshape_target(five, four), {4})},
+              value->dtype, four, "/kv_reshape");
+}
+
+bool no_softcap(const Node& n) { return n.attrs_as<AttentionAttrs>().softcap == 0.0; }  // SDPA has none
+
+// ScaledDotProductAttention (opset13) with an additive mask: masked scores get the lowest finite
+// value so fully padded rows stay finite, as in the reference decomposition.
+HFX_OV_OP_NATIVE(Attention, no_softcap) {
+  const Value* q = n.inputs[0];
+  const int64_t groups = q->shape[1].value() / n.inputs[1]->shape[1].value();
+  OvPort k = in[1], v = in[2];
+  if (groups > 1) {
+    k = repeat_kv(l, n, k, n.inputs[1], groups);
+    v = repeat_kv(l, n, v, n.inputs[2], groups);
+  }
+  std::vector<OvPort> inputs{in[0], k, v};
+  if (const Value* mask = n.input(3)) {
+    OvPort& additive = l.additive_mask(mask);
+    if (additive.layer < 0) {
+      const float lowest = q->dtype == DType::F16 ? -65504.0f : std::numeric_limits<float>::lowest();
+      additive = l.op("Select", "opset1", n, kOvNumpy, {in[3], l.scalar(0.0, q->dtype), l.scalar(lowest, q->dtype)},
+                      q->dtype, mask->shape, "/additive_mask");
+    }
+    inputs.push_back(additive);
+  } else {
+    inputs.push_back(l.scalar(0.0, q->dtype));
+  }
+  const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
+  HFX_CHECK(a.softcap == 0.0, "OpenVINO SDPA has no softcap (decompose instead)");
+  inputs.push_back(l.scalar(a.scale, q->dtype));
+  return l.result(n, "ScaledDotProductAttention", "opset13", {{"causal", "false"}}, inputs);
+}
+
+}  // namespace
+}  // namespace hfx
