@@ -109,7 +109,7 @@ def test_fixed_dims_make_a_static_graph_that_matches_transformers(fmt, tiny, tmp
         ([], {"dynamc": True}, ["config.json", "unknown key 'dynamc'"]),
         ([], {"generation": {"max_cache_len": "8"}}, ["config.json", "max_cache_len", "integer"]),
         ([], {"backend": {"opset": 17}}, ["unknown ONNX option 'opset'"]),
-        ([], {"format": "openvino", "backend": {"op_profile": "ort"}}, ["openvino", "unknown OpenVINO option 'op_profile'"]),
+        ([], {"format": "openvino", "backend": {"op_profile": "ort"}}, ["unknown OpenVINO option 'op_profile'"]),
         ([], {"backend": {"op_profile": "fast"}}, ["--onnx-ops", "op_profile", "'fast'"]),
         ([], {"generation": {"cache_implementation": "offloaded"}}, ["'offloaded'", "cache implementation"]),
     ],
