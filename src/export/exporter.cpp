@@ -191,7 +191,7 @@ void run_export(const fs::path& model_dir, const fs::path& out_dir, const Export
       components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
                                                     {"kept_float", report.quantization.kept_float}};
     if (c.name == manifest::component::kDecode)
-      for (const StatePair& state : c.graph->states) {
+      for (const StatePair& state : c.graph->state_pairs) {
         if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
         else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
       }

@@ -65,8 +65,14 @@ struct GELUAttrs {
   GeluApproximation approximate = GeluApproximation::None;
 };
 
+struct StateAttrs {
+  int64_t state = 0;           // index into Graph::states
+  DType dtype = DType::F32;    // the result's type: the state as read, or as updated
+  Shape shape;
+};
+
 using OpAttrs = std::variant<NoAttrs, AxisAttrs, AxesAttrs, ReduceAttrs, CastAttrs, ShapeAttrs, PermAttrs, SliceAttrs,
                              ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, AttentionAttrs,
-                             KVAppendAttrs, GELUAttrs>;
+                             KVAppendAttrs, GELUAttrs, StateAttrs>;
 
 }  // namespace hfx

@@ -225,6 +225,24 @@ Value* Builder::kv_append(Value* past, Value* fresh, Dim total) {
   return emit(OpKind::KVAppend, {past, fresh}, KVAppendAttrs{total});
 }
 
+int64_t Builder::declare_state(StateDecl decl) {
+  for (const StateDecl& s : g_.states) HFX_CHECK(s.name != decl.name, "state '", decl.name, "' declared twice");
+  g_.states.push_back(std::move(decl));
+  return static_cast<int64_t>(g_.states.size()) - 1;
+}
+
+Value* Builder::state_read(int64_t state) {
+  const StateDecl& s = g_.states.at(static_cast<size_t>(state));
+  return emit(OpKind::StateRead, {}, StateAttrs{state, s.dtype, s.shape});
+}
+
+Value* Builder::state_update(int64_t state, Value* current, Value* fresh, Value* positions, Shape shape) {
+  const StateDecl& s = g_.states.at(static_cast<size_t>(state));
+  std::vector<Value*> inputs{current, fresh};
+  if (positions) inputs.push_back(positions);
+  return emit(OpKind::StateUpdate, std::move(inputs), StateAttrs{state, s.dtype, std::move(shape)});
+}
+
 Value* Builder::silu(Value* x) { return emit(OpKind::SiLU, {x}); }
 
 Value* Builder::gelu(Value* x, GeluApproximation approximate) { return emit(OpKind::GELU, {x}, GELUAttrs{approximate}); }

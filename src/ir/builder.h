@@ -66,6 +66,13 @@ class Builder {
   Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);
   Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap);
   Value* kv_append(Value* past, Value* fresh, Dim total);
+  // Declares state in the graph; returns its index for state_read / state_update.
+  int64_t declare_state(StateDecl decl);
+  // The state as this call finds it (its declared type).
+  Value* state_read(int64_t state);
+  // The state after this call writes `fresh` into `current` (null: the call starts the state) by the
+  // state's update policy; `positions` for policies that write at positions. Typed `dtype shape`.
+  Value* state_update(int64_t state, Value* current, Value* fresh, Value* positions, Shape shape);
   Value* silu(Value* x);
   Value* gelu(Value* x, GeluApproximation approximate);
 

@@ -18,7 +18,7 @@
 namespace hfx {
 
 enum class OpKind : uint8_t {
-#define X(name, high_level, inputs, attrs) name,
+#define X(name, cls, inputs, attrs) name,
 #include "ir/ops.def"
 #undef X
 };
@@ -36,10 +36,12 @@ struct InputSpec {
   bool variadic = false;  // takes one or more values (the last slot)
 };
 
+enum class OpClass { Primitive, HighLevel, State };
+
 // Everything the op table says about an op.
 struct OpInfo {
   std::string_view name;
-  bool high_level;
+  OpClass cls;
   std::vector<InputSpec> inputs;
   size_t attrs_index;  // the OpAttrs alternative the op carries
   // The results' types (shape rule); throws Error("internal error: ...") for inputs or
@@ -50,8 +52,9 @@ struct OpInfo {
 const OpInfo& op_info(OpKind op);
 std::string_view op_name(OpKind op);
 bool op_is_high_level(OpKind op);
+bool op_is_state(OpKind op);
 inline constexpr size_t kOpCount = 0
-#define X(name, high_level, inputs, attrs) +1
+#define X(name, cls, inputs, attrs) +1
 #include "ir/ops.def"
 #undef X
     ;
@@ -115,12 +118,36 @@ struct Node {
   [[noreturn]] void fail_attrs() const;
 };
 
-// A cache tensor carried from one run to the next: read from `input`, written to `output`.
-// Backends lower the pair (ONNX: past/present or in-place input/output pair, OpenVINO:
-// ReadValue/Assign, ...).
-struct StatePair {
+// State a graph carries from one call to the next, declared by the frontend and read / updated by
+// StateRead / StateUpdate ops. How it reaches the runtime is each backend's state pass: graph
+// inputs and outputs (ONNX past/present, or in-place input./output. pairs), ReadValue/Assign
+// variables (OpenVINO), mutable buffers (ExecuTorch, .pt2).
+enum class StateKind {
+  KeyValue,       // self-attention keys or values, [batch, kv_heads, length, head_dim]
+  CrossKeyValue,  // cross-attention keys or values, computed once from the encoder
+  Recurrent,      // a recurrent / linear-attention state (SSMs, hybrid models)
+  Convolution,    // the last inputs of a causal convolution
+};
+enum class StateUpdatePolicy {
+  Append,     // the fresh rows are appended: the length grows by the query length
+  Slots,      // fixed length; rows are written at the slots their positions name
+  Ring,       // fixed `window` slots; rows are written at position mod window (sliding windows)
+  WriteOnce,  // written by the first call, read unchanged by later ones (cross-attention)
+  Replace,    // each call's result replaces the state (recurrent, convolution)
+};
+struct StateDecl {
   std::string name;  // e.g. past_key_values.0.key
-  Value* input;
+  StateKind kind = StateKind::KeyValue;
+  StateUpdatePolicy update = StateUpdatePolicy::Append;
+  DType dtype = DType::F32;
+  Shape shape;         // as a call reads it (e.g. [batch, kv_heads, past_sequence, head_dim])
+  int64_t window = 0;  // Ring: the number of slots
+};
+
+// Where a lowered state enters and leaves the graph (after a backend's state pass).
+struct StatePair {
+  std::string name;  // the state's name
+  Value* input;      // null when the graph starts the state (prefill)
   Value* output;
 };
 
@@ -137,7 +164,8 @@ class Graph {
   std::vector<Value*> inputs;
   std::vector<Value*> outputs;
   std::vector<Node*> order;  // topological
-  std::vector<StatePair> states;
+  std::vector<StateDecl> states;       // declared by the frontend
+  std::vector<StatePair> state_pairs;  // filled by a backend's state pass
   const std::deque<Symbol>& symbols() const { return symbols_; }
   std::vector<Value*> constants() const;  // every constant used by a node in `order`
 

@@ -219,6 +219,12 @@ Types rule_kv_append(const Inputs& in, const OpAttrs& a) {
   return one(in[0]->dtype, std::move(out));
 }
 
+// State ops' results have the type the frontend recorded from the state's declaration.
+Types rule_state(const Inputs&, const OpAttrs& a) {
+  const StateAttrs& s = attrs<StateAttrs>(a);
+  return one(s.dtype, s.shape);
+}
+
 // Each op's rule under the name the table expects.
 #define RULE(op, rule) \
   Types infer_##op(const Inputs& in, const OpAttrs& a) { return rule(in, a); }
@@ -270,6 +276,8 @@ RULE(RMSNorm, rule_rms_norm)
 RULE(RoPE, rule_rope)
 RULE(Attention, rule_attention)
 RULE(KVAppend, rule_kv_append)
+RULE(StateRead, rule_state)
+RULE(StateUpdate, rule_state)
 #undef RULE
 
 template <class A>
@@ -293,7 +301,7 @@ std::vector<InputSpec> parse_inputs(std::string_view spec) {
 
 const std::vector<OpInfo>& table() {
   static const std::vector<OpInfo> ops = {
-#define X(name, high_level, inputs, attrs) {#name, high_level, parse_inputs(inputs), attrs_index<attrs>(), infer_##name},
+#define X(name, cls, inputs, attrs) {#name, OpClass::cls, parse_inputs(inputs), attrs_index<attrs>(), infer_##name},
 #include "ir/ops.def"
 #undef X
   };
@@ -304,7 +312,8 @@ const std::vector<OpInfo>& table() {
 
 const OpInfo& op_info(OpKind op) { return table()[static_cast<size_t>(op)]; }
 std::string_view op_name(OpKind op) { return op_info(op).name; }
-bool op_is_high_level(OpKind op) { return op_info(op).high_level; }
+bool op_is_high_level(OpKind op) { return op_info(op).cls == OpClass::HighLevel; }
+bool op_is_state(OpKind op) { return op_info(op).cls == OpClass::State; }
 
 std::vector<ValueType> infer_types(OpKind op, const std::vector<Value*>& inputs, const OpAttrs& attrs) {
   const OpInfo& info = op_info(op);
@@ -314,7 +323,7 @@ std::vector<ValueType> infer_types(OpKind op, const std::vector<Value*>& inputs,
   for (const InputSpec& s : specs) required += !s.optional;
   if (inputs.size() < required || (!variadic && inputs.size() > specs.size()))
     fail("internal error: ", info.name, " takes ", specs.size(), " inputs, got ", inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < inputs.size() && !specs.empty(); ++i) {
     const InputSpec& s = specs[std::min(i, specs.size() - 1)];
     if (!inputs[i] && !s.optional) fail("internal error: ", info.name, " input '", s.name, "' is missing");
   }

@@ -66,33 +66,28 @@ Value* DecoderIO::static_mask(std::optional<int64_t> window) {
   return b_.logical_and(attention_mask_, in_window);
 }
 
+// Declares the layer's cache as graph state and updates it with this call's rows; a backend's
+// state pass decides how the state reaches the runtime.
 Value* DecoderIO::update_one(const std::string& name, Value* fresh) {
-  Graph& g = b_.graph();
   const Dim kv(cache_.kv_heads), head(cache_.head_dim);
   switch (variant_.cache) {
     case CacheKind::None:
       return fresh;
     case CacheKind::Dynamic: {
-      const std::string present = "present" + name.substr(name.find('.'));
-      if (!variant_.has_past) {
-        cache_outputs_.emplace_back(present, fresh);
-        return fresh;
-      }
-      Value* past = b_.input(name, cache_.dtype, {batch_, kv, *past_, head});
-      Value* all = b_.kv_append(past, fresh, *total_);
-      cache_outputs_.emplace_back(present, all);
-      g.states.push_back({name, past, all});
-      return all;
+      const Dim past = variant_.has_past ? *past_ : Dim(int64_t{0});
+      const int64_t state = b_.declare_state({name, StateKind::KeyValue, StateUpdatePolicy::Append, cache_.dtype,
+                                              {batch_, kv, past, head}});
+      if (!variant_.has_past) return b_.state_update(state, nullptr, fresh, nullptr, fresh->shape);
+      Value* current = b_.state_read(state);
+      return b_.state_update(state, current, fresh, nullptr, {batch_, kv, *total_, head});
     }
     case CacheKind::Static: {
-      // Rows are written at the slots their positions name; the buffer keeps its shape, so a
-      // runtime can bind input and output to the same memory.
-      Value* buffer = b_.input("input." + name, cache_.dtype, {batch_, kv, *total_, head});
-      Value* slots = b_.expand(b_.unsqueeze(position_ids_, {1, 3}), b_.shape_of(fresh), fresh->shape);
-      Value* written = b_.scatter_elements(buffer, slots, fresh, 2);
-      cache_outputs_.emplace_back("output." + name, written);
-      g.states.push_back({name, buffer, written});
-      return written;
+      // Rows go to the slots their positions name; the buffer keeps its shape, so a runtime can
+      // bind the state's input and output to the same memory.
+      const int64_t state = b_.declare_state({name, StateKind::KeyValue, StateUpdatePolicy::Slots, cache_.dtype,
+                                              {batch_, kv, *total_, head}});
+      Value* buffer = b_.state_read(state);
+      return b_.state_update(state, buffer, fresh, position_ids_, buffer->shape);
     }
   }
   fail("internal error: cache kind");
@@ -103,9 +98,6 @@ std::pair<Value*, Value*> DecoderIO::update_cache(int64_t layer, Value* k, Value
   return {update_one(base + ".key", k), update_one(base + ".value", v)};
 }
 
-void DecoderIO::finish(Value* logits) {
-  b_.output(logits, "logits");
-  for (auto& [name, v] : cache_outputs_) b_.output(v, name);
-}
+void DecoderIO::finish(Value* logits) { b_.output(logits, "logits"); }
 
 }  // namespace hfx

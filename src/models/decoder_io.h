@@ -38,10 +38,10 @@ class DecoderIO {
   // [batch, 1, query, keys] bool, true = attend: causal over cache slots, padding, and the window
   // (query position - key position < window) when given. Built once per window size.
   Value* mask(std::optional<int64_t> sliding_window);
-  // Stores this step's keys/values ([batch, kv_heads, query, head_dim]) in the cache and returns
-  // the keys/values attention reads.
+  // Stores this step's keys/values ([batch, kv_heads, query, head_dim]) in the cache (graph state
+  // past_key_values.{layer}.key / .value) and returns the keys/values attention reads.
   std::pair<Value*, Value*> update_cache(int64_t layer, Value* k, Value* v);
-  // Registers logits and the cache outputs (in layer order) as graph outputs.
+  // Registers the logits as the graph output (state outputs are the backend's state pass's).
   void finish(Value* logits);
 
  private:
@@ -58,8 +58,6 @@ class DecoderIO {
   Value* attention_mask_;
   Value* position_ids_;
   std::map<std::optional<int64_t>, Value*> masks_;
-  std::vector<std::pair<std::string, Value*>> cache_outputs_;
-  std::vector<Value*> cache_inputs_;
 };
 
 }  // namespace hfx

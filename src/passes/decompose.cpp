@@ -178,7 +178,7 @@ void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_map
     if (r != out) r->name = out->name;
     out = r;
   }
-  for (StatePair& state : graph.states) state.output = remap(state.output);
+  for (StatePair& state : graph.state_pairs) state.output = remap(state.output);
   graph.order = std::move(order);
 }
 

@@ -30,6 +30,11 @@ struct QuantizeReport {
 // from the weight when written); Linears whose input size the group size does not divide stay.
 QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q);
 
+// Lowers graph state (StateRead / StateUpdate) to graph inputs and outputs: append updates to
+// past/present + KVAppend, slot updates to in-place input./output. pairs + ScatterElements; fills
+// graph.state_pairs.
+void lower_state_as_io(Graph& graph);
+
 // Drops nodes whose results nothing uses.
 void eliminate_dead_code(Graph& graph);
 

@@ -3,8 +3,10 @@
 // (and a reference decomposition whenever its rule may decline a node).
 #include <gtest/gtest.h>
 
+#include "backends/backend.h"
 #include "backends/onnx/lowering.h"
 #include "backends/openvino/lowering.h"
+#include "ir/builder.h"
 #include "ir/graph.h"
 #include "passes/passes.h"
 
@@ -13,6 +15,7 @@ namespace {
 
 void check_op(const std::string& backend, OpKind op, bool has_rule, bool may_decline) {
   const std::string_view name = op_name(op);
+  if (op_is_state(op)) return;  // lowered by each backend's state pass (StateOpsLeaveEveryPipeline)
   if (!op_is_high_level(op)) {
     EXPECT_TRUE(has_rule) << backend << " cannot lower the primitive " << name;
     return;
@@ -43,6 +46,84 @@ TEST(LoweringCoverage, FusedOpsStayFused) {
     EXPECT_NE(onnx_rule(op).lower, nullptr) << op_name(op);
   for (OpKind op : {OpKind::Linear, OpKind::Embedding, OpKind::Attention, OpKind::QuantizedLinear, OpKind::GELU})
     EXPECT_NE(ov_rule(op).lower, nullptr) << op_name(op);
+}
+
+// A graph with state of both update policies: a decode step appending to a dynamic cache, a
+// prefill starting one, and a static cache written at positions.
+struct StateGraph {
+  Graph g;
+  Builder b{g};
+  const Symbol* batch = g.symbol("batch", 1, 4);
+  const Symbol* past = g.symbol("past", 0, 15);
+  const Symbol* total = g.symbol("total", 1, 16);
+  Value* x = b.input("x", DType::F32, {batch, 2, 1, 8});
+  Value* positions = b.input("position_ids", DType::I64, {batch, 1});
+
+  void append() {
+    const int64_t s = b.declare_state({"past_key_values.0.key", StateKind::KeyValue, StateUpdatePolicy::Append,
+                                       DType::F32, {batch, 2, past, 8}});
+    b.output(b.reduce(OpKind::ReduceMax, b.state_update(s, b.state_read(s), x, nullptr, {batch, 2, total, 8}), {}, false),
+             "y");
+  }
+  void start() {
+    const int64_t s = b.declare_state({"past_key_values.0.value", StateKind::KeyValue, StateUpdatePolicy::Append,
+                                       DType::F32, {batch, 2, int64_t{0}, 8}});
+    b.state_update(s, nullptr, b.unary(OpKind::Neg, x), nullptr, x->shape);
+  }
+  void slots() {
+    const int64_t s = b.declare_state({"past_key_values.1.key", StateKind::KeyValue, StateUpdatePolicy::Slots,
+                                       DType::F32, {batch, 2, total, 8}});
+    Value* buffer = b.state_read(s);
+    b.state_update(s, buffer, x, positions, buffer->shape);
+  }
+};
+
+bool has_state_ops(const Graph& g) {
+  for (const Node* n : g.order)
+    if (op_is_state(n->op)) return true;
+  return false;
+}
+
+TEST(StateLowering, InputsOutputsAndPairs) {
+  StateGraph s;
+  s.append();
+  s.start();
+  s.slots();
+  EXPECT_EQ(s.g.states.size(), 3u);
+  lower_state_as_io(s.g);
+  verify(s.g);
+  EXPECT_FALSE(has_state_ops(s.g));
+  std::vector<std::string> inputs, outputs;
+  for (const Value* v : s.g.inputs) inputs.push_back(v->name);
+  for (const Value* v : s.g.outputs) outputs.push_back(v->name);
+  EXPECT_EQ(inputs, (std::vector<std::string>{"x", "position_ids", "past_key_values.0.key", "input.past_key_values.1.key"}));
+  EXPECT_EQ(outputs, (std::vector<std::string>{"y", "present.0.key", "present.0.value", "output.past_key_values.1.key"}));
+  ASSERT_EQ(s.g.state_pairs.size(), 3u);
+  const StatePair& append = s.g.state_pairs[0];
+  EXPECT_EQ(append.output->producer->op, OpKind::KVAppend);
+  EXPECT_EQ(append.output->shape[2], Dim(s.total));
+  EXPECT_EQ(s.g.state_pairs[1].input, nullptr);  // started by this call: its output is the fresh rows
+  EXPECT_EQ(s.g.state_pairs[1].output->producer->op, OpKind::Neg);
+  const StatePair& slots = s.g.state_pairs[2];
+  EXPECT_EQ(slots.output->producer->op, OpKind::ScatterElements);
+  EXPECT_EQ(slots.input->shape, slots.output->shape);  // one buffer can serve both
+}
+
+// Every backend's pipeline lowers the state ops it is given (the kinds its capabilities allow).
+TEST(StateLowering, StateOpsLeaveEveryPipeline) {
+  for (const std::string format : {"onnx", "openvino"}) {
+    StateGraph s;
+    s.append();
+    if (format == "onnx") s.slots();
+    const auto backend = make_backend(format);
+    ExportConfig config;
+    config.format = format;
+    PassReport report;
+    for (const Pass& pass : backend->passes(backend->graph_config(config))) pass.run(s.g, report);
+    verify(s.g);
+    EXPECT_FALSE(has_state_ops(s.g)) << format;
+    EXPECT_EQ(s.g.state_pairs.size(), s.g.states.size()) << format;
+  }
 }
 
 }  // namespace

@@ -44,11 +44,10 @@ std::unique_ptr<Written> write_model(DType dtype, bool with_state) {
   if (with_state) {
     const Symbol* past = g.symbol("past", 0, 16);
     const Symbol* total = g.symbol("total", 1, 16);
-    Value* cache = b.input("past_key_values.0.key", DType::F32, {batch, 1, past, 3});
+    const int64_t state = b.declare_state({"past_key_values.0.key", StateKind::KeyValue, StateUpdatePolicy::Append,
+                                           DType::F32, {batch, 1, past, 3}});
     Value* fresh = b.unsqueeze(b.unsqueeze(y, {1}), {1});
-    Value* all = b.kv_append(cache, fresh, total);
-    b.output(all, "present.0.key");
-    g.states.push_back({"past_key_values.0.key", cache, all});
+    b.state_update(state, b.state_read(state), fresh, nullptr, {batch, 1, total, 3});  // the state pass keeps it
   }
   w->component = test::write_component("openvino", with_state ? "decode" : "model", g, w->dir.path(),
                                         test::with_dtype(dtype));

@@ -193,6 +193,7 @@ class OnnxBackend final : public Backend {
     const OnnxOpProfile profile = profile_of(config);
     const WeightQuantization quantize = resolve_compute(config.quantization, profile);
     return {
+        {"lower_state", [](Graph& g, PassReport&) { lower_state_as_io(g); }},
         // onnxruntime runs each MatMul as its own thread-pool round; batch-1 decode gains from fewer,
         // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
         {"pack_linears", [](Graph& g, PassReport&) { pack_linears(g); }},

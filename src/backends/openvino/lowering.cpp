@@ -107,10 +107,10 @@ void OvLowering::lower(const Node& n) {
 
 void OvLowering::lower_graph() {
   std::map<const Value*, const StatePair*> state_of;
-  for (const StatePair& s : graph_.states) state_of[s.input] = state_of[s.output] = &s;
+  for (const StatePair& s : graph_.state_pairs) state_of[s.input] = state_of[s.output] = &s;
   for (const Value* v : graph_.inputs)
     if (!state_of.count(v)) ports_[v] = parameter(v->name, v->dtype, v->shape);
-  if (!graph_.states.empty()) lower_state_reads();
+  if (!graph_.state_pairs.empty()) lower_state_reads();
   for (const Node* n : graph_.order) lower(*n);
   for (const Value* v : graph_.outputs) {
     const OvPort p = port(v);
@@ -141,7 +141,7 @@ void OvLowering::lower_state_reads() {
                                     {ports_.at(ids)}, {{DType::I64, {Dim(2)}, ""}});
   const OvPort batch_size = net_.add("Gather", "opset8", "state_init/batch", {{"batch_dims", "0"}},
                                      {ids_shape, i64({0}, {1}), i64({0}, {})}, {{DType::I64, {Dim(1)}, ""}});
-  for (const StatePair& s : graph_.states) {
+  for (const StatePair& s : graph_.state_pairs) {
     const Value* v = s.input;
     const Shape& shape = v->shape;  // [batch, heads, past, dim]
     const OvPort rest = i64({shape[1].value(), 0, shape[3].value()}, {3});

@@ -46,7 +46,7 @@ class OpenVinoWriter final : public ExportWriter {
 
     WrittenComponent written{stem + ".xml", {stem + ".bin"}, {}, {}, lowering.stateful()};
     std::set<const Value*> state_values;
-    for (const StatePair& s : graph.states) state_values.insert({s.input, s.output});
+    for (const StatePair& s : graph.state_pairs) state_values.insert({s.input, s.output});
     for (const Value* v : graph.inputs)
       if (!state_values.count(v)) written.inputs.push_back({v->name, v->dtype, v->shape});
     if (lowering.stateful()) written.inputs.push_back({"beam_idx", DType::I32, {graph.inputs.front()->shape[0]}});
@@ -96,6 +96,8 @@ class OpenVinoBackend final : public Backend {
     WeightQuantization quantize = config.quantization;
     if (quantize.enabled()) quantize.compute = WeightQuantization::Compute::Float;  // the IR holds no choice
     return {
+        // The cache as past/present pairs first; the writer turns each pair into a variable.
+        {"lower_state", [](Graph& g, PassReport&) { lower_state_as_io(g); }},
         {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
         decompose_pass(ov_maps_natively, forced_decompositions(config)),
         {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
