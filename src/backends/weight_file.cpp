@@ -36,7 +36,7 @@ void transpose_tiles(const std::byte* src_bytes, std::byte* dst_bytes, size_t ro
     }
 }
 
-void transpose(const std::byte* src, std::byte* dst, size_t rows, size_t cols, size_t elem_size) {
+void transpose_matrix(const std::byte* src, std::byte* dst, size_t rows, size_t cols, size_t elem_size) {
   switch (elem_size) {
     case 1: return transpose_tiles<uint8_t>(src, dst, rows, cols);
     case 2: return transpose_tiles<uint16_t>(src, dst, rows, cols);
@@ -88,41 +88,97 @@ uint64_t output_bytes(const WeightFile::Item& item) {
   return numel * dtype_size(v.dtype);
 }
 
-// A constant's source segments: its checkpoint parts (stacked along axis 0), or its owned bytes.
+// The contiguous pieces of a constant that is its source bytes as they are (a tensor, owned bytes,
+// or a stack of those): streamed without evaluating anything. Empty for other expressions.
 struct Segment {
   const std::byte* data;
   size_t nbytes;
-  const TensorInfo* tensor;  // null for owned bytes
+  const TensorView* tensor;  // null for owned bytes
 };
 
-std::vector<Segment> segments(const ConstantData& c) {
-  if (!c.from_checkpoint()) return {{c.owned.data(), c.owned.size(), nullptr}};
-  std::vector<Segment> out;
-  for (const TensorInfo* t : c.parts) out.push_back({t->data, t->nbytes, t});
-  return out;
+bool segments(const ConstantData& c, std::vector<Segment>& out) {
+  using Op = ConstantData::Op;
+  switch (c.op) {
+    case Op::Tensor: out.push_back({c.tensor->data, c.tensor->nbytes, c.tensor}); return true;
+    case Op::Owned: out.push_back({c.owned.data(), c.owned.size(), nullptr}); return true;
+    case Op::Stack:
+      for (const auto& part : c.args)
+        if (!segments(*part, out)) return false;
+      return true;
+    default: return false;
+  }
 }
 
 void release(const Segment& s, const std::byte* p, size_t n) {
-  if (s.tensor) s.tensor->file->release(p, n);
+  if (s.tensor) s.tensor->release(p, n);
 }
 
-// Calls fn(src, first_row, rows) for consecutive bands of at most `band` rows of a [rows, cols]
-// constant, stacked parts included (first_row counts across parts), releasing each band's source
-// pages once fn has used them.
-template <class Fn>
-void for_each_row_band(const ConstantData& c, size_t cols, size_t band, Fn&& fn) {
-  const size_t row_bytes = cols * dtype_size(c.src_dtype);
-  if (row_bytes == 0) return;  // no columns: nothing to write
-  size_t first_row = 0;
-  for (const Segment& s : segments(c)) {
-    const size_t part_rows = s.nbytes / row_bytes;
-    for (size_t r0 = 0; r0 < part_rows; r0 += band) {
-      const size_t nr = std::min(band, part_rows - r0);
-      const std::byte* src = s.data + r0 * row_bytes;
-      fn(src, first_row + r0, nr);
-      release(s, src, nr * row_bytes);
+// Writes rows [first, first + count) of what `c` yields into `out`, as `dtype`; source pages are
+// released once read. Expressions evaluate their operands' rows (a transpose reads its operand's
+// columns in bands), so memory stays bounded by the band.
+void read_rows(const ConstantData& c, size_t first, size_t count, DType dtype, std::byte* out) {
+  using Op = ConstantData::Op;
+  const size_t elems = c.row_elems(), out_size = dtype_size(dtype);
+  switch (c.op) {
+    case Op::Tensor:
+    case Op::Owned: {
+      const size_t row_bytes = elems * dtype_size(c.src_dtype);
+      const std::byte* src = c.bytes() + first * row_bytes;
+      if (dtype == c.src_dtype) std::memcpy(out, src, count * row_bytes);
+      else convert_floats(src, c.src_dtype, out, dtype, count * elems);
+      if (c.op == Op::Tensor) c.tensor->release(src, count * row_bytes);
+      return;
     }
-    first_row += part_rows;
+    case Op::Stack: {
+      size_t start = 0;  // first row of the current part in the whole
+      for (const auto& part : c.args) {
+        const size_t rows = part->rows();
+        const size_t lo = std::max(first, start), hi = std::min(first + count, start + rows);
+        if (lo < hi) read_rows(*part, lo - start, hi - lo, dtype, out + (lo - first) * elems * out_size);
+        start += rows;
+      }
+      return;
+    }
+    case Op::SliceRows:
+      return read_rows(*c.args[0], static_cast<size_t>(c.begin) + first, count, dtype, out);
+    case Op::AddScalar: {
+      std::vector<float> values(count * elems);
+      read_rows(*c.args[0], first, count, DType::F32, reinterpret_cast<std::byte*>(values.data()));
+      for (float& v : values) v += static_cast<float>(c.scalar);
+      convert_floats(values.data(), DType::F32, out, dtype, values.size());
+      return;
+    }
+    case Op::Transpose: {  // out[i][r] = x[r][first + i] for x = [R, C]
+      const ConstantData& x = *c.args[0];
+      const size_t rows = x.rows(), cols = x.row_elems();
+      const size_t band = std::max<size_t>(1, kBandBytes / std::max<size_t>(1, cols * out_size));
+      std::vector<std::byte> tmp;
+      for (size_t r0 = 0; r0 < rows; r0 += band) {
+        const size_t nr = std::min(band, rows - r0);
+        tmp.resize(nr * cols * out_size);
+        read_rows(x, r0, nr, dtype, tmp.data());
+        for (size_t i = 0; i < count; ++i)
+          for (size_t r = 0; r < nr; ++r)
+            std::memcpy(out + (i * rows + r0 + r) * out_size, tmp.data() + (r * cols + first + i) * out_size, out_size);
+      }
+      return;
+    }
+    case Op::Quantize:
+      fail("internal error: rows of a quantized constant are written by write_quantized");
+  }
+}
+
+// Calls fn(band, first_row, rows) for consecutive bands of at most `band` rows of what `c` yields,
+// each converted to `dtype` in `scratch`.
+template <class Fn>
+void for_each_row_band(const ConstantData& c, DType dtype, size_t band, std::vector<std::byte>& scratch, Fn&& fn) {
+  const size_t rows = c.rows(), row_bytes = c.row_elems() * dtype_size(dtype);
+  if (row_bytes == 0) return;  // no columns: nothing to write
+  for (size_t r0 = 0; r0 < rows; r0 += band) {
+    const size_t nr = std::min(band, rows - r0);
+    scratch.resize(nr * row_bytes);
+    read_rows(c, r0, nr, dtype, scratch.data());
+    fn(scratch.data(), r0, nr);
   }
 }
 
@@ -131,24 +187,30 @@ void for_each_row_band(const ConstantData& c, size_t cols, size_t band, Fn&& fn)
 void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch) const {
   const Value& v = *item.value;
   HFX_CHECK(v.is_constant(), "append of non-constant ", v.name);
-  const ConstantData& c = *v.constant;
-  const size_t in_size = dtype_size(c.src_dtype), out_size = dtype_size(v.dtype);
-  const bool convert = c.src_dtype != v.dtype;
-  if (c.quantized) {
+  const ConstantData* c = v.constant.get();
+  if (c->quantized) {
     HFX_CHECK(!item.transpose, "transposed quantized constant ", v.name);
     return write_quantized(v, offset, scratch);
   }
-  HFX_CHECK(!convert || (is_float(c.src_dtype) && is_float(v.dtype)), "cast of ", v.name);
-  if (!item.transpose) {
+  HFX_CHECK(c->src_dtype == v.dtype || (is_float(c->src_dtype) && is_float(v.dtype)), "cast of ", v.name);
+  bool transpose = item.transpose;
+  if (transpose && c->op == ConstantData::Op::Transpose) {  // stored transposed: the two cancel
+    c = c->args[0].get();
+    transpose = false;
+  }
+  const size_t in_size = dtype_size(c->src_dtype), out_size = dtype_size(v.dtype);
+  std::vector<Segment> pieces;
+  if (!transpose && segments(*c, pieces)) {  // the source bytes as they are: stream them
+    const bool convert = c->src_dtype != v.dtype;
     const size_t chunk = std::max<size_t>(1, kChunkBytes / std::max(in_size, out_size));
-    for (const Segment& s : segments(c)) {
+    for (const Segment& s : pieces) {
       const size_t numel = s.nbytes / in_size;
       for (size_t i = 0; i < numel; i += chunk) {
         const size_t n = std::min(chunk, numel - i);
         const std::byte* src = s.data + i * in_size;
         if (convert) {
           scratch.converted.resize(n * out_size);
-          convert_floats(src, c.src_dtype, scratch.converted.data(), v.dtype, n);
+          convert_floats(src, c->src_dtype, scratch.converted.data(), v.dtype, n);
           write_at(scratch.converted.data(), n * out_size, offset + i * out_size);
         } else {
           write_at(src, n * in_size, offset + i * in_size);
@@ -159,47 +221,49 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
     }
     return;
   }
-  // Source [rows, cols] -> destination [cols, rows]: take a band of source rows, transpose it in
-  // memory, and write each destination row's segment for that band. Stacked parts are bands of
-  // their own, each starting at its first row in the whole.
-  HFX_CHECK(c.src_shape.size() == 2, "transpose of non-matrix ", v.name);
-  const auto rows = static_cast<size_t>(c.src_shape[0]), cols = static_cast<size_t>(c.src_shape[1]);
+  const size_t rows = c->rows(), cols = c->row_elems();
   const size_t band = std::max<size_t>(1, kBandBytes / std::max<size_t>(1, cols * std::max(in_size, out_size)));
-  for_each_row_band(c, cols, band, [&](const std::byte* src, size_t first_row, size_t nr) {
-    scratch.converted.resize(nr * cols * out_size);
-    convert_floats(src, c.src_dtype, scratch.converted.data(), v.dtype, nr * cols);
-    scratch.transposed.resize(scratch.converted.size());
-    transpose(scratch.converted.data(), scratch.transposed.data(), nr, cols, out_size);
+  if (!transpose) {  // an expression: evaluate it band by band
+    for_each_row_band(*c, v.dtype, band, scratch.converted, [&](const std::byte* rows_data, size_t first, size_t nr) {
+      write_at(rows_data, nr * cols * out_size, offset + first * cols * out_size);
+    });
+    return;
+  }
+  // Source [rows, cols] -> destination [cols, rows]: take a band of source rows, transpose it in
+  // memory, and write each destination row's segment for that band.
+  HFX_CHECK(c->src_shape.size() == 2, "transpose of non-matrix ", v.name);
+  for_each_row_band(*c, v.dtype, band, scratch.converted, [&](const std::byte* rows_data, size_t first, size_t nr) {
+    scratch.transposed.resize(nr * cols * out_size);
+    transpose_matrix(rows_data, scratch.transposed.data(), nr, cols, out_size);
     for (size_t col = 0; col < cols; ++col)
-      write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size,
-               offset + (col * rows + first_row) * out_size);
+      write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size, offset + (col * rows + first) * out_size);
   });
 }
 
-// Quantizes bands of source rows ([N, K], parts stacked) and writes the requested half: codes
+// Quantizes bands of the source matrix's rows ([N, K]) and writes the requested half: codes
 // (K * bits / 8 bytes per row) or scales (K / group values per row, in v.dtype).
 void WeightFile::write_quantized(const Value& v, uint64_t offset, Scratch& scratch) const {
   const ConstantData& c = *v.constant;
+  const ConstantData& matrix = *c.args.at(0);
   const WeightQuantization& q = c.quantized->scheme;
-  HFX_CHECK(c.src_shape.size() == 2 && is_float(c.src_dtype), "quantization of ", v.name);
-  const size_t cols = static_cast<size_t>(c.src_shape[1]);
+  HFX_CHECK(matrix.src_shape.size() == 2 && is_float(matrix.src_dtype), "quantization of ", v.name);
+  const size_t cols = matrix.row_elems();
   const size_t groups = cols / static_cast<size_t>(q.group_size);
   const size_t row_bytes = c.quantized->scales ? groups * dtype_size(v.dtype) : cols * static_cast<size_t>(q.bits) / 8;
   const size_t band = std::max<size_t>(1, kBandBytes / (cols * sizeof(float)));
-  for_each_row_band(c, cols, band, [&](const std::byte* src, size_t first_row, size_t nr) {
-    scratch.converted.resize(nr * cols * sizeof(float));
-    convert_floats(src, c.src_dtype, scratch.converted.data(), DType::F32, nr * cols);
+  for_each_row_band(matrix, DType::F32, band, scratch.converted, [&](const std::byte* rows_data, size_t first, size_t nr) {
     scratch.transposed.resize(nr * cols * static_cast<size_t>(q.bits) / 8);
     scratch.scales.resize(nr * groups);
-    quantize_rows(reinterpret_cast<const float*>(scratch.converted.data()), nr, cols, q,
+    quantize_rows(reinterpret_cast<const float*>(rows_data), nr, cols, q,
                   reinterpret_cast<uint8_t*>(scratch.transposed.data()), scratch.scales.data());
     const std::byte* out = scratch.transposed.data();
+    std::vector<std::byte> converted_scales;
     if (c.quantized->scales) {
-      // The converted band is no longer needed: reuse it for the scales in v.dtype.
-      convert_floats(scratch.scales.data(), DType::F32, scratch.converted.data(), v.dtype, nr * groups);
-      out = scratch.converted.data();
+      converted_scales.resize(nr * groups * dtype_size(v.dtype));
+      convert_floats(scratch.scales.data(), DType::F32, converted_scales.data(), v.dtype, nr * groups);
+      out = converted_scales.data();
     }
-    write_at(out, nr * row_bytes, offset + first_row * row_bytes);
+    write_at(out, nr * row_bytes, offset + first * row_bytes);
   });
 }
 

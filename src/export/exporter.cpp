@@ -145,7 +145,11 @@ void run_passes(const Backend& backend, const ExportConfig& config, const std::s
 
 void run_export(const fs::path& model_dir, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run) {
   config.validate(run.spell);
-  const Checkpoint ckpt(model_dir);
+  run_export(Checkpoint(model_dir), out_dir, config, run);
+}
+
+void run_export(const Checkpoint& ckpt, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run) {
+  config.validate(run.spell);
   const std::string model_type = ckpt.config().string("model_type", "");
   if (model_type.empty()) fail(ckpt.config().where(), ": required key 'model_type' is missing");
   const ArchBuilder& build = find_arch(model_type);
@@ -208,6 +212,7 @@ void run_export(const fs::path& model_dir, const fs::path& out_dir, const Export
     manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful);
   Manifest(std::move(manifest)).save(out.path());
   for (const char* name : kCompanionFiles) {
+    if (ckpt.dir().empty()) break;  // a checkpoint in memory has no files to copy
     const fs::path src = ckpt.dir() / name;
     std::error_code ec;
     if (fs::exists(src) && !fs::copy_file(src, out.path() / name, ec))

@@ -6,6 +6,7 @@
 
 #include "backends/backend.h"
 #include "core/export_config.h"
+#include "io/checkpoint.h"
 
 namespace hfx {
 
@@ -17,6 +18,9 @@ struct ExportRun {
 
 void run_export(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
                 const ExportConfig& config, const ExportRun& run = {});
+// The same from a checkpoint already opened (e.g. one whose tensors are a caller's buffers).
+void run_export(const Checkpoint& ckpt, const std::filesystem::path& out_dir, const ExportConfig& config,
+                const ExportRun& run = {});
 
 // Runs `backend`'s pass pipeline on one component's graph: the IR verifier after every pass in
 // debug builds, and once at the end in all builds.

@@ -16,7 +16,19 @@ Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
   config_.emplace(read_json_file(config_path), config_path.string());
   const fs::path gen_path = dir / "generation_config.json";
   if (fs::exists(gen_path)) generation_config_.emplace(read_json_file(gen_path), gen_path.string());
+  tensors_ = std::make_unique<SafetensorsSource>(dir);
+}
 
+Checkpoint::Checkpoint(JsonConfig config, std::optional<JsonConfig> generation_config,
+                       std::unique_ptr<TensorSource> tensors, fs::path dir)
+    : dir_(std::move(dir)),
+      config_(std::move(config)),
+      generation_config_(std::move(generation_config)),
+      tensors_(std::move(tensors)) {
+  HFX_CHECK(tensors_ != nullptr, "checkpoint without tensors");
+}
+
+SafetensorsSource::SafetensorsSource(const fs::path& dir) : dir_(dir) {
   const fs::path single = dir / "model.safetensors";
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -34,7 +46,7 @@ Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
   }
 }
 
-void Checkpoint::open_shards(const std::vector<fs::path>& files) {
+void SafetensorsSource::open_shards(const std::vector<fs::path>& files) {
   for (const auto& path : files) {
     files_.push_back(std::make_unique<SafetensorsFile>(path));
     for (const auto& t : files_.back()->tensors()) {
@@ -45,7 +57,7 @@ void Checkpoint::open_shards(const std::vector<fs::path>& files) {
   }
 }
 
-void Checkpoint::open_index(const fs::path& index_path) {
+void SafetensorsSource::open_index(const fs::path& index_path) {
   const JsonConfig index(read_json_file(index_path), index_path.string());
   const auto& map = index.at("weight_map");
   if (!map.is_object()) index.invalid("weight_map", "must be an object");
@@ -71,20 +83,20 @@ void Checkpoint::open_index(const fs::path& index_path) {
   }
 }
 
-const TensorInfo* Checkpoint::find(const std::string& name) const {
+const TensorView* SafetensorsSource::find(const std::string& name) const {
   const auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : it->second;
 }
 
-std::vector<const TensorInfo*> Checkpoint::tensors() const {
-  std::vector<const TensorInfo*> out;
+std::vector<const TensorView*> SafetensorsSource::tensors() const {
+  std::vector<const TensorView*> out;
   for (const auto& [name, t] : tensors_) out.push_back(t);
   return out;
 }
 
 DType Checkpoint::dominant_float_dtype() const {
   std::map<DType, size_t> bytes;
-  for (const auto& [name, t] : tensors_)
+  for (const TensorView* t : tensors())
     if (is_float(t->dtype)) bytes[t->dtype] += t->nbytes;
   DType best = DType::F32;
   size_t most = 0;

@@ -3,13 +3,16 @@
 #pragma once
 #include <cstddef>
 #include <filesystem>
+#include <string>
+
+#include "core/tensor_view.h"
 
 namespace hfx {
 
-class MappedFile {
+class MappedFile final : public TensorStorage {
  public:
   explicit MappedFile(const std::filesystem::path& path);
-  ~MappedFile();
+  ~MappedFile() override;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
@@ -17,7 +20,8 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
   // Drops the pages of [ptr, ptr + n) from this process's resident set (they stay in page cache).
-  void release(const std::byte* ptr, size_t n) const;
+  void release(const std::byte* ptr, size_t n) const override;
+  std::string location() const override { return path_.string(); }
 
  private:
   std::filesystem::path path_;

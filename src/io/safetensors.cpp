@@ -9,12 +9,6 @@
 
 namespace hfx {
 
-int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 namespace {
 
 using nlohmann::json;
@@ -97,6 +91,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     p.info.data = base + p.begin;
     p.info.nbytes = p.end - p.begin;
     p.info.file = file_.get();
+    p.info.storage = file_.get();
     parsed.push_back(std::move(p));
   }
   std::vector<const Parsed*> by_offset;

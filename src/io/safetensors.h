@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/shape.h"
+#include "core/tensor_view.h"
 #include "io/mapped_file.h"
 
 namespace hfx {
@@ -16,17 +17,9 @@ namespace hfx {
 // Largest header we accept; the reference implementation uses the same bound.
 inline constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;
 
-struct TensorInfo {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  const std::byte* data = nullptr;  // inside the file's mapping
-  size_t nbytes = 0;
+// A tensor of a safetensors file: a view into the file's mapping.
+struct TensorInfo : TensorView {
   const MappedFile* file = nullptr;
-
-  int64_t numel() const;
-  // Lets the pages of this tensor leave the resident set once it has been consumed.
-  void release() const { file->release(data, nbytes); }
 };
 
 class SafetensorsFile {

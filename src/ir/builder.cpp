@@ -84,35 +84,29 @@ void Builder::output(Value* v, const std::string& name) {
   g_.outputs.push_back(v);
 }
 
-Value* Builder::weight(const TensorInfo& tensor, DType dtype) {
-  auto c = std::make_shared<ConstantData>();
-  c->src_dtype = tensor.dtype;
-  c->src_shape = tensor.shape;
-  c->parts = {&tensor};
-  Shape shape(tensor.shape.begin(), tensor.shape.end());
-  Value* v = g_.new_value(dtype, std::move(shape), tensor.name);
-  v->constant = std::move(c);
+Value* Builder::weight(const TensorView& tensor, DType dtype) {
+  Value* v = g_.new_value(dtype, Shape(tensor.shape.begin(), tensor.shape.end()), tensor.name);
+  v->constant = ConstantData::of_tensor(tensor);
+  return v;
+}
+
+Value* Builder::weight_expr(std::shared_ptr<const ConstantData> expr, DType dtype, const std::string& name) {
+  Value* v = g_.new_value(dtype, Shape(expr->src_shape.begin(), expr->src_shape.end()), name);
+  v->constant = std::move(expr);
   return v;
 }
 
 Value* Builder::missing_weight(const std::string& name, const std::vector<int64_t>& shape, DType dtype) {
-  auto c = std::make_shared<ConstantData>();
-  c->src_dtype = dtype;
-  c->src_shape = shape;
   Value* v = g_.new_value(dtype, Shape(shape.begin(), shape.end()), name);
-  v->constant = std::move(c);
+  v->constant = ConstantData::of_bytes({}, dtype, shape);  // no bytes: verify() would refuse it
   return v;
 }
 
 Value* Builder::constant(std::vector<std::byte> bytes, DType dtype, std::vector<int64_t> shape,
                          const std::string& hint) {
-  auto c = std::make_shared<ConstantData>();
-  c->src_dtype = dtype;
-  c->src_shape = shape;
-  c->owned = std::move(bytes);
   Value* v = g_.new_value(dtype, Shape(shape.begin(), shape.end()));
   v->name = (scope_.empty() ? "" : scope_ + "/") + hint + "_" + std::to_string(v->id);
-  v->constant = std::move(c);
+  v->constant = ConstantData::of_bytes(std::move(bytes), dtype, std::move(shape));
   return v;
 }
 

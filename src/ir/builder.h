@@ -21,7 +21,9 @@ class Builder {
 
   Value* input(const std::string& name, DType dtype, Shape shape);
   void output(Value* v, const std::string& name);
-  Value* weight(const TensorInfo& tensor, DType dtype);
+  Value* weight(const TensorView& tensor, DType dtype);
+  // A constant Value over a weight expression (ConstantData), stored as `dtype`.
+  Value* weight_expr(std::shared_ptr<const ConstantData> expr, DType dtype, const std::string& name);
   // A declared weight the checkpoint lacks (or holds mis-shaped): shape only, no bytes. The
   // frontend reports it before the graph reaches a backend.
   Value* missing_weight(const std::string& name, const std::vector<int64_t>& shape, DType dtype);

@@ -1,5 +1,6 @@
 #include "ir/graph.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -8,17 +9,146 @@ namespace hfx {
 
 void Node::fail_attrs() const { fail("internal error: ", op_name(op), " node '", name, "' read with another op's attributes"); }
 
-size_t ConstantData::nbytes() const {
-  if (parts.empty()) return owned.size();
-  size_t n = 0;
-  for (const TensorInfo* t : parts) n += t->nbytes;
+namespace {
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
   return n;
 }
 
+}  // namespace
+
+std::shared_ptr<ConstantData> ConstantData::of_tensor(const TensorView& t) {
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::Tensor;
+  c->src_dtype = t.dtype;
+  c->src_shape = t.shape;
+  c->tensor = &t;
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::of_bytes(std::vector<std::byte> bytes, DType dtype, std::vector<int64_t> shape) {
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::Owned;
+  c->src_dtype = dtype;
+  c->src_shape = std::move(shape);
+  c->owned = std::move(bytes);
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::stack(std::vector<std::shared_ptr<const ConstantData>> parts) {
+  HFX_CHECK(!parts.empty(), "stack of no constants");
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::Stack;
+  c->src_dtype = parts.front()->src_dtype;
+  c->src_shape = parts.front()->src_shape;
+  c->src_shape.at(0) = 0;
+  for (const auto& p : parts) {
+    HFX_CHECK(p->src_dtype == c->src_dtype && p->src_shape.size() == c->src_shape.size() &&
+                  std::equal(p->src_shape.begin() + 1, p->src_shape.end(), c->src_shape.begin() + 1),
+              "stacked constants differ in dtype or trailing dims");
+    c->src_shape[0] += p->src_shape[0];
+  }
+  c->args = std::move(parts);
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::slice_rows(std::shared_ptr<const ConstantData> x, int64_t begin,
+                                                       int64_t end) {
+  HFX_CHECK(!x->src_shape.empty() && 0 <= begin && begin <= end && end <= x->src_shape[0], "row slice [", begin, ", ",
+            end, ") of ", shape_string(x->src_shape));
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::SliceRows;
+  c->src_dtype = x->src_dtype;
+  c->src_shape = x->src_shape;
+  c->src_shape[0] = end - begin;
+  c->begin = begin;
+  c->end = end;
+  c->args = {std::move(x)};
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::transpose(std::shared_ptr<const ConstantData> x) {
+  HFX_CHECK(x->src_shape.size() == 2, "transpose of ", shape_string(x->src_shape));
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::Transpose;
+  c->src_dtype = x->src_dtype;
+  c->src_shape = {x->src_shape[1], x->src_shape[0]};
+  c->args = {std::move(x)};
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::add_scalar(std::shared_ptr<const ConstantData> x, double scalar) {
+  HFX_CHECK(is_float(x->src_dtype), "add_scalar on ", dtype_name(x->src_dtype));
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::AddScalar;
+  c->src_dtype = DType::F32;
+  c->src_shape = x->src_shape;
+  c->scalar = scalar;
+  c->args = {std::move(x)};
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::quantize(std::shared_ptr<const ConstantData> x, const WeightQuantization& q,
+                                                     bool scales) {
+  HFX_CHECK(x->src_shape.size() == 2 && is_float(x->src_dtype) && x->src_shape[1] % q.group_size == 0,
+            "quantization of ", shape_string(x->src_shape));
+  const int64_t n = x->src_shape[0], groups = x->src_shape[1] / q.group_size;
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::Quantize;
+  c->src_dtype = scales ? DType::F32 : DType::U8;
+  c->src_shape = scales ? std::vector<int64_t>{n, groups} : std::vector<int64_t>{n, groups, q.group_bytes()};
+  c->quantized = Quantized{q, scales};
+  c->args = {std::move(x)};
+  return c;
+}
+
+bool ConstantData::from_checkpoint() const {
+  if (op == Op::Tensor) return true;
+  for (const auto& a : args)
+    if (a->from_checkpoint()) return true;
+  return false;
+}
+
+size_t ConstantData::nbytes() const { return static_cast<size_t>(numel_of(src_shape)) * dtype_size(src_dtype); }
+
+size_t ConstantData::row_elems() const {
+  return src_shape.empty() ? 1 : static_cast<size_t>(numel_of(std::vector<int64_t>(src_shape.begin() + 1, src_shape.end())));
+}
+
+bool ConstantData::consistent() const {
+  switch (op) {
+    case Op::Tensor: return tensor && tensor->nbytes == nbytes();
+    case Op::Owned: return owned.size() == nbytes();
+    default:
+      for (const auto& a : args)
+        if (!a->consistent()) return false;
+      return true;
+  }
+}
+
 const std::byte* ConstantData::bytes() const {
-  if (parts.empty()) return owned.data();
-  HFX_CHECK(parts.size() == 1, "contiguous bytes of a constant stacked from ", parts.size(), " tensors");
-  return parts.front()->data;
+  if (op == Op::Owned) return owned.data();
+  HFX_CHECK(op == Op::Tensor, "contiguous bytes of a constant expression");
+  return tensor->data;
+}
+
+std::string ConstantData::key() const {
+  std::string inner;
+  for (const auto& a : args) inner += (inner.empty() ? "" : ",") + a->key();
+  switch (op) {
+    case Op::Tensor: return str("tensor@", static_cast<const void*>(tensor));
+    case Op::Owned: return str("owned@", static_cast<const void*>(this));
+    case Op::Stack: return "stack(" + inner + ")";
+    case Op::SliceRows: return str("rows[", begin, ":", end, "](", inner, ")");
+    case Op::Transpose: return "transpose(" + inner + ")";
+    case Op::AddScalar: return str("add(", scalar, ")(", inner, ")");
+    case Op::Quantize:
+      return str("quantize(", quantized->scheme.bits, ",", quantized->scheme.group_size, quantized->scales ? ",scales" : "",
+                 ")(", inner, ")");
+  }
+  return inner;
 }
 
 const Symbol* Graph::symbol(const std::string& name, int64_t min, int64_t max) {
@@ -66,11 +196,12 @@ void verify(const Graph& graph) {
       if (!in) continue;
       if (in->is_constant()) {
         const auto& c = *in->constant;
-        int64_t numel = 1;
-        for (int64_t d : c.src_shape) numel *= d;
-        if (c.nbytes() != static_cast<size_t>(numel) * dtype_size(c.src_dtype))
-          fail(at, ": constant '", in->name, "' holds ", c.nbytes(), " bytes for shape ",
-               shape_string(c.src_shape));
+        if (!c.consistent()) {
+          const size_t held = c.op == ConstantData::Op::Owned ? c.owned.size()
+                              : c.op == ConstantData::Op::Tensor && c.tensor ? c.tensor->nbytes : 0;
+          fail(at, ": constant '", in->name, "' holds ", held, " bytes for shape ", shape_string(c.src_shape),
+               c.op == ConstantData::Op::Owned || c.op == ConstantData::Op::Tensor ? "" : " (in an operand)");
+        }
         continue;
       }
       if (!defined.count(in)) fail(at, ": uses '", in->name, "' before it is defined");

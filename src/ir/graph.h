@@ -13,7 +13,7 @@
 #include "core/quantize.h"
 #include "core/shape.h"
 #include "ir/attrs.h"
-#include "io/safetensors.h"
+#include "core/tensor_view.h"
 
 namespace hfx {
 
@@ -61,26 +61,60 @@ inline constexpr size_t kOpCount = 0
 // Checks arity and the attribute struct against the table, then applies the shape rule.
 std::vector<ValueType> infer_types(OpKind op, const std::vector<Value*>& inputs, const OpAttrs& attrs);
 
-// Bytes behind a constant: lazy views into checkpoint tensors (one, or several of the same dtype
-// stacked along axis 0, e.g. packed q/k/v projections), or a small owned buffer. Materialised
-// (converted to the value's dtype, optionally transposed) only by a backend writer.
+// A constant's bytes as a lazy expression over source tensors (checkpoint files or a caller's
+// buffers): evaluated band by band only when a backend writes it, so no transform — stacking
+// packed projections, slicing a fused qkv, transposing a Conv1D weight, Gemma's 1 + w,
+// quantization — materialises a whole weight. src_dtype / src_shape describe what it yields; the
+// Value's dtype is what the backend stores (a cast on write).
 struct ConstantData {
-  DType src_dtype = DType::F32;
-  std::vector<int64_t> src_shape;
-  std::vector<const TensorInfo*> parts;  // checkpoint views, empty when `owned` holds the bytes
-  std::vector<std::byte> owned;
-  // Set when the stored bytes are derived from the parts' [N, K] matrix at write time: the codes
-  // ([N, K/group, group*bits/8] uint8) or the scales ([N, K/group]) of its blockwise quantization.
+  enum class Op {
+    Tensor,     // a source tensor
+    Owned,      // small bytes the graph owns (tables, shapes)
+    Stack,      // args stacked along axis 0 (packed projections)
+    SliceRows,  // rows [begin, end) of args[0] (one projection of a fused weight)
+    Transpose,  // args[0] ([R, C]) as [C, R] (GPT-2's Conv1D weights are stored [in, out])
+    AddScalar,  // args[0] + scalar, in float32 (Gemma's RMSNorm scales 1 + w)
+    Quantize,   // the codes ([N, K/g, g*bits/8] uint8) or scales ([N, K/g]) of args[0]'s [N, K]
+                // blockwise quantization (core/quantize.h)
+  };
   struct Quantized {
     WeightQuantization scheme;
     bool scales = false;
   };
-  std::optional<Quantized> quantized;
 
-  bool from_checkpoint() const { return !parts.empty(); }
-  size_t nbytes() const;
-  // The bytes of an owned or single-part constant (a stacked one has no contiguous bytes).
+  Op op = Op::Owned;
+  DType src_dtype = DType::F32;
+  std::vector<int64_t> src_shape;
+  const TensorView* tensor = nullptr;  // Tensor
+  std::vector<std::byte> owned;        // Owned
+  std::vector<std::shared_ptr<const ConstantData>> args;
+  int64_t begin = 0, end = 0;          // SliceRows
+  double scalar = 0;                   // AddScalar
+  std::optional<Quantized> quantized;  // Quantize
+
+  static std::shared_ptr<ConstantData> of_tensor(const TensorView& t);
+  static std::shared_ptr<ConstantData> of_bytes(std::vector<std::byte> bytes, DType dtype, std::vector<int64_t> shape);
+  // Expression nodes; each checks its operands (an error here is a frontend or pass bug).
+  static std::shared_ptr<ConstantData> stack(std::vector<std::shared_ptr<const ConstantData>> parts);
+  static std::shared_ptr<ConstantData> slice_rows(std::shared_ptr<const ConstantData> x, int64_t begin, int64_t end);
+  static std::shared_ptr<ConstantData> transpose(std::shared_ptr<const ConstantData> x);
+  static std::shared_ptr<ConstantData> add_scalar(std::shared_ptr<const ConstantData> x, double scalar);
+  static std::shared_ptr<ConstantData> quantize(std::shared_ptr<const ConstantData> x, const WeightQuantization& q,
+                                                bool scales);
+
+  // Whether it reads a source tensor (else it is the graph's own small bytes).
+  bool from_checkpoint() const;
+  size_t nbytes() const;  // of what it yields
+  // Whether a leaf's bytes match its dtype and shape (verify() checks every constant).
+  bool consistent() const;
+  // The contiguous bytes of an Owned or Tensor constant (an expression has none).
   const std::byte* bytes() const;
+  // Rows (the product of the dims after the first) and row length of what it yields.
+  size_t rows() const { return src_shape.empty() ? 1 : static_cast<size_t>(src_shape[0]); }
+  size_t row_elems() const;
+  // Structural identity: equal for two expressions of the same transforms over the same source
+  // tensors (so components reading one weight share its stored bytes).
+  std::string key() const;
 };
 
 struct Node;

@@ -19,22 +19,22 @@ Dim ModelBuilder::dim(const std::string& name, int64_t min, int64_t max) {
 void ModelBuilder::check_checkpoint() const {
   std::vector<std::string> problems;
   for (const auto& [name, shape] : expected_) {
-    const TensorInfo* t = ckpt_.find(name);
+    const TensorView* t = ckpt_.find(name);
     if (!t) {
-      problems.push_back(str(ckpt_.dir().string(), ": missing tensor '", name, "' (expected shape ",
+      problems.push_back(str(ckpt_.where(), ": missing tensor '", name, "' (expected shape ",
                              shape_string(shape), ")"));
     } else if (t->shape != shape) {
-      problems.push_back(str(t->file->path().string(), ": tensor '", name, "' has shape ",
+      problems.push_back(str(t->location(), ": tensor '", name, "' has shape ",
                              shape_string(t->shape), ", expected ", shape_string(shape)));
     } else if (!is_float(t->dtype) || t->dtype == DType::F64) {
-      problems.push_back(str(t->file->path().string(), ": tensor '", name, "' has dtype ",
+      problems.push_back(str(t->location(), ": tensor '", name, "' has dtype ",
                              dtype_name(t->dtype), ", expected float32, float16 or bfloat16"));
     }
   }
-  for (const TensorInfo* t : ckpt_.tensors()) {
+  for (const TensorView* t : ckpt_.tensors()) {
     const bool rotary_cache = t->name.ends_with(".rotary_emb.inv_freq");  // old checkpoints carry it
     if (!expected_.count(t->name) && !tolerated_.count(t->name) && !rotary_cache)
-      problems.push_back(str(t->file->path().string(), ": unexpected tensor '", t->name, "' (shape ",
+      problems.push_back(str(t->location(), ": unexpected tensor '", t->name, "' (shape ",
                              shape_string(t->shape), ") is not part of this architecture"));
   }
   if (problems.empty()) return;
@@ -48,10 +48,24 @@ Value* ModelBuilder::weight(const std::string& name, std::vector<int64_t> shape)
     return it->second;
   }
   expected_[name] = shape;
-  const TensorInfo* t = ckpt_.find(name);
+  const TensorView* t = ckpt_.find(name);
   Value* v = t && t->shape == shape ? builder_.weight(*t, config_.dtype) : builder_.missing_weight(name, shape, config_.dtype);
   weights_[name] = v;
   return v;
+}
+
+Value* ModelBuilder::rows(Value* weight, int64_t begin, int64_t end) {
+  return builder_.weight_expr(ConstantData::slice_rows(weight->constant, begin, end), weight->dtype,
+                              str(weight->name, "[", begin, ":", end, "]"));
+}
+
+Value* ModelBuilder::transposed(Value* weight) {
+  return builder_.weight_expr(ConstantData::transpose(weight->constant), weight->dtype, weight->name + ".T");
+}
+
+Value* ModelBuilder::plus(Value* weight, double scalar) {
+  return builder_.weight_expr(ConstantData::add_scalar(weight->constant, scalar), weight->dtype,
+                              str(weight->name, "+", scalar));
 }
 
 std::unique_ptr<Graph> ModelBuilder::finish() {

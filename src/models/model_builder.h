@@ -25,6 +25,12 @@ class ModelBuilder {
   Value* weight_if(bool present, const std::string& name, std::vector<int64_t> shape) {
     return present ? weight(name, std::move(shape)) : nullptr;
   }
+  // Transforms of a declared weight, evaluated while the weight streams to the backend's file:
+  // rows [begin, end) (one projection of a fused qkv / gate_up weight), the transpose (GPT-2's
+  // Conv1D stores [in, out]), and w + scalar (Gemma's RMSNorm scale 1 + w).
+  Value* rows(Value* weight, int64_t begin, int64_t end);
+  Value* transposed(Value* weight);
+  Value* plus(Value* weight, double scalar);
   // A tensor that may be present but is not read (e.g. lm_head.weight with tied embeddings).
   void tolerate(const std::string& name) { tolerated_.insert(name); }
   // Throws one Error naming the first missing, unexpected, mis-shaped or mis-typed tensor.

@@ -55,14 +55,9 @@ std::string packed_name(const std::vector<const Value*>& parts) {
 
 // One constant stacking the members' constants along axis 0.
 Value* stack(Graph& graph, const std::vector<const Value*>& members) {
-  auto data = std::make_shared<ConstantData>();
-  data->src_dtype = members.front()->constant->src_dtype;
-  data->src_shape = members.front()->constant->src_shape;
-  data->src_shape[0] = 0;
-  for (const Value* m : members) {
-    data->parts.insert(data->parts.end(), m->constant->parts.begin(), m->constant->parts.end());
-    data->src_shape[0] += m->constant->src_shape[0];
-  }
+  std::vector<std::shared_ptr<const ConstantData>> parts;
+  for (const Value* m : members) parts.push_back(m->constant);
+  auto data = ConstantData::stack(std::move(parts));
   Shape shape = members.front()->shape;
   shape[0] = Dim(data->src_shape[0]);
   Value* v = graph.new_value(members.front()->dtype, std::move(shape), packed_name(members));

@@ -12,11 +12,9 @@ std::string module_of(const std::string& weight_name) {
 }
 
 Value* derived(Graph& graph, const Value& weight, const WeightQuantization& q, bool scales, DType dtype) {
-  auto data = std::make_shared<ConstantData>(*weight.constant);
-  data->quantized = ConstantData::Quantized{q, scales};
-  const int64_t n = weight.constant->src_shape[0], groups = weight.constant->src_shape[1] / q.group_size;
-  Shape shape = scales ? Shape{Dim(n), Dim(groups)} : Shape{Dim(n), Dim(groups), Dim(q.group_bytes())};
-  Value* v = graph.new_value(dtype, std::move(shape), module_of(weight.name) + (scales ? ".scales" : ".qweight"));
+  auto data = ConstantData::quantize(weight.constant, q, scales);
+  Value* v = graph.new_value(dtype, Shape(data->src_shape.begin(), data->src_shape.end()),
+                             module_of(weight.name) + (scales ? ".scales" : ".qweight"));
   v->constant = std::move(data);
   return v;
 }

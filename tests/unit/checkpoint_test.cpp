@@ -24,7 +24,7 @@ const char* kConfig = R"({"model_type": "llama", "hidden_size": 4, "rope_scaling
 
 std::vector<std::string> names_of(const Checkpoint& c) {
   std::vector<std::string> out;
-  for (const TensorInfo* t : c.tensors()) out.push_back(t->name);
+  for (const TensorView* t : c.tensors()) out.push_back(t->name);
   return out;
 }
 
@@ -63,7 +63,7 @@ TEST(Checkpoint, SingleFile) {
   ASSERT_TRUE(ckpt.generation_config().has_value());
   EXPECT_EQ(ckpt.generation_config()->integer("eos_token_id"), 2);
   EXPECT_EQ(names_of(ckpt), (std::vector<std::string>{"lm_head.weight", "model.embed_tokens.weight"}));
-  const TensorInfo* w = ckpt.find("lm_head.weight");
+  const TensorView* w = ckpt.find("lm_head.weight");
   ASSERT_NE(w, nullptr);
   EXPECT_EQ(w->dtype, DType::F32);
   EXPECT_EQ(w->shape, (std::vector<int64_t>{2, 2}));
@@ -94,14 +94,14 @@ TEST(Checkpoint, ShardedWithIndex) {
   write_sharded(dir);
   const Checkpoint ckpt(dir.path());
   EXPECT_EQ(names_of(ckpt), (std::vector<std::string>{"model.a", "model.b", "model.c"}));
-  const TensorInfo* c = ckpt.find("model.c");
+  const TensorView* c = ckpt.find("model.c");
   ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->file->path().filename(), "model-00002-of-00002.safetensors");
+  EXPECT_EQ(std::filesystem::path(c->location()).filename(), "model-00002-of-00002.safetensors");
   EXPECT_EQ(c->shape, (std::vector<int64_t>{1, 3}));
   float third;
   std::memcpy(&third, c->data + 8, 4);
   EXPECT_EQ(third, 6.0f);
-  EXPECT_EQ(ckpt.find("model.b")->file->path().filename(), "model-00001-of-00002.safetensors");
+  EXPECT_EQ(std::filesystem::path(ckpt.find("model.b")->location()).filename(), "model-00001-of-00002.safetensors");
   EXPECT_EQ(ckpt.find("model.b")->dtype, DType::BF16);
 }
 

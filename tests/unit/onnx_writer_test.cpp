@@ -31,11 +31,9 @@ using test::values_of;
 
 // A constant Value that owns `bytes` (of src_dtype, src_shape) and is typed `dtype`.
 Value owned_constant(const std::string& bytes, DType src_dtype, std::vector<int64_t> src_shape, DType dtype) {
-  auto c = std::make_shared<ConstantData>();
-  c->src_dtype = src_dtype;
-  c->src_shape = src_shape;
-  c->owned.resize(bytes.size());
-  std::memcpy(c->owned.data(), bytes.data(), bytes.size());
+  std::vector<std::byte> owned(bytes.size());
+  std::memcpy(owned.data(), bytes.data(), bytes.size());
+  auto c = ConstantData::of_bytes(std::move(owned), src_dtype, src_shape);
   Value v;
   v.name = "c";
   v.dtype = dtype;

@@ -76,7 +76,8 @@ TEST(PackLinears, StacksProjectionsOfOneInputAndSlicesTheResult) {
   EXPECT_EQ(w->name, "attn.q_proj+k_proj+v_proj.weight");
   EXPECT_EQ(w->shape, Shape({8, 3}));
   EXPECT_EQ(w->constant->src_shape, (std::vector<int64_t>{8, 3}));
-  ASSERT_EQ(w->constant->parts.size(), 3u);
+  EXPECT_EQ(w->constant->op, ConstantData::Op::Stack);
+  ASSERT_EQ(w->constant->args.size(), 3u);
   EXPECT_EQ(w->constant->nbytes(), 8u * 3 * 4);
   ASSERT_EQ(packed->inputs.size(), 3u);
   EXPECT_EQ(packed->inputs[2]->name, "attn.q_proj+k_proj+v_proj.bias");
@@ -131,7 +132,7 @@ TEST(PackLinears, StackedConstantStreamsPartsInOrder) {
   f.b.output(f.b.linear(x, f.weight("attn.v_proj.weight", DType::F16)), "v");
   pack_linears(f.g);
   const Value* w = f.g.order.front()->inputs[1];
-  ASSERT_EQ(w->constant->parts.size(), 3u);
+  ASSERT_EQ(w->constant->args.size(), 3u);
 
   std::vector<float> stacked = iota(12, 0);  // rows of q, then k, then v: [8, 3]
   for (float s : {100.0f, 200.0f})

@@ -38,13 +38,9 @@ OnnxOpProfile profile_of(const ExportConfig& config, const FieldSpelling& spell 
 
 // The key of a checkpoint-derived constant as stored: components that read the same weight in the
 // same layout share its bytes in the data file.
-using StoredKey = std::tuple<std::vector<const TensorInfo*>, DType, bool, int, int64_t, bool>;
+using StoredKey = std::tuple<std::string, DType, bool>;
 
-StoredKey stored_key(const Value& v, bool transposed) {
-  const auto& q = v.constant->quantized;
-  return {v.constant->parts, v.dtype, transposed, q ? q->scheme.bits : 0, q ? q->scheme.group_size : 0,
-          q && q->scales};
-}
+StoredKey stored_key(const Value& v, bool transposed) { return {v.constant->key(), v.dtype, transposed}; }
 
 // One export's ONNX files: a .onnx per component, and one external data file all of them read,
 // holding each weight once.
