@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "ir/builder.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 namespace hfx {
 namespace {
@@ -150,36 +151,15 @@ Decomposition reference_decomposition(OpKind op) {
 }
 
 void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_maps_natively) {
-  std::vector<Node*> order;
-  std::map<Value*, Value*> replaced;
-  Builder b(graph);
-  b.set_sink(&order);
-  auto remap = [&](Value* v) {
-    const auto it = replaced.find(v);
-    return it == replaced.end() ? v : it->second;
-  };
-  for (Node* n : graph.order) {
-    for (Value*& in : n->inputs)
-      if (in) in = remap(in);
-    if (!op_is_high_level(n->op) || backend_maps_natively(*n)) {
-      order.push_back(n);
-      continue;
-    }
-    b.set_scope(n->name.substr(0, n->name.rfind('/')));
-    const Decomposition reference = reference_decomposition(n->op);
-    HFX_CHECK(reference != nullptr, "no decomposition for ", op_name(n->op));
-    Value* out = reference(b, *n);
-    HFX_CHECK(out->dtype == n->outputs[0]->dtype && out->shape == n->outputs[0]->shape,
-              "decomposition of ", op_name(n->op), " changed the result type");
-    replaced[n->outputs[0]] = out;
-  }
-  for (Value*& out : graph.outputs) {
-    Value* r = remap(out);
-    if (r != out) r->name = out->name;
-    out = r;
-  }
-  for (StatePair& state : graph.state_pairs) state.output = remap(state.output);
-  graph.order = std::move(order);
+  rewrite_nodes(graph, [&](Node& n, Builder& b) {
+    if (!op_is_high_level(n.op) || backend_maps_natively(n)) return Rewrite::keep();
+    const Decomposition reference = reference_decomposition(n.op);
+    HFX_CHECK(reference != nullptr, "no decomposition for ", op_name(n.op));
+    Value* out = reference(b, n);
+    HFX_CHECK(out->dtype == n.outputs[0]->dtype && out->shape == n.outputs[0]->shape,
+              "decomposition of ", op_name(n.op), " changed the result type");
+    return Rewrite::replace(out);
+  });
 }
 
 void eliminate_dead_code(Graph& graph) {

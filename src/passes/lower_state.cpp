@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "ir/builder.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 namespace hfx {
 namespace {
@@ -29,60 +30,44 @@ struct Lowered {
 void lower_state_as_io(Graph& graph) {
   if (graph.states.empty()) return;
   std::vector<Lowered> lowered(graph.states.size());
-  std::vector<Node*> order;
-  std::map<Value*, Value*> replaced;
-  Builder b(graph);
-  b.set_sink(&order);
-  auto remap = [&](Value* v) {
-    const auto it = replaced.find(v);
-    return it == replaced.end() ? v : it->second;
-  };
-  for (Node* n : graph.order) {
-    for (Value*& in : n->inputs)
-      if (in) in = remap(in);
-    if (!op_is_state(n->op)) {
-      order.push_back(n);
-      continue;
-    }
-    const StateAttrs& attrs = n->attrs_as<StateAttrs>();
+  rewrite_nodes(graph, [&](Node& n, Builder& b) {
+    if (!op_is_state(n.op)) return Rewrite::keep();
+    const StateAttrs& attrs = n.attrs_as<StateAttrs>();
     const auto index = static_cast<size_t>(attrs.state);
     const StateDecl& state = graph.states.at(index);
     const bool slots = state.update == StateUpdatePolicy::Slots;
     if (state.update != StateUpdatePolicy::Append && !slots)
       fail("internal error: state '", state.name, "': this backend lowers only append and slot updates");
-    Value* out = n->outputs[0];
-    if (n->op == OpKind::StateRead) {  // the read becomes a graph input
+    Value* out = n.outputs[0];
+    if (n.op == OpKind::StateRead) {  // the read becomes a graph input
       out->producer = nullptr;
       out->name = slots ? "input." + state.name : state.name;
       graph.inputs.push_back(out);
       lowered[index].input = out;
-      continue;
+      return Rewrite::drop();
     }
-    Value* current = n->input(0);
-    Value* fresh = n->inputs[1];
+    Value* current = n.input(0);
+    Value* fresh = n.inputs[1];
     if (!current) {  // the call starts the state: its rows are the state (and get its output name)
       HFX_CHECK(!slots, "slot state '", state.name, "' updated without a buffer");
       HFX_CHECK(fresh->producer != nullptr, "state '", state.name, "' started from a graph input or constant");
-      replaced[out] = fresh;
       lowered[index].output = fresh;
-      continue;
+      return Rewrite::replace(fresh);
     }
     if (!slots) {  // append in place: the node becomes KVAppend, its result unchanged
-      n->op = OpKind::KVAppend;
-      n->inputs = {current, fresh};
-      n->attrs = KVAppendAttrs{attrs.shape[2]};
-      order.push_back(n);
+      const Dim total = attrs.shape[2];
+      n.op = OpKind::KVAppend;
+      n.inputs = {current, fresh};
+      n.attrs = KVAppendAttrs{total};
       lowered[index].output = out;
-      continue;
+      return Rewrite::keep();
     }
-    b.set_scope(n->name.substr(0, n->name.rfind('/')));
-    Value* at = b.expand(b.unsqueeze(n->inputs[2], {1, 3}), b.shape_of(fresh), fresh->shape);
+    Value* at = b.expand(b.unsqueeze(n.inputs[2], {1, 3}), b.shape_of(fresh), fresh->shape);
     Value* written = b.scatter_elements(current, at, fresh, 2);
-    replaced[out] = written;
     lowered[index].output = written;
-  }
-  for (Value*& v : graph.outputs) v = remap(v);
-  graph.order = std::move(order);
+    return Rewrite::replace(written);
+  });
+  Builder b(graph);
   for (size_t i = 0; i < lowered.size(); ++i) {
     const StateDecl& state = graph.states[i];
     HFX_CHECK(lowered[i].output != nullptr, "state '", state.name, "' is never updated");
