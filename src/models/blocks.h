@@ -1,5 +1,8 @@
 // Blocks shared by decoder families: attention and MLP sub-graphs over HF-named weights. Each
-// block declares the weights it reads (through ModelBuilder::weight) as it builds.
+// block declares the weights it reads (through ModelBuilder::weight) as it builds. The specs say
+// what differs between families: weight names, fused checkpoints (one qkv or gate_up weight whose
+// row ranges are the projections), biases per projection, q/k norms, scale and softcap, gated or
+// plain MLPs.
 #pragma once
 #include <functional>
 #include <optional>
@@ -12,8 +15,12 @@ namespace hfx {
 
 struct AttentionSpec {
   int64_t hidden, heads, kv_heads, head_dim;
+  // Module names under the block's prefix. `qkv` set: one fused [q + k + v, hidden] weight whose
+  // rows are q, then k, then v (Phi-3's qkv_proj); q/k/v are then unused.
+  std::string q = "q_proj", k = "k_proj", v = "v_proj", o = "o_proj", qkv;
   bool qkv_bias = false, o_bias = false;
-  bool qk_norm = false;  // per-head RMSNorm on q and k before RoPE (qwen3)
+  enum class QkNorm { None, PerHead } qk_norm_kind = QkNorm::None;  // RMSNorm on q and k before RoPE
+  bool qk_norm = false;  // shorthand for qk_norm_kind = PerHead (qwen3)
   double norm_epsilon = 1e-6;
   double scale = 0;      // 0: 1 / sqrt(head_dim)
   double softcap = 0;    // attention logit softcapping (0: none)
@@ -40,6 +47,11 @@ struct MlpSpec {
   int64_t hidden, intermediate;
   bool bias = false;
   std::string activation = "silu";  // HF hidden_act, validated by check_activation
+  // Gated: down(act(gate(x)) * up(x)); plain: down(act(up(x))) (GPT-2's c_fc / c_proj).
+  bool gated = true;
+  // Module names under the block's prefix. `gate_up` set: one fused [2 * intermediate, hidden]
+  // weight, gate rows first (Phi-3's gate_up_proj).
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj", gate_up;
 };
 
 // Rejects an HF activation name the blocks cannot build, naming the config key.
@@ -47,7 +59,7 @@ void check_activation(const JsonConfig& config, const std::string& key, const st
 // The activation by its HF name.
 Value* activation(Builder& b, const std::string& name, Value* x);
 
-// down_proj(act(gate_proj(x)) * up_proj(x)) with HF names under `prefix` (e.g. "model.layers.0.mlp.").
+// The MLP with HF names under `prefix` (e.g. "model.layers.0.mlp.").
 Value* gated_mlp(ModelBuilder& m, const std::string& prefix, const MlpSpec& spec, Value* x);
 
 }  // namespace hfx
