@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -137,7 +138,8 @@ void run_passes(const Backend& backend, const ExportConfig& config, const std::s
 #endif
     if (verbose) {
       const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - start;
-      std::cerr << "hfexport: " << component << ": pass " << pass.name << " " << ms.count() << " ms\n";
+      std::cerr << "hfexport: " << component << ": pass " << pass.name << " " << std::fixed << std::setprecision(2)
+                << ms.count() << " ms\n";
     }
   }
   verify(graph);
