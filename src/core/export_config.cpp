@@ -150,10 +150,7 @@ void ExportConfig::validate(const FieldSpelling& spell) const {
   const std::string group = spell("quantization.group_size");
   if (!q.enabled() && (q.group_size != WeightQuantization{}.group_size || q.compute != WeightQuantization::Compute::Auto))
     fail(group, " and ", spell("quantization.compute"), " apply only with ", spell("quantization.weights"));
-  if (q.enabled() && q.bits != 4 && q.bits != 8)
-    fail(spell("quantization.weights"), ": ", q.bits, " bits is not supported (use 4 or 8)");
-  if (q.enabled() && (q.group_size < 16 || (q.group_size & (q.group_size - 1)) != 0))
-    fail(group, " must be a power of two of at least 16, got ", q.group_size);
+  check_weight_quantization(q, spell("quantization.weights"), group);
 
   for (const auto& [name, r] : dims)
     if (r.min < 0 || r.min > r.max)

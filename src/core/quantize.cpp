@@ -7,11 +7,12 @@
 
 namespace hfx {
 
-void check_weight_quantization(const WeightQuantization& q) {
+void check_weight_quantization(const WeightQuantization& q, const std::string& bits_field,
+                               const std::string& group_field) {
   if (!q.enabled()) return;
-  if (q.bits != 4 && q.bits != 8) fail("weight quantization: ", q.bits, " bits is not supported (use 4 or 8)");
+  if (q.bits != 4 && q.bits != 8) fail(bits_field, ": ", q.bits, " bits is not supported (use 4 or 8)");
   if (q.group_size < 16 || (q.group_size & (q.group_size - 1)) != 0)
-    fail("--quantize-group-size must be a power of two of at least 16, got ", q.group_size);
+    fail(group_field, " must be a power of two of at least 16, got ", q.group_size);
 }
 
 void quantize_rows(const float* w, size_t rows, size_t cols, const WeightQuantization& q, uint8_t* codes,

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace hfx {
 
@@ -22,8 +23,10 @@ struct WeightQuantization {
   int64_t group_bytes() const { return group_size * bits / 8; }
 };
 
-// Rejects settings no backend can store, with a one-line reason.
-void check_weight_quantization(const WeightQuantization& q);
+// Rejects settings no backend can store, with a one-line reason naming the fields as the caller
+// spells them.
+void check_weight_quantization(const WeightQuantization& q, const std::string& bits_field = "quantization.weights",
+                               const std::string& group_field = "quantization.group_size");
 
 // Quantizes `rows` rows of `cols` floats (cols a multiple of group_size): codes gets
 // rows * cols * bits / 8 bytes, scales rows * cols / group_size floats, both row-major.

@@ -106,11 +106,11 @@ void check_capabilities(const Backend& backend, const ExportConfig& config, cons
          caps.dtype_note.empty() ? "" : " (" + caps.dtype_note + ")");
   }
   if (!config.generation.enabled) return;
-  const std::string_view wanted = caps.stateful_generation ? manifest::cache::kStateful
-                                  : config.generation.static_cache() ? manifest::cache::kStatic
-                                                                     : manifest::cache::kDynamic;
-  const bool lowered = std::find(caps.caches.begin(), caps.caches.end(), wanted) != caps.caches.end();
-  if (!lowered || (caps.stateful_generation && config.generation.static_cache()))
+  // A dynamic cache is the runtime's own (stateful) where the backend keeps state inside the model.
+  const std::string_view wanted = config.generation.static_cache() ? manifest::cache::kStatic
+                                  : caps.stateful_generation       ? manifest::cache::kStateful
+                                                                   : manifest::cache::kDynamic;
+  if (std::find(caps.caches.begin(), caps.caches.end(), wanted) == caps.caches.end())
     fail(spell("generation.cache_implementation"), ": --format ", backend.format(), " lowers only ", list_of(caps.caches),
          " caches, not ", config.generation.cache_implementation,
          caps.cache_note.empty() ? "" : " (" + caps.cache_note + ")");
@@ -145,13 +145,27 @@ void run_passes(const Backend& backend, const ExportConfig& config, const std::s
   verify(graph);
 }
 
+namespace {
+
+// The export of a validated config.
+void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run);
+
+}  // namespace
+
+// The config is checked before the checkpoint is read: option errors need no I/O.
 void run_export(const fs::path& model_dir, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run) {
   config.validate(run.spell);
-  run_export(Checkpoint(model_dir), out_dir, config, run);
+  export_checkpoint(Checkpoint(model_dir), out_dir, config, run);
 }
 
 void run_export(const Checkpoint& ckpt, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run) {
   config.validate(run.spell);
+  export_checkpoint(ckpt, out_dir, config, run);
+}
+
+namespace {
+
+void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run) {
   const std::string model_type = ckpt.config().string("model_type", "");
   if (model_type.empty()) fail(ckpt.config().where(), ": required key 'model_type' is missing");
   const ArchBuilder& build = find_arch(model_type);
@@ -223,6 +237,8 @@ void run_export(const Checkpoint& ckpt, const fs::path& out_dir, const ExportCon
   out.commit();
   progress("");
 }
+
+}  // namespace
 
 void inspect_export(const fs::path& out_dir) {
   const fs::path manifest_path = out_dir / manifest::kFileName;

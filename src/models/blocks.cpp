@@ -44,16 +44,15 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   Builder& b = m.b();
   b.set_scope(p.substr(0, p.size() - 1));
   const int64_t q_out = s.heads * s.head_dim, kv_out = s.kv_heads * s.head_dim;
-  const bool per_head_norm = s.qk_norm || s.qk_norm_kind == AttentionSpec::QkNorm::PerHead;
   auto projection = [&](const std::string& name, int64_t out, int64_t begin) {
     if (s.qkv.empty()) return own(m, p + name, s.qkv_bias, out, s.hidden);
     return fused_rows(m, p + s.qkv, s.qkv_bias, q_out + 2 * kv_out, s.hidden, begin, begin + out);
   };
   // Built one after another: each projection's weights are declared as it is built.
   Value* q = project_heads(m, projection(s.q, q_out, 0), s.heads, s.head_dim, x,
-                           per_head_norm ? p + "q_norm.weight" : "", s.norm_epsilon);
+                           s.qk_norm ? p + "q_norm.weight" : "", s.norm_epsilon);
   Value* k = project_heads(m, projection(s.k, kv_out, q_out), s.kv_heads, s.head_dim, x,
-                           per_head_norm ? p + "k_norm.weight" : "", s.norm_epsilon);
+                           s.qk_norm ? p + "k_norm.weight" : "", s.norm_epsilon);
   Value* v = project_heads(m, projection(s.v, kv_out, q_out + kv_out), s.kv_heads, s.head_dim, x, "", 0);
   if (ctx.cos) {
     q = b.rope(q, ctx.cos, ctx.sin, false);

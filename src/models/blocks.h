@@ -19,8 +19,7 @@ struct AttentionSpec {
   // rows are q, then k, then v (Phi-3's qkv_proj); q/k/v are then unused.
   std::string q = "q_proj", k = "k_proj", v = "v_proj", o = "o_proj", qkv;
   bool qkv_bias = false, o_bias = false;
-  enum class QkNorm { None, PerHead } qk_norm_kind = QkNorm::None;  // RMSNorm on q and k before RoPE
-  bool qk_norm = false;  // shorthand for qk_norm_kind = PerHead (qwen3)
+  bool qk_norm = false;  // per-head RMSNorm on q and k before RoPE (qwen3)
   double norm_epsilon = 1e-6;
   double scale = 0;      // 0: 1 / sqrt(head_dim)
   double softcap = 0;    // attention logit softcapping (0: none)
