@@ -56,9 +56,10 @@ def shared_weights(paths: list[Path]) -> dict[str, ort.OrtValue]:
 class OnnxRuntimeRunner(DecodeRunner):
     def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
                  providers: list | None = None, share_weights: bool = True):
-        """`share_weights`: with several components, map their common weights once for all sessions
-        (and turn off onnxruntime's per-session prepacked copies); False keeps onnxruntime's
-        defaults (faster prefill, a weight copy per session)."""
+        """`share_weights`: with several components, hold their common weights once in memory for
+        all sessions (and turn off onnxruntime's per-session prepacked copies); False keeps
+        onnxruntime's defaults (faster prefill, a weight copy per session). With sharing, the shared
+        initializers are added to `session_options`: do not reuse that object for another runner."""
         self.manifest = manifest
         gen = manifest.generation
         self.static = manifest.cache == CACHE_STATIC
