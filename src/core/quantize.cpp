@@ -20,14 +20,15 @@ void quantize_rows(const float* w, size_t rows, size_t cols, const WeightQuantiz
   const auto group = static_cast<size_t>(q.group_size);
   HFX_CHECK(cols % group == 0, "quantize_rows: ", cols, " columns in groups of ", group);
   const auto zero = static_cast<float>(q.zero_point());
-  const float qmax = zero - 1.0f;  // 7 or 127: symmetric around the zero point
+  const float qmax = zero - 1.0f;  // 7 or 127: the largest positive level
   const size_t groups = cols / group;
   for (size_t r = 0; r < rows; ++r) {
     for (size_t gi = 0; gi < groups; ++gi) {
       const float* src = w + r * cols + gi * group;
-      float absmax = 0.0f;
-      for (size_t i = 0; i < group; ++i) absmax = std::max(absmax, std::fabs(src[i]));
-      const float scale = absmax / qmax;
+      float extreme = 0.0f;  // the value of largest magnitude, with its sign
+      for (size_t i = 0; i < group; ++i)
+        if (std::fabs(src[i]) > std::fabs(extreme)) extreme = src[i];
+      const float scale = extreme / -zero;
       scales[r * groups + gi] = scale;
       uint8_t* dst = codes + (r * cols + gi * group) * static_cast<size_t>(q.bits) / 8;
       for (size_t i = 0; i < group; ++i) {

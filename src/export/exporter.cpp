@@ -209,7 +209,8 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
     quantized_compute = report.quantization.int8_compute ? "int8" : "float";
     if (config.quantization.enabled())
       components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
-                                                    {"kept_float", report.quantization.kept_float}};
+                                                    {"kept_float", report.quantization.kept_float},
+                                                    {"embeddings", report.quantization.embeddings}};
     if (c.name == manifest::component::kDecode)
       for (const StatePair& state : c.graph->state_pairs) {
         if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});

@@ -186,6 +186,17 @@ Types rule_quantized_linear(const Inputs& in, const OpAttrs& a) {
   return one(in[0]->dtype, std::move(out));
 }
 
+Types rule_quantized_embedding(const Inputs& in, const OpAttrs& a) {
+  const QuantizedLinearAttrs& q = attrs<QuantizedLinearAttrs>(a);
+  const Value* codes = in[0];
+  need(codes->dtype == DType::U8 && codes->rank() == 3 && in[1]->rank() == 2 && in[2]->dtype == DType::I64,
+       "QuantizedEmbedding operands");
+  need(codes->shape[2].value() * 8 == q.group_size * q.bits, "QuantizedEmbedding group bytes");
+  Shape out = in[2]->shape;
+  out.push_back(Dim(codes->shape[1].value() * q.group_size));
+  return one(in[1]->dtype, std::move(out));
+}
+
 Types rule_embedding(const Inputs& in, const OpAttrs&) {
   need(in[0]->rank() == 2 && in[1]->dtype == DType::I64, "Embedding operands");
   Shape out = in[1]->shape;
@@ -272,6 +283,7 @@ RULE(ScatterElements, rule_scatter)
 RULE(Linear, rule_linear)
 RULE(QuantizedLinear, rule_quantized_linear)
 RULE(Embedding, rule_embedding)
+RULE(QuantizedEmbedding, rule_quantized_embedding)
 RULE(RMSNorm, rule_rms_norm)
 RULE(RoPE, rule_rope)
 RULE(Attention, rule_attention)

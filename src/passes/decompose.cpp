@@ -17,25 +17,40 @@ Value* decompose_linear(Builder& b, const Node& n) {
   return n.inputs.size() > 2 && n.inputs[2] ? b.add(y, n.inputs[2]) : y;
 }
 
-// Dequantizes the codes (core/quantize.h) to the weight [N, K] and applies it as a Linear. The
-// unpacking stays in uint8 so that no intermediate is wider than the float weight (runtimes fold
-// this chain at load, and skip folding very large intermediates).
-Value* decompose_quantized_linear(Builder& b, const Node& n) {
-  Value* x = n.inputs[0];
-  Value* codes = n.inputs[1];  // u8 [N, G, group * bits / 8]
-  const Dim rows = codes->shape[0], groups = codes->shape[1];
-  const QuantizedLinearAttrs& q = n.attrs_as<QuantizedLinearAttrs>();
+// Dequantizes codes [..., G, group * bits / 8] with scales [..., G] (core/quantize.h) to values
+// [..., G * group] of `dtype`. The unpacking stays in uint8 so that no intermediate is wider than
+// the float result.
+Value* dequantize(Builder& b, Value* codes, Value* scales, const QuantizedLinearAttrs& q, DType dtype) {
   const int64_t bits = q.bits, group = q.group_size;
+  Shape lead(codes->shape.begin(), codes->shape.end() - 1);
   if (bits == 4) {  // two codes per byte, the earlier one in the low nibble
     Value* low = b.binary(OpKind::BitwiseAnd, codes, b.u8_scalar(0x0f));
     Value* high = b.binary(OpKind::BitShiftRight, codes, b.u8_scalar(4));
-    codes = b.reshape(b.concat({b.unsqueeze(low, {-1}), b.unsqueeze(high, {-1})}, -1), {rows, groups, Dim(group)});
+    Shape unpacked = lead;
+    unpacked.push_back(Dim(group));
+    codes = b.reshape(b.concat({b.unsqueeze(low, {-1}), b.unsqueeze(high, {-1})}, -1), unpacked);
   }
   Value* levels = b.sub(b.cast(codes, DType::F32), b.scalar(static_cast<double>(int64_t{1} << (bits - 1)), DType::F32));
-  Value* w = b.mul(levels, b.unsqueeze(b.cast(n.inputs[2], DType::F32), {-1}));
-  w = b.cast(b.reshape(w, {rows, x->shape.back()}), x->dtype);
+  Value* w = b.mul(levels, b.unsqueeze(b.cast(scales, DType::F32), {-1}));
+  Shape flat(lead.begin(), lead.end() - 1);
+  flat.push_back(Dim(lead.back().value() * group));
+  return b.cast(b.reshape(w, flat), dtype);
+}
+
+// Dequantizes the weight [N, K] and applies it as a Linear (runtimes fold the dequantization at
+// load, and skip folding very large intermediates).
+Value* decompose_quantized_linear(Builder& b, const Node& n) {
+  Value* x = n.inputs[0];
+  Value* w = dequantize(b, n.inputs[1], n.inputs[2], n.attrs_as<QuantizedLinearAttrs>(), x->dtype);
   Value* y = b.matmul(x, b.transpose(w, {1, 0}));
   return n.inputs.size() > 3 && n.inputs[3] ? b.add(y, n.inputs[3]) : y;
+}
+
+// Gathers the rows' codes and scales, then dequantizes only those rows.
+Value* decompose_quantized_embedding(Builder& b, const Node& n) {
+  Value* ids = n.inputs[2];
+  return dequantize(b, b.gather(n.inputs[0], ids, 0), b.gather(n.inputs[1], ids, 0),
+                    n.attrs_as<QuantizedLinearAttrs>(), n.inputs[1]->dtype);
 }
 
 Value* decompose_embedding(Builder& b, const Node& n) { return b.gather(n.inputs[0], n.inputs[1], 0); }
@@ -140,6 +155,7 @@ Decomposition reference_decomposition(OpKind op) {
     case OpKind::Linear: return decompose_linear;
     case OpKind::QuantizedLinear: return decompose_quantized_linear;
     case OpKind::Embedding: return decompose_embedding;
+    case OpKind::QuantizedEmbedding: return decompose_quantized_embedding;
     case OpKind::RMSNorm: return decompose_rms_norm;
     case OpKind::RoPE: return decompose_rope;
     case OpKind::Attention: return decompose_attention;

@@ -24,10 +24,13 @@ void pack_linears(Graph& graph);
 struct QuantizeReport {
   int quantized = 0;
   std::vector<std::string> kept_float;  // weights whose input size is not a multiple of the group size
+  std::vector<std::string> embeddings;  // embedding tables read from a quantized lm_head's codes (tied)
   bool int8_compute = false;
 };
 // Turns every Linear over a checkpoint weight into a QuantizedLinear (codes and scales derived
 // from the weight when written); Linears whose input size the group size does not divide stay.
+// An Embedding over a weight some Linear quantized (tied embeddings) becomes a QuantizedEmbedding
+// over the same codes and scales.
 QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q);
 
 // Lowers graph state (StateRead / StateUpdate) to graph inputs and outputs: append updates to

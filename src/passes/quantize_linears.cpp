@@ -1,5 +1,7 @@
 // Replaces Linear ops over checkpoint weights with QuantizedLinear ops whose codes and scales are
 // derived from the same checkpoint bytes when the backend writes them (nothing is computed here).
+#include <map>
+
 #include "core/error.h"
 #include "passes/passes.h"
 
@@ -31,6 +33,7 @@ QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q) {
   if (!q.enabled()) return report;
   HFX_CHECK(q.compute != WeightQuantization::Compute::Auto, "quantize_linears: the backend resolves the compute");
   report.int8_compute = q.compute == WeightQuantization::Compute::Int8;
+  std::map<std::string, std::pair<Value*, Value*>> quantized_weights;  // weight key -> (codes, scales)
   for (Node* n : graph.order) {
     if (n->op != OpKind::Linear) continue;
     const Value* w = n->inputs[1];
@@ -47,6 +50,19 @@ QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q) {
     if (bias) n->inputs.push_back(bias);
     n->attrs = quantized_linear_attrs(q);
     ++report.quantized;
+    quantized_weights[w->constant->key()] = {codes, scales};
+  }
+  // A tied embedding reads the lm_head's codes: the table is stored once, quantized.
+  for (Node* n : graph.order) {
+    if (n->op != OpKind::Embedding || !n->inputs[0]->is_constant()) continue;
+    const auto it = quantized_weights.find(n->inputs[0]->constant->key());
+    if (it == quantized_weights.end()) continue;
+    const auto [codes, scales] = it->second;
+    if (scales->dtype != n->outputs[0]->dtype) continue;
+    report.embeddings.push_back(n->inputs[0]->name);
+    n->op = OpKind::QuantizedEmbedding;
+    n->inputs = {codes, scales, n->inputs[1]};
+    n->attrs = quantized_linear_attrs(q);
   }
   return report;
 }

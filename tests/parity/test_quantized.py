@@ -3,7 +3,8 @@ the reference dequantization (u8 codes -> float weights in ai.onnx ops) in the `
 
 Reference: transformers eager on a copy of the model whose Linear weights are replaced by their
 dequantized values under the documented scheme (symmetric, per group of ``group_size`` input
-features, scale = max|w| / (2^(bits-1) - 1), codes = rint(w / scale)), implemented here in numpy
+features, scale = the group's signed value of largest magnitude / -2^(bits-1), levels =
+clip(rint(w / scale), -2^(bits-1), 2^(bits-1) - 1)), implemented here in numpy
 from that description. With ``--quantize-compute float`` onnxruntime multiplies by exactly those
 weights, so logits must match within 1e-4 and greedy generation token for token; with the default
 ``int8`` compute the activations are quantized too, so logits are only close.
@@ -40,7 +41,8 @@ def dequantize(w: np.ndarray, bits: int, group: int) -> np.ndarray:
     n, k = w.shape
     g = w.reshape(n, k // group, group)
     zero = 2 ** (bits - 1)
-    scale = np.abs(g).max(axis=-1, keepdims=True) / np.float32(zero - 1)
+    extreme = np.take_along_axis(g, np.abs(g).argmax(axis=-1)[..., None], axis=-1)  # first largest |w|
+    scale = extreme / np.float32(-zero)
     with np.errstate(divide="ignore", invalid="ignore"):
         levels = np.where(scale == 0, 0, np.clip(np.rint(g / scale), -zero, zero - 1))
     return (levels * scale).astype(np.float32).reshape(n, k)
@@ -48,10 +50,9 @@ def dequantize(w: np.ndarray, bits: int, group: int) -> np.ndarray:
 
 def quantized_reference(model, bits: int, group: int):
     """A copy of `model` whose nn.Linear weights (input size divisible by `group`) are dequantized.
-    A tied lm_head is untied first: the export keeps the embedding table in float."""
+    A tied embedding stays tied, so it reads the dequantized lm_head too (the export stores the
+    table once, as the lm_head's codes); an untied one stays float."""
     ref = copy.deepcopy(model)
-    if ref.lm_head.weight is ref.model.embed_tokens.weight:
-        ref.lm_head.weight = torch.nn.Parameter(ref.lm_head.weight.detach().clone())
     with torch.no_grad():
         for module in ref.modules():
             if isinstance(module, torch.nn.Linear) and module.in_features % group == 0:
@@ -108,7 +109,38 @@ def test_forward_matches_dequantized_transformers(name, bits, profile, tiny, tmp
         "scheme": "symmetric, per group of input features, round to nearest even",
     }
     # Every Linear is quantized: 2 layers x (packed q/k/v, o, packed gate/up, down) + lm_head.
-    assert manifest["components"]["model"]["quantized_linears"] == {"quantized": 9, "kept_float": []}
+    assert manifest["components"]["model"]["quantized_linears"] == {
+        "quantized": 9, "kept_float": [], "embeddings": ["model.embed_tokens.weight"] if is_tied(model) else []}
+
+
+def is_tied(model) -> bool:
+    return model.lm_head.weight is model.model.embed_tokens.weight
+
+
+@pytest.mark.parametrize("profile", ["ort", "standard"])
+def test_tied_embedding_is_stored_once_quantized(profile, tiny, tmp_path, export_model):
+    """The tied table is the lm_head's codes: no float [vocab, hidden] initializer is left, the
+    ort profile gathers it with GatherBlockQuantized, and the data file holds the codes once."""
+    model_dir, model = tiny("qwen2-bias-tied")
+    assert is_tied(model)
+    out = export_model(model_dir, tmp_path / "out", *quant_args(4, profile=profile))
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    table = (model.config.vocab_size, model.config.hidden_size)
+    assert not [t.name for t in graph.initializer if tuple(t.dims) in (table, table[::-1])], "a float table is left"
+    ops = {n.op_type for n in graph.node}
+    assert ("GatherBlockQuantized" in ops) == (profile == "ort"), ops
+    # The codes carry the table's name (both nodes read them); every view of them is one span.
+    codes = [t for t in graph.initializer if t.name.startswith("model.embed_tokens")
+             and t.data_type == onnx.TensorProto.UINT8 and t.external_data]
+    offsets = {(e["offset"], e["length"]) for t in codes for e in [{x.key: x.value for x in t.external_data}]}
+    assert codes and len(offsets) == 1, f"tied codes stored {len(offsets)} times: {offsets}"
+    report = json.loads((out / "export.json").read_text())["components"]["model"]["quantized_linears"]
+    assert report["embeddings"] == ["model.embed_tokens.weight"]
+    # An untied table stays float (it is only gathered).
+    model_dir, model = tiny("llama-gqa-rope_default")
+    out = export_model(model_dir, tmp_path / "untied", *quant_args(4, profile=profile))
+    report = json.loads((out / "export.json").read_text())["components"]["model"]["quantized_linears"]
+    assert not is_tied(model) and report["embeddings"] == []
 
 
 def test_int4_data_is_smaller_than_float(tiny, tmp_path, export_model):

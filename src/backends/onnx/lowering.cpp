@@ -1,5 +1,6 @@
 #include "backends/onnx/lowering.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -166,6 +167,14 @@ std::string Lowering::constant_name(const Value* v, bool transposed) {
   return name;
 }
 
+std::string Lowering::reshaped_constant(const Value* v, std::vector<int64_t> dims) {
+  std::string name = v->name + ".view";
+  for (int64_t d : dims) name += "_" + std::to_string(d);
+  if (std::none_of(inits_.begin(), inits_.end(), [&](const Init& i) { return i.name == name; }))
+    inits_.push_back({v, false, name, std::move(dims)});
+  return name;
+}
+
 std::string Lowering::ints(const std::vector<int64_t>& data, bool scalar) {
   auto* t = g_.add_initializer();
   t->set_name("const/i64_" + std::to_string(++counter_));
@@ -216,8 +225,8 @@ void Lowering::lower(const Node& n) {
   if (fused_.count(&n)) return;
   const OnnxOpRule& rule = onnx_rule(n.op);
   if (!rule.lower) fail("internal error: ONNX backend cannot lower ", op_name(n.op));
-  // Linear and Embedding read their weight in a stored layout of their own; name only the rest.
-  const bool own_weight = n.op == OpKind::Linear || n.op == OpKind::Embedding;
+  // Linear and the embeddings read their weight in a stored layout of their own; name only the rest.
+  const bool own_weight = n.op == OpKind::Linear || n.op == OpKind::Embedding || n.op == OpKind::QuantizedEmbedding;
   const size_t weight_index = n.op == OpKind::Linear ? 1 : 0;
   OnnxNames in;
   for (size_t i = 0; i < n.inputs.size(); ++i)

@@ -64,6 +64,7 @@ class Lowering {
     const Value* value;
     bool transposed;
     std::string name;
+    std::vector<int64_t> dims;  // non-empty: the same bytes under these dims (a reshaped view)
   };
   const std::vector<Init>& initializers() const { return inits_; }
   bool uses_contrib_ops() const { return uses_contrib_; }
@@ -74,6 +75,8 @@ class Lowering {
                         const std::string& domain = "");
   std::string name_of(const Value* v) { return v->is_constant() ? constant_name(v, false) : v->name; }
   std::string constant_name(const Value* v, bool transposed);
+  // The constant's bytes under other dims (same element count), stored once with the original.
+  std::string reshaped_constant(const Value* v, std::vector<int64_t> dims);
   bool stored_transposed(const Value* weight) const { return transposed_.count(weight) != 0; }
   std::string ints(const std::vector<int64_t>& data, bool scalar = false);
   std::string float_scalar(float value, DType dtype);

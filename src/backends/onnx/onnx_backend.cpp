@@ -111,7 +111,9 @@ class OnnxWriter final : public ExportWriter {
       t->set_name(init.name);
       t->set_data_type(onnx_type(v.dtype));
       const auto& src_shape = v.constant->src_shape;
-      if (init.transposed) {
+      if (!init.dims.empty()) {
+        for (int64_t d : init.dims) t->add_dims(d);
+      } else if (init.transposed) {
         HFX_CHECK(src_shape.size() == 2, "transposed initializer ", init.name);
         t->add_dims(src_shape[1]);
         t->add_dims(src_shape[0]);

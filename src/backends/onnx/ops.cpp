@@ -96,6 +96,21 @@ HFX_ONNX_OP_NATIVE(QuantizedLinear, has_contrib_ops) {
   if (bias) l.node("Add", {mm, in[3]}, {out});
 }
 
+// onnxruntime's GatherBlockQuantized reads a tied embedding from the lm_head's MatMulNBits codes,
+// viewed as [V, H * bits / 8] (the same bytes, stored once); no zero points: the default is the
+// symmetric midpoint, as for MatMulNBits.
+HFX_ONNX_OP_NATIVE(QuantizedEmbedding, has_contrib_ops) {
+  const Value* codes = n.inputs[0];
+  const QuantizedLinearAttrs& q = n.attrs_as<QuantizedLinearAttrs>();
+  const int64_t rows = codes->shape[0].value(), row_bytes = codes->shape[1].value() * codes->shape[2].value();
+  auto* g = l.node("GatherBlockQuantized", {l.reshaped_constant(codes, {rows, row_bytes}), in[2], in[1]}, {out},
+                   "com.microsoft");
+  attr_int(g, "gather_axis", 0);
+  attr_int(g, "quantize_axis", 1);
+  attr_int(g, "block_size", q.group_size);
+  attr_int(g, "bits", q.bits);
+}
+
 HFX_ONNX_OP(Embedding) {
   const Value* w = n.inputs[0];
   if (!l.stored_transposed(w)) {
