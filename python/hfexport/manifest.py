@@ -21,6 +21,9 @@ CACHE_DYNAMIC = "dynamic"  # past_key_values.* -> present.*
 CACHE_STATIC = "static"  # input.<name> / output.<name>, updated in place
 CACHE_STATEFUL = "stateful"  # the cache lives in the runtime
 
+# generation keys
+SHARES_BUFFER = "past_present_share_buffer"  # bind each decode past/present pair to one full-length buffer
+
 
 class ManifestError(ValueError):
     pass

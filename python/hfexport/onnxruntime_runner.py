@@ -1,8 +1,14 @@
 """Decode loop over onnxruntime (Python API: the onnxruntime wheel ships no C/C++ headers, and
-Debian has no libonnxruntime-dev here). Dynamic caches pass present -> past as OrtValues without
-copying to numpy; a static cache binds each input/output pair to one buffer that the graph
-updates in place. When several components read one weight file (prefill + decode), the weights
-are mapped once and handed to every session (see shared_weights)."""
+Debian has no libonnxruntime-dev here). Three cache mechanics, as the manifest says:
+- shared buffer (`past_present_share_buffer`, the ort-gqa default): each past/present pair is
+  bound once to one buffer of the whole generation's length, which GroupQueryAttention appends to
+  in place; the prompt's cache is copied in once after the prefill, and every step rebinds only
+  the small per-token inputs (no per-step cache copy, no per-step allocation);
+- dynamic: present -> past passed as OrtValues without copying to numpy (the graph's Concat
+  copies the growing cache each step);
+- static: each input./output. pair bound to one buffer the graph scatters into.
+When several components read one weight file (prefill + decode), the weights are read once and
+handed to every session (see shared_weights)."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .manifest import CACHE_STATIC, DECODE, PREFILL, ExportManifest
+from .manifest import CACHE_STATIC, DECODE, PREFILL, SHARES_BUFFER, ExportManifest
 from .runner import DecodeRunner, GenerationError, left_padded_positions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -63,6 +69,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.manifest = manifest
         gen = manifest.generation
         self.static = manifest.cache == CACHE_STATIC
+        self.shared = bool(gen.get(SHARES_BUFFER)) and not self.static
         providers = providers or ["CPUExecutionProvider"]
         names = [n for n in (PREFILL, DECODE) if manifest.has_component(n)]
         if share_weights and len(names) > 1:
@@ -132,6 +139,59 @@ class OnnxRuntimeRunner(DecodeRunner):
             values.append(ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, _NUMPY_TYPES[spec.type])))
         return values
 
+    # -- shared buffer --------------------------------------------------------------------------
+    def _allocate_shared(self, batch: int, capacity: int, prompt: list[ort.OrtValue] | None) -> None:
+        """One buffer per cache pair for the whole generation, holding the prompt's rows if given,
+        and the decode binding that reuses them (and one logits buffer) for every step."""
+        self.buffers = {}
+        self.binding = self.decode.io_binding()
+        for i, (name, present) in enumerate(self.pairs):
+            spec = self.cache_specs[name]
+            buf = np.zeros([batch, spec.shape[1], capacity, spec.shape[3]], _NUMPY_TYPES[spec.type])
+            if prompt is not None:
+                rows = prompt[i].numpy()
+                buf[:, :, : rows.shape[2]] = rows
+            value = ort.OrtValue.ortvalue_from_numpy(buf)
+            self.buffers[name] = value
+            self.binding.bind_ortvalue_input(name, value)
+            self.binding.bind_ortvalue_output(present, value)
+        self.capacity = capacity
+        logits = next(o for o in self.decode.get_outputs() if o.name == "logits")
+        self.step_logits = ort.OrtValue.ortvalue_from_numpy(np.zeros([batch, 1, logits.shape[-1]],
+                                                                     _NUMPY_TYPES[logits.type]))
+        # The mask grows by one column per step: kept in one array, bound as a prefix view.
+        self.mask_buffer = np.ones([batch, capacity], np.int64)
+
+    def _run_shared(self, input_ids: np.ndarray, positions: np.ndarray, length: int) -> np.ndarray:
+        """Runs the decode graph over the shared buffers with the mask's first `length` columns."""
+        b = self.binding
+        b.bind_cpu_input("input_ids", input_ids)
+        b.bind_cpu_input("position_ids", positions)
+        b.bind_cpu_input("attention_mask", np.ascontiguousarray(self.mask_buffer[:, :length]))
+        # Logits for every position: one per step, or the whole prompt's through the decode graph.
+        out = self.step_logits if input_ids.shape[1] == 1 else ort.OrtValue.ortvalue_from_numpy(
+            np.zeros([*input_ids.shape, self.step_logits.shape()[-1]], self.step_logits.numpy().dtype))
+        b.bind_ortvalue_output("logits", out)
+        self.decode.run_with_iobinding(b)
+        return out.numpy()[:, -1].copy()  # a copy: the step buffer is overwritten by the next step
+
+    def _prefill_shared(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray,
+                        max_new_tokens: int) -> np.ndarray:
+        batch, length = input_ids.shape
+        capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
+        if self.prefill_session is not None:
+            feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
+            logits = self._run_dynamic(self.prefill_session, feeds, None)
+            self._allocate_shared(batch, capacity, self.past)
+            self.past = None
+        else:
+            self._allocate_shared(batch, capacity, None)
+            self.mask_buffer[:, :length] = attention_mask
+            logits = self._run_shared(input_ids, positions, length)
+        self.mask_buffer[:, :length] = attention_mask
+        self.length = length
+        return logits
+
     # -- static cache ---------------------------------------------------------------------------
     def _allocate_static(self, batch: int, length: int) -> None:
         self.binding = self.decode.io_binding()
@@ -182,6 +242,8 @@ class OnnxRuntimeRunner(DecodeRunner):
         if self.static:
             self._allocate_static(input_ids.shape[0], min(self.max_cache_len, input_ids.shape[1] + max_new_tokens))
             return self._run_static(input_ids, self._park_padding(positions, attention_mask), attention_mask)
+        if self.shared:
+            return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
         if self.prefill_session is not None:
             return self._run_dynamic(self.prefill_session, feeds, None)
@@ -195,6 +257,11 @@ class OnnxRuntimeRunner(DecodeRunner):
             if positions.max() >= self.cache_len:
                 raise GenerationError(f"generation reached the cache length {self.cache_len}")
             return self._run_static(ids, positions, np.ones_like(ids))
+        if self.shared:
+            if self.length >= self.capacity:
+                raise GenerationError(f"generation reached the cache length {self.capacity}")
+            self.length += 1
+            return self._run_shared(ids, positions, self.length)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, feeds, self.past)

@@ -47,6 +47,9 @@ struct WrittenComponent {
   std::vector<std::string> data_files;
   std::vector<TensorSpec> inputs, outputs;
   bool stateful = false;  // the graph's state lives inside the runtime (no cache inputs/outputs)
+  // Each past/present pair may be bound to one buffer of the cache's full capacity, which the
+  // graph updates in place (onnxruntime's GroupQueryAttention owns every append).
+  bool cache_shares_buffer = false;
 };
 
 // Stores one export: components are written one after another; weights they share are stored

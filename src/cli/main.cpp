@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
   exp->add_option("--dim", flags.dims, "bounds of a named dim, NAME=MIN:MAX or NAME=SIZE (repeatable)");
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
-  exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention)");
+  exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
   exp->add_option("--decompose", flags.decompose,
                   "high-level ops to export as their reference decomposition (e.g. Attention,RMSNorm, or all)")
       ->delimiter(',');

@@ -69,13 +69,14 @@ json eos_token_ids(const Checkpoint& ckpt) {
 }
 
 json generation_json(const GenerationConfig& g, const ExportModel& model, const Checkpoint& ckpt,
-                     const json& cache_pairs, bool stateful) {
+                     const json& cache_pairs, bool stateful, bool shares_buffer) {
   const std::string_view cache = stateful ? manifest::cache::kStateful
                                  : g.static_cache() ? manifest::cache::kStatic
                                                     : manifest::cache::kDynamic;
   json out = {{key::kCache, cache},
               {key::kMultiTokenDecode, g.static_cache() || g.multi_token_decode},
               {key::kCachePairs, cache_pairs},
+              {key::kSharesBuffer, shares_buffer},
               {key::kEosTokenId, eos_token_ids(ckpt)}};
   json components = json::array();
   for (const Component& c : model.components) components.push_back(c.name);
@@ -192,7 +193,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   json components = json::object();
   json dims = json::object();
   json cache_pairs = json::array();
-  bool stateful = false;
+  bool stateful = false, shares_buffer = false;
   std::string quantized_compute;  // as the backend resolved it
   const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
   for (Component& c : model.components) {
@@ -211,6 +212,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
       components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
                                                     {"kept_float", report.quantization.kept_float},
                                                     {"embeddings", report.quantization.embeddings}};
+    if (c.name == manifest::component::kDecode) shares_buffer = w.cache_shares_buffer;
     if (c.name == manifest::component::kDecode)
       for (const StatePair& state : c.graph->state_pairs) {
         if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
@@ -226,7 +228,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                                     {"compute", quantized_compute}};
   manifest[key::kDims] = dims;
   if (config.generation.enabled)
-    manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful);
+    manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer);
   Manifest(std::move(manifest)).save(out.path());
   for (const char* name : kCompanionFiles) {
     if (ckpt.dir().empty()) break;  // a checkpoint in memory has no files to copy

@@ -51,6 +51,9 @@ inline constexpr const char* kBosTokenId = "bos_token_id";
 inline constexpr const char* kPadTokenId = "pad_token_id";
 inline constexpr const char* kMaxCacheLen = "max_cache_len";
 inline constexpr const char* kBatchSize = "batch_size";
+// true: bind each decode past/present pair to one buffer of the full cache length, updated in
+// place (onnxruntime-genai's name for it).
+inline constexpr const char* kSharesBuffer = "past_present_share_buffer";
 }  // namespace key
 
 }  // namespace hfx::manifest

@@ -233,6 +233,31 @@ def check_static_cache_contents(runner, manifest_pairs, ref: Reference, mask: np
     return err
 
 
+def check_shared_cache(runner, manifest_pairs, ref: Reference, mask: np.ndarray) -> float:
+    """Shared-buffer runs: each pair's present is written into the buffer bound as its past (same
+    memory, one buffer per pair), and the buffers hold transformers' K/V for every fed real token
+    at its padded index, as transformers' own DynamicCache lays them out."""
+    assert runner.shared and runner.buffers, "the export shares its cache buffers but the runner did not"
+    out_ptrs = {v.data_ptr() for v in runner.binding.get_outputs()}
+    in_ptrs = [runner.buffers[p["input"]].data_ptr() for p in manifest_pairs]
+    assert len(set(in_ptrs)) == len(in_ptrs), "two cache pairs share one buffer"
+    assert set(in_ptrs) <= out_ptrs, "a present output is not bound to its past buffer"
+    fed = mask.shape[1] + ref.tokens.shape[1] - 1
+    real = np.concatenate([mask, np.ones((mask.shape[0], fed - mask.shape[1]), mask.dtype)], 1).astype(bool)
+    err = 0.0
+    for p in manifest_pairs:
+        layer, kind = int(p["name"].split(".")[1]), p["name"].split(".")[2]
+        want = ref.cache[layer][0 if kind == "key" else 1]
+        if want.shape[2] != fed:
+            continue  # a sliding layer: transformers keeps only the window
+        got = runner.buffers[p["input"]].numpy()[:, :, :fed]
+        for b in range(mask.shape[0]):
+            d = float(np.abs(got[b][:, real[b]] - want[b][:, real[b]]).max())
+            assert d <= TOL, f"{p['input']} row {b}: shared cache differs from transformers' by {d:.3e}"
+            err = max(err, d)
+    return err
+
+
 # --------------------------------------------------------------------------------------------
 # contract: manifest and graph metadata per mode
 
@@ -345,8 +370,12 @@ def test_greedy_matches_transformers(name, mode, profile, tiny, tmp_path, export
             tokens, logits, runner = run_ours(out, ids, mask)
             what = f"{name} {mode} prompts {lengths}"
             err = max(err, compare(tokens, logits, ref, what))
+            pairs = runner.manifest.generation["cache_pairs"]
+            shares = runner.manifest.generation["past_present_share_buffer"]
+            assert shares == (profile == "ort-gqa" and mode != "static"), (profile, mode, shares)
+            if shares:
+                err = max(err, check_shared_cache(runner, pairs, ref, mask))
             if mode == "static":
-                pairs = runner.manifest.generation["cache_pairs"]
                 check_static_cache_in_place(runner, pairs)
                 err = max(err, check_static_cache_contents(runner, pairs, ref, mask))
         return err
@@ -364,6 +393,18 @@ def test_profiles_choose_their_attention(mode, tiny, tmp_path, export_model):
         ops = {n.op_type for n in onnx.load(str(out / "decode.onnx"), load_external_data=False).graph.node}
         gqa = profile == "ort-gqa" and mode != "static"
         assert ("GroupQueryAttention" in ops) == gqa and ("Attention" in ops) != gqa, (profile, mode, ops)
+
+
+def test_generation_defaults_to_ort_gqa_with_a_shared_cache(tiny, tmp_path, export_model):
+    """Without --onnx-ops a generation export takes onnxruntime's decode kernels (GQA owning the
+    cache, bound once as a shared buffer); a plain forward export stays standard ai.onnx."""
+    tm = tiny("llama-gqa-tied-rope_llama3")
+    out = export_model(tm.model_dir, tmp_path / "gen", "--for-generation")
+    ops = {n.op_type for n in onnx.load(str(out / "decode.onnx"), load_external_data=False).graph.node}
+    assert "GroupQueryAttention" in ops and "SkipSimplifiedLayerNormalization" in ops, ops
+    assert json.loads((out / "export.json").read_text())["generation"]["past_present_share_buffer"] is True
+    forward = export_model(tm.model_dir, tmp_path / "fwd")
+    onnx.checker.check_model(str(forward / "model.onnx"), full_check=True)
 
 
 def test_static_prefill_writes_distinct_slots(tiny, tmp_path, export_model):

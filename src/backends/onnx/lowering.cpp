@@ -123,9 +123,11 @@ std::string Lowering::bsh(const Value* x) {
 Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profile,
                    std::set<const Value*> transposed_weights)
     : g_(g), profile_(profile), transposed_(std::move(transposed_weights)) {
-  for (const Node* n : graph.order)
+  for (const Node* n : graph.order) {
     for (const Value* in : n->inputs)
       if (in) consumers_[in].push_back(n);
+    appends_ += n->op == OpKind::KVAppend;
+  }
   if (!profile_has_contrib_ops(profile_)) return;
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
   for (const Node* n : graph.order) {
@@ -137,7 +139,10 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
       auto only_feeds = [&](const Node* p) {
         return p && p->op == OpKind::KVAppend && consumers(p->outputs[0]).size() == 1;
       };
-      if (profile_ == OnnxOpProfile::OrtGqa && only_feeds(k) && only_feeds(v)) fused_.insert({k, v});
+      if (profile_ == OnnxOpProfile::OrtGqa && only_feeds(k) && only_feeds(v)) {
+        fused_.insert({k, v});
+        fused_appends_ += 2;
+      }
     }
   }
 }

@@ -68,6 +68,8 @@ class Lowering {
   };
   const std::vector<Init>& initializers() const { return inits_; }
   bool uses_contrib_ops() const { return uses_contrib_; }
+  // Every cache append was absorbed into a GroupQueryAttention (and there is at least one).
+  bool attention_owns_cache() const { return appends_ > 0 && fused_appends_ == appends_; }
 
   // What the op rules build with.
   OnnxOpProfile profile() const { return profile_; }
@@ -108,6 +110,7 @@ class Lowering {
   std::set<const Node*> fused_;
   std::map<const Value*, std::pair<std::string, std::string>> gqa_lengths_;
   int counter_ = 0;
+  int appends_ = 0, fused_appends_ = 0;
   bool uses_contrib_ = false;
 };
 

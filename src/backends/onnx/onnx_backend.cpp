@@ -32,8 +32,13 @@ WeightQuantization resolve_compute(WeightQuantization q, OnnxOpProfile profile) 
 
 constexpr const char* kProfileKey = "op_profile";
 
+// Unset, generation exports get ort-gqa: onnxruntime's decode kernels (GroupQueryAttention owning
+// a cache buffer the runner binds once, MatMulNBits), the fastest loop measured
+// (bench/bench_builder.py); a plain forward gets the standard ai.onnx ops transformers.exporters writes.
 OnnxOpProfile profile_of(const ExportConfig& config, const FieldSpelling& spell = json_field) {
-  return parse_onnx_op_profile(config.backend.value(kProfileKey, ""), spell("backend.op_profile"));
+  const std::string name = config.backend.value(kProfileKey, "");
+  if (name.empty()) return config.generation.enabled ? OnnxOpProfile::OrtGqa : OnnxOpProfile::Standard;
+  return parse_onnx_op_profile(name, spell("backend.op_profile"));
 }
 
 // The key of a checkpoint-derived constant as stored: components that read the same weight in the
@@ -82,6 +87,7 @@ class OnnxWriter final : public ExportWriter {
     }
     write_initializers(g, lowering.initializers());
     written.data_files.push_back(kDataFile);
+    written.cache_shares_buffer = lowering.attention_owns_cache();
 
     std::ofstream out(dir_ / written.file, std::ios::binary);
     if (!out || !model.SerializeToOstream(&out) || !out.flush())
