@@ -17,6 +17,10 @@ bench_generate.py runs every task in a fresh process, so each configuration star
       each timing the prefill (prompt in, first token's logits out, argmax included) and
       --new-tokens single-token decode steps (argmax included). KIND is
         hfexport              an hfexport output directory, through hfexport.open_runner
+        genai                 a directory with a genai_config.json (onnxruntime-genai's model builder
+                              output, or an hfexport export) through onnxruntime-genai's C++ loop
+        builder-iobinding     the model builder's model.onnx through a minimal IO-binding loop with
+                              hfexport's runner's mechanics (shared cache buffers)
         transformers-export   a transformers.exporters output directory, through its own runner
                               (--tf-loop runner) or a minimal IO-binding loop (--tf-loop iobinding)
         eager                 the checkpoint in PyTorch: a manual forward loop over a DynamicCache
@@ -77,6 +81,83 @@ class HfexportLoop:
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         return self.runner.step(tokens)
+
+
+class GenaiLoop:
+    """Any directory with a genai_config.json (onnxruntime-genai's model builder output, or an
+    hfexport export) through onnxruntime-genai's own C++ loop: og.Generator, greedy search. It picks
+    the tokens itself, so it times a whole generation (generate) instead of prefill/step."""
+
+    def __init__(self, path: Path, ort_threads: int):
+        import onnxruntime_genai as og
+
+        self.og = og
+        self.model = og.Model(str(path))  # threads: genai_config.json's session_options (default: all)
+        del ort_threads
+
+    def generate(self, prompt: np.ndarray, new_tokens: int) -> tuple[float, float, list[int]]:
+        og = self.og
+        total = prompt.shape[1] + new_tokens + 1
+        params = og.GeneratorParams(self.model)
+        # min_length: random weights may emit an eos early; the benchmark times every token.
+        params.set_search_options(max_length=total, min_length=total, do_sample=False)
+        generator = og.Generator(self.model, params)
+        start = time.perf_counter()
+        generator.append_tokens(prompt.astype(np.int32))
+        generator.generate_next_token()
+        tokens = [int(generator.get_next_tokens()[0])]
+        prefill_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(new_tokens):
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        decode_s = time.perf_counter() - start
+        return prefill_s, decode_s, tokens
+
+
+class BuilderIoBindingLoop:
+    """The model builder's graph (model.onnx: GroupQueryAttention, seqlens from attention_mask)
+    under the same IO-binding mechanics as hfexport's runner: each past/present pair bound once to
+    one buffer of the whole generation's length, one preallocated logits buffer per step. This
+    times the builder's graph apart from onnxruntime-genai's loop."""
+
+    def __init__(self, path: Path, new_tokens: int, ort_threads: int):
+        import onnxruntime as ort
+
+        self.ort = ort
+        self.session = ort.InferenceSession(str(path / "model.onnx"), session_options(ort_threads),
+                                            providers=["CPUExecutionProvider"])
+        self.pasts = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
+        self.new_tokens = new_tokens
+        self.vocab = self.session.get_outputs()[0].shape[-1]
+        self.head_size = json.loads((path / "genai_config.json").read_text())["model"]["decoder"]["head_size"]
+
+    def _run(self, ids: np.ndarray, logits) -> np.ndarray:
+        b = self.binding
+        b.bind_cpu_input("input_ids", ids)
+        b.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
+        b.bind_ortvalue_output("logits", logits)
+        self.session.run_with_iobinding(b)
+        return logits.numpy()[:, -1].copy()
+
+    def prefill(self, input_ids: np.ndarray) -> np.ndarray:
+        ort = self.ort
+        capacity = input_ids.shape[1] + self.new_tokens + 1
+        self.binding = self.session.io_binding()
+        self.buffers = []
+        for p in self.pasts:
+            value = ort.OrtValue.ortvalue_from_numpy(np.zeros([1, p.shape[1], capacity, self.head_size], np.float32))
+            self.buffers.append(value)
+            self.binding.bind_ortvalue_input(p.name, value)
+            self.binding.bind_ortvalue_output(p.name.replace("past_key_values", "present"), value)
+        self.step_logits = ort.OrtValue.ortvalue_from_numpy(np.zeros([1, 1, self.vocab], np.float32))
+        self.length = input_ids.shape[1]
+        prompt_logits = ort.OrtValue.ortvalue_from_numpy(np.zeros([1, self.length, self.vocab], np.float32))
+        return self._run(input_ids, prompt_logits)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        self.length += 1
+        return self._run(tokens.astype(np.int64)[:, None], self.step_logits)
 
 
 class TransformersRunnerLoop:
@@ -204,6 +285,8 @@ class EagerLoop:
 
 def generate_once(loop, prompt: np.ndarray, new_tokens: int) -> tuple[float, float, list[int]]:
     """(prefill seconds, decode seconds, greedy tokens): prefill, then new_tokens decode steps."""
+    if hasattr(loop, "generate"):  # a loop that picks its own tokens
+        return loop.generate(prompt, new_tokens)
     start = time.perf_counter()
     tokens = [loop.prefill(prompt).argmax(-1)]
     prefill_s = time.perf_counter() - start
@@ -239,6 +322,10 @@ def task_time(args) -> dict:
     start = time.perf_counter()
     if args.kind == "hfexport":
         loop = HfexportLoop(args.path, args.new_tokens, args.ort_threads)
+    elif args.kind == "builder-iobinding":
+        loop = BuilderIoBindingLoop(args.path, args.new_tokens, args.ort_threads)
+    elif args.kind == "genai":
+        loop = GenaiLoop(args.path, args.ort_threads)
     elif args.kind == "transformers-export":
         loop_class = TransformersRunnerLoop if args.tf_loop == "runner" else TransformersIoBindingLoop
         loop = loop_class(args.path, args.ort_threads)
@@ -394,7 +481,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     export.add_argument("--fusions", choices=["none", "cpu"], default="none", help="OnnxConfig.ort_fusions")
 
     timing = tasks.add_parser("time")
-    timing.add_argument("kind", choices=["hfexport", "transformers-export", "eager"])
+    timing.add_argument("kind", choices=["hfexport", "genai", "builder-iobinding", "transformers-export", "eager"])
     timing.add_argument("path", type=Path, help="the export directory, or the checkpoint for eager")
     timing.add_argument("--vocab-size", type=int, required=True)
     timing.add_argument("--prompt-len", type=int, default=128)

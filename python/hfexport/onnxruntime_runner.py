@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .manifest import CACHE_STATIC, DECODE, PREFILL, SHARES_BUFFER, ExportManifest
+from .manifest import CACHE_STATIC, DECODE, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .runner import DecodeRunner, GenerationError, left_padded_positions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -169,8 +169,9 @@ class OnnxRuntimeRunner(DecodeRunner):
         b.bind_cpu_input("position_ids", positions)
         b.bind_cpu_input("attention_mask", np.ascontiguousarray(self.mask_buffer[:, :length]))
         # Logits for every position: one per step, or the whole prompt's through the decode graph.
-        out = self.step_logits if input_ids.shape[1] == 1 else ort.OrtValue.ortvalue_from_numpy(
-            np.zeros([*input_ids.shape, self.step_logits.shape()[-1]], self.step_logits.numpy().dtype))
+        rows = 1 if self.manifest.generation.get(LOGITS) == "last" else input_ids.shape[1]
+        out = self.step_logits if rows == 1 else ort.OrtValue.ortvalue_from_numpy(
+            np.zeros([input_ids.shape[0], rows, self.step_logits.shape()[-1]], self.step_logits.numpy().dtype))
         b.bind_ortvalue_output("logits", out)
         self.decode.run_with_iobinding(b)
         return out.numpy()[:, -1].copy()  # a copy: the step buffer is overwritten by the next step

@@ -26,6 +26,9 @@ struct GenerationConfig {
   int64_t max_cache_len = 0;                     // static: upper bound of the cache dim
   bool multi_token_decode = false;               // one decode graph with a symbolic query length
   int64_t batch_size = 1;                        // static: fixed batch
+  // Not a user field: a backend's graph_config sets it with multi_token_decode for one decode
+  // graph that serves the prompt and the steps and returns only the last position's logits.
+  bool last_logits_only = false;
 
   bool static_cache() const { return cache_implementation == "static"; }
 };

@@ -77,6 +77,7 @@ json generation_json(const GenerationConfig& g, const ExportModel& model, const 
               {key::kMultiTokenDecode, g.static_cache() || g.multi_token_decode},
               {key::kCachePairs, cache_pairs},
               {key::kSharesBuffer, shares_buffer},
+              {key::kLogits, g.last_logits_only ? "last" : "all"},
               {key::kEosTokenId, eos_token_ids(ckpt)}};
   json components = json::array();
   for (const Component& c : model.components) components.push_back(c.name);

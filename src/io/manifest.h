@@ -54,6 +54,8 @@ inline constexpr const char* kBatchSize = "batch_size";
 // true: bind each decode past/present pair to one buffer of the full cache length, updated in
 // place (onnxruntime-genai's name for it).
 inline constexpr const char* kSharesBuffer = "past_present_share_buffer";
+// "all": logits for every query position; "last": the last position's only ([batch, 1, vocab]).
+inline constexpr const char* kLogits = "logits";
 }  // namespace key
 
 }  // namespace hfx::manifest

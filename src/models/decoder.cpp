@@ -82,7 +82,11 @@ std::vector<std::pair<std::string_view, DecoderVariant>> components_for(const Ge
   if (!gen.enabled) return {{component::kModel, {}}};
   if (gen.static_cache())
     return {{component::kDecode, {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
-  if (gen.multi_token_decode) return {{component::kDecode, {CacheKind::Dynamic, true, false}}};
+  if (gen.multi_token_decode) {
+    DecoderVariant decode{CacheKind::Dynamic, true, false};
+    decode.last_logits = gen.last_logits_only;
+    return {{component::kDecode, decode}};
+  }
   DecoderVariant prefill{CacheKind::Dynamic, false, false};
   prefill.last_logits = true;
   return {{component::kPrefill, prefill}, {component::kDecode, {CacheKind::Dynamic, true, true}}};

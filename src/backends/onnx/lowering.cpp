@@ -113,11 +113,71 @@ std::string Lowering::additive_mask(const Value* mask, DType dtype) {
   return name;
 }
 
+namespace {
+
+// x = Transpose(perm 0 2 1 3) of a rank-4 value: that value ([B, S, N, D] for heads), else null.
+const Value* head_transpose_source(const Value* x) {
+  const Node* t = x->producer;
+  if (!t || t->op != OpKind::Transpose || x->rank() != 4) return nullptr;
+  return t->attrs_as<PermAttrs>().perm == std::vector<int64_t>{0, 2, 1, 3} ? t->inputs[0] : nullptr;
+}
+
+}  // namespace
+
 std::string Lowering::bsh(const Value* x) {
+  if (const auto it = bsh_names_.find(x); it != bsh_names_.end()) return it->second;
+  const int64_t width = x->shape[1].value() * x->shape[3].value();
+  if (const Value* y = head_transpose_source(x)) {
+    const std::string r = temp(x->name + "/bsh");
+    node("Reshape", {name_of(y), ints({0, 0, width})}, {r});
+    return bsh_names_[x] = r;
+  }
   const std::string t = temp(x->name + "/bsnd"), r = temp(x->name + "/bsh");
   attr_ints(node("Transpose", {name_of(x)}, {t}), "perm", {0, 2, 1, 3});
-  node("Reshape", {t, ints({0, 0, x->shape[1].value() * x->shape[3].value()})}, {r});
+  node("Reshape", {t, ints({0, 0, width})}, {r});
   return r;
+}
+
+const Value* Lowering::transposed_back(const Node& attention) const {
+  const auto& readers = consumers(attention.outputs[0]);
+  if (!lowers_to_gqa(attention) || readers.size() != 1) return nullptr;
+  const Value* out = readers[0]->outputs[0];
+  return head_transpose_source(out) == attention.outputs[0] ? out : nullptr;
+}
+
+// Decides, before lowering, which attentions become GroupQueryAttention and which values around
+// them stay in GQA's BSH layout, so that no [B, N, S, D] round trip is emitted for them.
+void Lowering::plan_gqa_layouts(const Graph& graph) {
+  for (const Node* n : graph.order) {
+    if (n->op != OpKind::Attention || !n->input(3)) continue;
+    const bool cached = n->inputs[1]->producer && fused(n->inputs[1]->producer);
+    if (cached || n->inputs[1]->shape[2] == n->inputs[0]->shape[2]) gqa_attentions_.insert(n);
+  }
+  // Readers that take a value in BSH: a GQA attention (q, k, v without a cache), or a fused append
+  // feeding one (the fresh rows).
+  auto reads_bsh = [&](const Node* reader, const Value* v) {
+    if (gqa_attentions_.count(reader)) return v != reader->input(3);
+    if (reader->op != OpKind::KVAppend || !fused(reader) || reader->inputs[1] != v) return false;
+    const auto& next = consumers(reader->outputs[0]);
+    return next.size() == 1 && gqa_attentions_.count(next[0]);
+  };
+  auto all_read_bsh = [&](const Value* v) {
+    const auto& readers = consumers(v);
+    return !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const Node* r) { return reads_bsh(r, v); });
+  };
+  for (const Node* n : graph.order)
+    if (n->op == OpKind::RoPE && head_transpose_source(n->inputs[0]) && all_read_bsh(n->outputs[0]))
+      bsh_ropes_.insert(n);
+  for (const Node* n : graph.order) {
+    if (n->op != OpKind::Transpose || !head_transpose_source(n->outputs[0])) continue;
+    const auto& readers = consumers(n->outputs[0]);
+    const bool bsh_only = !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const Node* r) {
+      return bsh_ropes_.count(r) || reads_bsh(r, n->outputs[0]);
+    });
+    if (bsh_only) fused_.insert(n);  // its readers take the [B, S, N, D] source directly
+  }
+  for (const Node* n : gqa_attentions_)
+    if (const Value* back = transposed_back(*n)) fused_.insert(back->producer);
 }
 
 Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profile,
@@ -145,6 +205,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
       }
     }
   }
+  if (profile_ == OnnxOpProfile::OrtGqa) plan_gqa_layouts(graph);
 }
 
 const std::vector<const Node*>& Lowering::consumers(const Value* v) const {

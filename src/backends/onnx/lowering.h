@@ -87,8 +87,17 @@ class Lowering {
   // Memoized per source value: the first half of a [B, S, R] cos/sin table, and additive masks.
   std::string half_table(const Value* table);
   std::string additive_mask(const Value* mask, DType dtype);
-  // [B, N, S, D] -> [B, S, N * D], the layout GroupQueryAttention takes.
+  // [B, N, S, D] -> [B, S, N * D], the layout GroupQueryAttention takes (one Reshape of the
+  // [B, S, N, D] value when x is its head transpose, or the BSH form a RoPE already emitted).
   std::string bsh(const Value* x);
+  // ort-gqa layout: a RoPE between a head transpose and GroupQueryAttention rotates the BSH form
+  // (its BNSD result is never emitted), and a head transpose whose readers all take BSH is skipped.
+  bool rotates_bsh(const Node& rope) const { return bsh_ropes_.count(&rope) != 0; }
+  void set_bsh(const Value* v, std::string name) { bsh_names_[v] = std::move(name); }
+  // The GroupQueryAttention whose only reader is the head transpose back to [B, S, N, D]: its
+  // result is emitted under that transpose's name (the transpose pair cancels).
+  const Value* transposed_back(const Node& attention) const;
+  bool lowers_to_gqa(const Node& attention) const { return gqa_attentions_.count(&attention) != 0; }
   // Whether `n` was absorbed into a later fused op (decided in the constructor).
   bool fused(const Node* n) const { return fused_.count(n) != 0; }
   // ort profile: a residual Add feeding RMSNorm becomes SkipSimplifiedLayerNormalization.
@@ -98,6 +107,7 @@ class Lowering {
 
  private:
   const std::vector<const Node*>& consumers(const Value* v) const;
+  void plan_gqa_layouts(const Graph& graph);
 
   onnx::GraphProto& g_;
   OnnxOpProfile profile_;
@@ -109,6 +119,8 @@ class Lowering {
   std::map<const Value*, std::vector<const Node*>> consumers_;
   std::set<const Node*> fused_;
   std::map<const Value*, std::pair<std::string, std::string>> gqa_lengths_;
+  std::set<const Node*> gqa_attentions_, bsh_ropes_;
+  std::map<const Value*, std::string> bsh_names_;
   int counter_ = 0;
   int appends_ = 0, fused_appends_ = 0;
   bool uses_contrib_ = false;

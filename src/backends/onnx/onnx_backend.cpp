@@ -193,6 +193,18 @@ class OnnxBackend final : public Backend {
            " ort (onnxruntime's MatMulNBits); the standard op set dequantizes the weights and computes in float");
   }
 
+  // ort-gqa's dynamic cache is one decode graph for the prompt and the steps: one session, so
+  // onnxruntime prepacks each weight once (two sessions would prepack twice, or not at all when
+  // sharing weights: -20 % decode, measured), and last-position logits keep the prompt's lm_head
+  // to one row.
+  ExportConfig graph_config(const ExportConfig& config) const override {
+    ExportConfig graph = config;
+    GenerationConfig& g = graph.generation;
+    if (g.enabled && !g.static_cache() && !g.multi_token_decode && profile_of(config) == OnnxOpProfile::OrtGqa)
+      g.multi_token_decode = g.last_logits_only = true;
+    return graph;
+  }
+
   std::vector<Pass> passes(const ExportConfig& config) const override {
     const OnnxOpProfile profile = profile_of(config);
     const WeightQuantization quantize = resolve_compute(config.quantization, profile);

@@ -147,6 +147,7 @@ HFX_ONNX_OP(RMSNorm) {
 
 // RotaryEmbedding-23 with per-token tables: cos/sin [B, S, R/2] (the IR's tables repeat the
 // frequencies twice, HF-style, so the first half is taken once per table).
+// Feeding GroupQueryAttention, it rotates the [B, S, N * D] form instead (3-D, num_heads set).
 HFX_ONNX_OP(RoPE) {
   const Value* x = n.inputs[0];
   std::string cos = l.half_table(n.inputs[1]), sin = l.half_table(n.inputs[2]);
@@ -156,10 +157,16 @@ HFX_ONNX_OP(RoPE) {
     attr_int(l.node("Cast", {sin}, {s}), "to", onnx_type(x->dtype));
     cos = c, sin = s;
   }
-  onnx::NodeProto* rope = l.node("RotaryEmbedding", {x->name, cos, sin}, {out});
+  const bool bsh = l.rotates_bsh(n);
+  const std::string result = bsh ? l.temp(out + "/bsh") : out;
+  onnx::NodeProto* rope = l.node("RotaryEmbedding", {bsh ? l.bsh(x) : x->name, cos, sin}, {result});
   attr_int(rope, "interleaved", n.attrs_as<RoPEAttrs>().interleaved);
   const int64_t rot = n.inputs[1]->shape.back().value();
   if (rot != x->shape.back().value()) attr_int(rope, "rotary_embedding_dim", rot);
+  if (bsh) {
+    attr_int(rope, "num_heads", x->shape[1].value());
+    l.set_bsh(n.outputs[0], result);
+  }
 }
 
 void attention_attrs(onnx::NodeProto* node, const Node& n) {
@@ -210,6 +217,10 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
   attr_int(gqa, "num_heads", heads);
   attr_int(gqa, "kv_num_heads", kv_heads);
   attention_attrs(gqa, n);
+  if (const Value* back = l.transposed_back(n)) {  // the reader wants [B, S, N, D]: no transposes
+    l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {back->name});
+    return true;
+  }
   const std::string split = l.temp(out + "/bsnd");
   l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {split});
   attr_ints(l.node("Transpose", {split}, {out}), "perm", {0, 2, 1, 3});
