@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/export_config.h"
+#include "io/json_config.h"
 #include "ir/graph.h"
 #include "passes/passes.h"
 
@@ -73,6 +74,12 @@ class Backend {
   virtual ExportConfig graph_config(const ExportConfig& config) const { return config; }
   virtual std::vector<Pass> passes(const ExportConfig& config) const = 0;
   virtual std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const = 0;
+  // Files a runtime of this format reads beside the export (onnxruntime-genai's config), from the
+  // finished manifest and the checkpoint's config.json; written before the export is committed.
+  virtual void write_runtime_files(const nlohmann::json& manifest, const JsonConfig& hf_config,
+                                   const std::filesystem::path& dir) const {
+    (void)manifest, (void)hf_config, (void)dir;
+  }
 };
 
 // The `decompose` option every backend takes: high-level ops (by name, or "all") to replace by

@@ -230,6 +230,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   manifest[key::kDims] = dims;
   if (config.generation.enabled)
     manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer);
+  backend->write_runtime_files(manifest, ckpt.config(), out.path());
   Manifest(std::move(manifest)).save(out.path());
   for (const char* name : kCompanionFiles) {
     if (ckpt.dir().empty()) break;  // a checkpoint in memory has no files to copy

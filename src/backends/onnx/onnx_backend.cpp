@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "backends/backend.h"
+#include "backends/onnx/genai_config.h"
 #include "backends/onnx/lowering.h"
 #include "backends/weight_file.h"
 #include "core/error.h"
@@ -221,6 +222,15 @@ class OnnxBackend final : public Backend {
 
   std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const override {
     return std::make_unique<OnnxWriter>(config, dir);
+  }
+
+  void write_runtime_files(const nlohmann::json& manifest, const JsonConfig& hf_config,
+                           const std::filesystem::path& dir) const override {
+    const auto genai = genai_config(manifest, hf_config);
+    if (!genai) return;
+    const std::filesystem::path path = dir / "genai_config.json";
+    std::ofstream out(path);
+    if (!(out << genai->dump(4) << "\n") || !out.flush()) fail(path.string(), ": cannot write");
   }
 };
 
