@@ -161,12 +161,23 @@ class OnnxRuntimeRunner(DecodeRunner):
                                                                      _NUMPY_TYPES[logits.type]))
         # The mask grows by one column per step: kept in one array, bound as a prefix view.
         self.mask_buffer = np.ones([batch, capacity], np.int64)
+        # A step's token and position, bound once: each step writes them in place.
+        self.step_ids = np.zeros([batch, 1], np.int64)
+        self.step_positions = np.zeros([batch, 1], np.int64)
+        self.step_bound = False
 
     def _run_shared(self, input_ids: np.ndarray, positions: np.ndarray, length: int) -> np.ndarray:
         """Runs the decode graph over the shared buffers with the mask's first `length` columns."""
         b = self.binding
-        b.bind_cpu_input("input_ids", input_ids)
-        b.bind_cpu_input("position_ids", positions)
+        if input_ids is self.step_ids:  # bound to these arrays already (see step)
+            if not self.step_bound:
+                b.bind_cpu_input("input_ids", self.step_ids)
+                b.bind_cpu_input("position_ids", self.step_positions)
+                self.step_bound = True
+        else:
+            b.bind_cpu_input("input_ids", input_ids)
+            b.bind_cpu_input("position_ids", positions)
+            self.step_bound = False
         b.bind_cpu_input("attention_mask", np.ascontiguousarray(self.mask_buffer[:, :length]))
         # Logits for every position: one per step, or the whole prompt's through the decode graph.
         rows = 1 if self.manifest.generation.get(LOGITS) == "last" else input_ids.shape[1]
@@ -174,7 +185,7 @@ class OnnxRuntimeRunner(DecodeRunner):
             np.zeros([input_ids.shape[0], rows, self.step_logits.shape()[-1]], self.step_logits.numpy().dtype))
         b.bind_ortvalue_output("logits", out)
         self.decode.run_with_iobinding(b)
-        return out.numpy()[:, -1].copy()  # a copy: the step buffer is overwritten by the next step
+        return out.numpy()[:, -1]  # a view of the step buffer, which the next call overwrites
 
     def _prefill_shared(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray,
                         max_new_tokens: int) -> np.ndarray:
@@ -262,7 +273,9 @@ class OnnxRuntimeRunner(DecodeRunner):
             if self.length >= self.capacity:
                 raise GenerationError(f"generation reached the cache length {self.capacity}")
             self.length += 1
-            return self._run_shared(ids, positions, self.length)
+            self.step_ids[:, 0] = tokens
+            self.step_positions[:] = positions
+            return self._run_shared(self.step_ids, self.step_positions, self.length)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, feeds, self.past)

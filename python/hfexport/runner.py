@@ -30,7 +30,8 @@ class DecodeRunner(ABC):
 
     @abstractmethod
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        """Feeds one new token per row [batch]; returns logits [batch, vocab]."""
+        """Feeds one new token per row [batch]; returns logits [batch, vocab]. They may be a view of a
+        buffer the next prefill or step overwrites (copy them to keep them)."""
 
 
 def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
@@ -94,7 +95,7 @@ def generate(
     out = []
     for i in range(max_new_tokens):
         if step_logits is not None:
-            step_logits.append(logits)
+            step_logits.append(np.array(logits))  # a runner may reuse its logits buffer
         tokens = np.where(finished, pad, sampler(logits))
         out.append(tokens)
         finished |= np.isin(tokens, eos)
