@@ -122,6 +122,15 @@ const Value* head_transpose_source(const Value* x) {
   return t->attrs_as<PermAttrs>().perm == std::vector<int64_t>{0, 2, 1, 3} ? t->inputs[0] : nullptr;
 }
 
+// Whether `flat` [B, S, N * D] is `heads` [B, S, N, D] with its last two dims merged.
+bool merges_heads(const Value* flat, const Value* heads) {
+  if (flat->rank() != 3 || heads->rank() != 4 || !flat->shape[2].is_static() || !heads->shape[2].is_static() ||
+      !heads->shape[3].is_static())
+    return false;
+  return flat->shape[0] == heads->shape[0] && flat->shape[1] == heads->shape[1] &&
+         flat->shape[2].value() == heads->shape[2].value() * heads->shape[3].value();
+}
+
 }  // namespace
 
 std::string Lowering::bsh(const Value* x) {
@@ -174,10 +183,27 @@ void Lowering::plan_gqa_layouts(const Graph& graph) {
     const bool bsh_only = !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const Node* r) {
       return bsh_ropes_.count(r) || reads_bsh(r, n->outputs[0]);
     });
-    if (bsh_only) fused_.insert(n);  // its readers take the [B, S, N, D] source directly
+    if (!bsh_only) continue;
+    fused_.insert(n);  // its readers take the [B, S, N, D] source directly
+    // ... or, when that source only splits a [B, S, N * D] value into heads, that value itself.
+    const Value* heads = n->inputs[0];
+    const Node* split = heads->producer;
+    const bool only_here = consumers(heads).size() == 1;
+    if (split && split->op == OpKind::Reshape && only_here && merges_heads(split->inputs[0], heads)) {
+      fused_.insert(split);
+      bsh_names_[n->outputs[0]] = name_of(split->inputs[0]);
+    }
   }
-  for (const Node* n : gqa_attentions_)
-    if (const Value* back = transposed_back(*n)) fused_.insert(back->producer);
+  for (const Node* n : gqa_attentions_) {
+    const Value* back = transposed_back(*n);
+    if (!back) continue;
+    fused_.insert(back->producer);
+    const auto& readers = consumers(back);
+    if (readers.size() == 1 && readers[0]->op == OpKind::Reshape && merges_heads(readers[0]->outputs[0], back)) {
+      fused_.insert(readers[0]);  // GQA's flat result is that reshape's result
+      gqa_flat_results_[n] = readers[0]->outputs[0];
+    }
+  }
 }
 
 Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profile,

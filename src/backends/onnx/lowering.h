@@ -98,6 +98,12 @@ class Lowering {
   // result is emitted under that transpose's name (the transpose pair cancels).
   const Value* transposed_back(const Node& attention) const;
   bool lowers_to_gqa(const Node& attention) const { return gqa_attentions_.count(&attention) != 0; }
+  // The value GroupQueryAttention's flat [B, S, N * D] result is emitted as, when the block
+  // reshapes it straight back to that (the transpose and reshape pair is then not emitted).
+  const Value* flat_result(const Node& attention) const {
+    const auto it = gqa_flat_results_.find(&attention);
+    return it == gqa_flat_results_.end() ? nullptr : it->second;
+  }
   // Whether `n` was absorbed into a later fused op (decided in the constructor).
   bool fused(const Node* n) const { return fused_.count(n) != 0; }
   // ort profile: a residual Add feeding RMSNorm becomes SkipSimplifiedLayerNormalization.
@@ -121,6 +127,7 @@ class Lowering {
   std::map<const Value*, std::pair<std::string, std::string>> gqa_lengths_;
   std::set<const Node*> gqa_attentions_, bsh_ropes_;
   std::map<const Value*, std::string> bsh_names_;
+  std::map<const Node*, const Value*> gqa_flat_results_;
   int counter_ = 0;
   int appends_ = 0, fused_appends_ = 0;
   bool uses_contrib_ = false;

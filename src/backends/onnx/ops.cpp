@@ -210,13 +210,16 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
   inputs.push_back(cached ? l.name_of(k_append->inputs[0]) : "");
   inputs.push_back(cached ? l.name_of(v_append->inputs[0]) : "");
   inputs.insert(inputs.end(), {seqlens, total, "", "", "", l.additive_mask(mask, q->dtype)});
-  const std::string flat = l.temp(out + "/bsh");
+  // The block reshaping the result straight back to [B, S, N * D] takes GQA's output as is.
+  const Value* flat_out = l.flat_result(n);
+  const std::string flat = flat_out ? flat_out->name : l.temp(out + "/bsh");
   std::vector<std::string> outputs{flat};
   if (cached) outputs.insert(outputs.end(), {k_append->outputs[0]->name, v_append->outputs[0]->name});
   onnx::NodeProto* gqa = l.node("GroupQueryAttention", inputs, outputs, "com.microsoft");
   attr_int(gqa, "num_heads", heads);
   attr_int(gqa, "kv_num_heads", kv_heads);
   attention_attrs(gqa, n);
+  if (flat_out) return true;
   if (const Value* back = l.transposed_back(n)) {  // the reader wants [B, S, N, D]: no transposes
     l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {back->name});
     return true;
