@@ -2,8 +2,8 @@
 Debian has no libonnxruntime-dev here). Three cache mechanics, as the manifest says:
 - shared buffer (`past_present_share_buffer`, the ort-gqa default): each past/present pair is
   bound once to one buffer of the whole generation's length, which GroupQueryAttention appends to
-  in place; the prompt's cache is copied in once after the prefill, and every step rebinds only
-  the small per-token inputs (no per-step cache copy, no per-step allocation);
+  in place; the prompt's cache is copied in once after a separate prefill graph, and every step
+  rebinds only the grown mask and the logits array it returns (no per-step cache copy);
 - dynamic: present -> past passed as OrtValues without copying to numpy (the graph's Concat
   copies the growing cache each step);
 - static: each input./output. pair bound to one buffer the graph scatters into.
@@ -157,8 +157,7 @@ class OnnxRuntimeRunner(DecodeRunner):
             self.binding.bind_ortvalue_output(present, value)
         self.capacity = capacity
         logits = next(o for o in self.decode.get_outputs() if o.name == "logits")
-        self.step_logits = ort.OrtValue.ortvalue_from_numpy(np.zeros([batch, 1, logits.shape[-1]],
-                                                                     _NUMPY_TYPES[logits.type]))
+        self.vocab, self.logits_dtype = logits.shape[-1], _NUMPY_TYPES[logits.type]
         # The mask grows by one column per step: kept in one array, bound as a prefix view.
         self.mask_buffer = np.ones([batch, capacity], np.int64)
         # A step's token and position, bound once: each step writes them in place.
@@ -179,13 +178,13 @@ class OnnxRuntimeRunner(DecodeRunner):
             b.bind_cpu_input("position_ids", positions)
             self.step_bound = False
         b.bind_cpu_input("attention_mask", np.ascontiguousarray(self.mask_buffer[:, :length]))
-        # Logits for every position: one per step, or the whole prompt's through the decode graph.
+        # The graph writes the logits straight into a fresh array the caller then owns (after the
+        # first steps the allocator hands back the same pages: no copy, no page faults).
         rows = 1 if self.manifest.generation.get(LOGITS) == "last" else input_ids.shape[1]
-        out = self.step_logits if rows == 1 else ort.OrtValue.ortvalue_from_numpy(
-            np.zeros([input_ids.shape[0], rows, self.step_logits.shape()[-1]], self.step_logits.numpy().dtype))
-        b.bind_ortvalue_output("logits", out)
+        logits = np.empty([input_ids.shape[0], rows, self.vocab], self.logits_dtype)
+        b.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
         self.decode.run_with_iobinding(b)
-        return out.numpy()[:, -1]  # a view of the step buffer, which the next call overwrites
+        return logits[:, -1]
 
     def _prefill_shared(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray,
                         max_new_tokens: int) -> np.ndarray:
