@@ -106,12 +106,11 @@ class GenaiLoop:
     hfexport export) through onnxruntime-genai's own C++ loop: og.Generator, greedy search. It picks
     the tokens itself, so it times a whole generation (generate) instead of prefill/step."""
 
-    def __init__(self, path: Path, ort_threads: int):
+    def __init__(self, path: Path):
         import onnxruntime_genai as og
 
         self.og = og
         self.model = og.Model(str(path))  # threads: genai_config.json's session_options (default: all)
-        del ort_threads
 
     def generate(self, prompt: np.ndarray, new_tokens: int) -> tuple[float, float, list[int]]:
         og = self.og
@@ -343,7 +342,7 @@ def task_time(args) -> dict:
     elif args.kind == "builder-iobinding":
         loop = BuilderIoBindingLoop(args.path, args.new_tokens, args.ort_threads)
     elif args.kind == "genai":
-        loop = GenaiLoop(args.path, args.ort_threads)
+        loop = GenaiLoop(args.path)
     elif args.kind == "transformers-export":
         loop_class = TransformersRunnerLoop if args.tf_loop == "runner" else TransformersIoBindingLoop
         loop = loop_class(args.path, args.ort_threads)

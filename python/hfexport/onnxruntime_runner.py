@@ -70,6 +70,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         gen = manifest.generation
         self.static = manifest.cache == CACHE_STATIC
         self.shared = bool(gen.get(SHARES_BUFFER)) and not self.static
+        self.last_logits_only = gen.get(LOGITS) == "last"
         providers = providers or ["CPUExecutionProvider"]
         names = [n for n in (PREFILL, DECODE) if manifest.has_component(n)]
         if share_weights and len(names) > 1:
@@ -140,9 +141,10 @@ class OnnxRuntimeRunner(DecodeRunner):
         return values
 
     # -- shared buffer --------------------------------------------------------------------------
-    def _allocate_shared(self, batch: int, capacity: int, prompt: list[ort.OrtValue] | None) -> None:
+    def _allocate_shared(self, batch: int, capacity: int, attention_mask: np.ndarray,
+                         prompt: list[ort.OrtValue] | None) -> None:
         """One buffer per cache pair for the whole generation, holding the prompt's rows if given,
-        and the decode binding that reuses them (and one logits buffer) for every step."""
+        the decode binding that reuses them for every step, and the mask starting with the prompt's."""
         self.buffers = {}
         self.binding = self.decode.io_binding()
         for i, (name, present) in enumerate(self.pairs):
@@ -160,28 +162,20 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.vocab, self.logits_dtype = logits.shape[-1], _NUMPY_TYPES[logits.type]
         # The mask grows by one column per step: kept in one array, bound as a prefix view.
         self.mask_buffer = np.ones([batch, capacity], np.int64)
-        # A step's token and position, bound once: each step writes them in place.
+        self.mask_buffer[:, : attention_mask.shape[1]] = attention_mask
+        # A step's token and position: each step writes them in place (bound after the prompt).
         self.step_ids = np.zeros([batch, 1], np.int64)
         self.step_positions = np.zeros([batch, 1], np.int64)
-        self.step_bound = False
 
-    def _run_shared(self, input_ids: np.ndarray, positions: np.ndarray, length: int) -> np.ndarray:
-        """Runs the decode graph over the shared buffers with the mask's first `length` columns."""
+    def _run_shared(self, length: int, rows: int) -> np.ndarray:
+        """Runs the decode graph over the shared buffers with the mask's first `length` columns and
+        the bound ids and positions, whose query length is `rows`."""
         b = self.binding
-        if input_ids is self.step_ids:  # bound to these arrays already (see step)
-            if not self.step_bound:
-                b.bind_cpu_input("input_ids", self.step_ids)
-                b.bind_cpu_input("position_ids", self.step_positions)
-                self.step_bound = True
-        else:
-            b.bind_cpu_input("input_ids", input_ids)
-            b.bind_cpu_input("position_ids", positions)
-            self.step_bound = False
         b.bind_cpu_input("attention_mask", np.ascontiguousarray(self.mask_buffer[:, :length]))
         # The graph writes the logits straight into a fresh array the caller then owns (after the
         # first steps the allocator hands back the same pages: no copy, no page faults).
-        rows = 1 if self.manifest.generation.get(LOGITS) == "last" else input_ids.shape[1]
-        logits = np.empty([input_ids.shape[0], rows, self.vocab], self.logits_dtype)
+        rows = 1 if self.last_logits_only else rows
+        logits = np.empty([self.step_ids.shape[0], rows, self.vocab], self.logits_dtype)
         b.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
         self.decode.run_with_iobinding(b)
         return logits[:, -1]
@@ -193,13 +187,15 @@ class OnnxRuntimeRunner(DecodeRunner):
         if self.prefill_session is not None:
             feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
             logits = self._run_dynamic(self.prefill_session, feeds, None)
-            self._allocate_shared(batch, capacity, self.past)
+            self._allocate_shared(batch, capacity, attention_mask, self.past)
             self.past = None
-        else:
-            self._allocate_shared(batch, capacity, None)
-            self.mask_buffer[:, :length] = attention_mask
-            logits = self._run_shared(input_ids, positions, length)
-        self.mask_buffer[:, :length] = attention_mask
+        else:  # the prompt through the decode graph
+            self._allocate_shared(batch, capacity, attention_mask, None)
+            self.binding.bind_cpu_input("input_ids", input_ids)
+            self.binding.bind_cpu_input("position_ids", positions)
+            logits = self._run_shared(length, length)
+        self.binding.bind_cpu_input("input_ids", self.step_ids)
+        self.binding.bind_cpu_input("position_ids", self.step_positions)
         self.length = length
         return logits
 
@@ -274,7 +270,7 @@ class OnnxRuntimeRunner(DecodeRunner):
             self.length += 1
             self.step_ids[:, 0] = tokens
             self.step_positions[:] = positions
-            return self._run_shared(self.step_ids, self.step_positions, self.length)
+            return self._run_shared(self.length, 1)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, feeds, self.past)

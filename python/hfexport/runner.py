@@ -30,8 +30,7 @@ class DecodeRunner(ABC):
 
     @abstractmethod
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        """Feeds one new token per row [batch]; returns logits [batch, vocab]. They may be a view of a
-        buffer the next prefill or step overwrites (copy them to keep them)."""
+        """Feeds one new token per row [batch]; returns logits [batch, vocab]."""
 
 
 def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
@@ -95,7 +94,7 @@ def generate(
     out = []
     for i in range(max_new_tokens):
         if step_logits is not None:
-            step_logits.append(np.array(logits))  # a runner may reuse its logits buffer
+            step_logits.append(logits)
         tokens = np.where(finished, pad, sampler(logits))
         out.append(tokens)
         finished |= np.isin(tokens, eos)

@@ -213,12 +213,13 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
       components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
                                                     {"kept_float", report.quantization.kept_float},
                                                     {"embeddings", report.quantization.embeddings}};
-    if (c.name == manifest::component::kDecode) shares_buffer = w.cache_shares_buffer;
-    if (c.name == manifest::component::kDecode)
+    if (c.name == manifest::component::kDecode) {
+      shares_buffer = w.cache_shares_buffer;
       for (const StatePair& state : c.graph->state_pairs) {
         if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
         else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
       }
+    }
   }
   writer->finish();
   manifest[key::kComponents] = components;

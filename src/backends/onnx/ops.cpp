@@ -178,14 +178,12 @@ void attention_attrs(onnx::NodeProto* node, const Node& n) {
 // GroupQueryAttention over BSH tensors, appending to the cache itself when the keys and values
 // come from KVAppend nodes that feed only this attention (the Lowering decided that up front).
 bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& out) {
-  const Value* mask = n.input(3);
-  if (!mask) return false;
+  if (!l.lowers_to_gqa(n)) return false;  // decided up front (Lowering::plan_gqa_layouts)
+  const Value* mask = n.inputs[3];
   const Node* k_append = n.inputs[1]->producer;
   const bool cached = k_append && l.fused(k_append);
   const Node* v_append = cached ? n.inputs[2]->producer : nullptr;
   const Value* q = n.inputs[0];
-  // Without an append to absorb, GQA needs keys exactly as long as the queries (no cache).
-  if (!cached && !(n.inputs[1]->shape[2] == q->shape[2])) return false;
   const Value* k = cached ? k_append->inputs[1] : n.inputs[1];
   const Value* v = cached ? v_append->inputs[1] : n.inputs[2];
   // Every row's cache spans all T slots (left padding included), so seqlens_k = T - 1 for each
