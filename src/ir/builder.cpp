@@ -207,6 +207,12 @@ Value* Builder::rms_norm(Value* x, Value* weight, double epsilon) {
   return emit(OpKind::RMSNorm, {x, weight}, NormAttrs{epsilon});
 }
 
+Value* Builder::layer_norm(Value* x, Value* weight, Value* bias, double epsilon) {
+  std::vector<Value*> ins{x, weight};
+  if (bias) ins.push_back(bias);
+  return emit(OpKind::LayerNorm, std::move(ins), NormAttrs{epsilon});
+}
+
 Value* Builder::rope(Value* x, Value* cos, Value* sin, bool interleaved) {
   return emit(OpKind::RoPE, {x, cos, sin}, RoPEAttrs{interleaved});
 }

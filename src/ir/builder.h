@@ -65,6 +65,7 @@ class Builder {
   Value* linear(Value* x, Value* weight, Value* bias = nullptr);
   Value* embedding(Value* weight, Value* ids);
   Value* rms_norm(Value* x, Value* weight, double epsilon);
+  Value* layer_norm(Value* x, Value* weight, Value* bias, double epsilon);
   Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);
   Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap);
   Value* kv_append(Value* past, Value* fresh, Dim total);

@@ -209,6 +209,13 @@ Types rule_rms_norm(const Inputs& in, const OpAttrs& a) {
   return rule_same(in, a);
 }
 
+Types rule_layer_norm(const Inputs& in, const OpAttrs& a) {
+  const Dim& h = in[0]->shape.back();
+  need(in[1]->rank() == 1 && in[1]->shape[0] == h, "LayerNorm weight");
+  need(!in[2] || (in[2]->rank() == 1 && in[2]->shape[0] == h), "LayerNorm bias");
+  return rule_same(in, a);
+}
+
 Types rule_rope(const Inputs& in, const OpAttrs& a) {
   need(in[0]->rank() == 4 && in[1]->rank() == 3 && in[1]->shape == in[2]->shape, "RoPE ranks");
   return rule_same(in, a);
@@ -285,6 +292,7 @@ RULE(QuantizedLinear, rule_quantized_linear)
 RULE(Embedding, rule_embedding)
 RULE(QuantizedEmbedding, rule_quantized_embedding)
 RULE(RMSNorm, rule_rms_norm)
+RULE(LayerNorm, rule_layer_norm)
 RULE(RoPE, rule_rope)
 RULE(Attention, rule_attention)
 RULE(KVAppend, rule_kv_append)

@@ -103,47 +103,100 @@ DecoderConfig parse_decoder_config(const JsonConfig& c, const DecoderDefaults& d
   cfg.intermediate = c.positive("intermediate_size");
   cfg.layers = c.positive("num_hidden_layers");
   cfg.max_positions = c.positive("max_position_embeddings", d.max_position_embeddings);
-  cfg.rms_eps = c.number("rms_norm_eps", 1e-6);
-  if (cfg.rms_eps < 0) c.invalid("rms_norm_eps", "must not be negative");
-  cfg.tied = c.boolean("tie_word_embeddings", false);
-  cfg.attention = parse_attention(c, d, cfg.hidden, cfg.rms_eps);
-  cfg.mlp = {cfg.hidden, cfg.intermediate, d.mlp_bias && c.boolean("mlp_bias", false), c.string("hidden_act", "silu")};
-  check_activation(c, "hidden_act", cfg.mlp.activation);
-  cfg.rope = parse_rope(c, cfg.attention.head_dim, cfg.max_positions, d.partial_rotary);
+  cfg.norm = d.norm;
+  cfg.norm_eps = c.number(d.norm_eps_key, d.norm_eps);
+  if (cfg.norm_eps < 0) c.invalid(d.norm_eps_key, "must not be negative");
+  cfg.tied = c.boolean("tie_word_embeddings", d.tie_word_embeddings);
+  cfg.attention = parse_attention(c, d, cfg.hidden, cfg.norm_eps);
+  cfg.mlp = {cfg.hidden, cfg.intermediate, d.mlp_bias && c.boolean("mlp_bias", false),
+             c.string(d.activation_key, d.activation)};
+  check_activation(c, d.activation_key, cfg.mlp.activation);
+  cfg.ropes = {parse_rope(c, {cfg.attention.head_dim, cfg.max_positions, d.partial_rotary, 1.0, d.rope_theta})};
+  cfg.layer_rope.assign(static_cast<size_t>(cfg.layers), 0);
   cfg.layer_window = sliding_windows(c, d.window, cfg.layers);
   return cfg;
 }
 
+Value* Decoder::norm(DecoderGraph& g, const std::string& module, Value* x) const {
+  Builder& b = g.b();
+  const DecoderConfig& cfg = g.cfg;
+  b.set_scope(module);
+  const std::vector<int64_t> shape{x->shape.back().value()};
+  switch (cfg.norm) {
+    case NormKind::RMS:
+      return b.rms_norm(x, g.m.weight(module + ".weight", shape), cfg.norm_eps);
+    case NormKind::RMSOnePlus:
+      return b.rms_norm(x, g.m.plus(g.m.weight(module + ".weight", shape), 1.0), cfg.norm_eps);
+    case NormKind::LayerNorm: {
+      Value* bias = g.m.weight(module + ".bias", shape);
+      return b.layer_norm(x, g.m.weight(module + ".weight", shape), bias, cfg.norm_eps);
+    }
+  }
+  fail("internal error: norm kind");
+}
+
 Value* Decoder::embed(DecoderGraph& g) const {
-  g.b().set_scope("model.embed_tokens");
-  return g.b().embedding(g.m.weight("model.embed_tokens.weight", {g.cfg.vocab, g.cfg.hidden}), g.io.input_ids());
+  const std::string module = std::string(defaults_.names.model) + defaults_.names.embed;
+  g.b().set_scope(module);
+  Value* x = g.b().embedding(g.m.weight(module + ".weight", {g.cfg.vocab, g.cfg.hidden}), g.io.input_ids());
+  if (g.cfg.embedding_scale != 1.0) x = g.b().mul(x, g.b().scalar(g.cfg.embedding_scale, x->dtype));
+  return x;
+}
+
+Value* Decoder::attention(DecoderGraph& g, int64_t i, const std::string& prefix, Value* x) const {
+  const DecoderConfig& cfg = g.cfg;
+  const auto layer = static_cast<size_t>(i);
+  const int table = cfg.layer_rope[layer];
+  const auto [cos, sin] = table < 0 ? std::pair<Value*, Value*>{nullptr, nullptr} : g.rope_tables[static_cast<size_t>(table)];
+  DecoderIO& io = g.io;
+  const AttentionContext ctx{cos, sin, io.mask(cfg.layer_window[layer]),
+                             [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }};
+  return attention_block(g.m, prefix, cfg.attention, x, ctx);
+}
+
+Value* Decoder::mlp(DecoderGraph& g, int64_t, const std::string& prefix, Value* x) const {
+  return gated_mlp(g.m, prefix, g.cfg.mlp, x);
 }
 
 Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {
   Builder& b = g.b();
-  const DecoderConfig& cfg = g.cfg;
+  const DecoderNames& names = defaults_.names;
   const std::string p = layer_prefix(i);
-  Value* mask = g.io.mask(cfg.layer_window[static_cast<size_t>(i)]);
-  b.set_scope(p + "input_layernorm");
-  Value* h = b.rms_norm(x, g.m.weight(p + "input_layernorm.weight", {cfg.hidden}), cfg.rms_eps);
-  DecoderIO& io = g.io;
-  const AttentionContext attention{g.cos, g.sin, mask, [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }};
-  x = b.add(x, attention_block(g.m, p + "self_attn.", cfg.attention, h, attention));
-  b.set_scope(p + "post_attention_layernorm");
-  h = b.rms_norm(x, g.m.weight(p + "post_attention_layernorm.weight", {cfg.hidden}), cfg.rms_eps);
-  return b.add(x, gated_mlp(g.m, p + "mlp.", cfg.mlp, h));
+  g.io.mask(g.cfg.layer_window[static_cast<size_t>(i)]);  // built (once) ahead of the layer: a stable node order
+  auto normed = [&](const char* name, Value* v) { return *name ? norm(g, p + name, v) : v; };
+  // One residual branch: its block between the optional pre- and post-norms.
+  auto branch = [&](const char* pre, const char* post, Value* in, auto&& block) {
+    Value* y = normed(post, block(normed(pre, in)));
+    return g.cfg.residual_scale != 1.0 ? b.mul(y, b.scalar(g.cfg.residual_scale, y->dtype)) : y;
+  };
+  auto attend = [&](Value* h) { return attention(g, i, p + names.attention + ".", h); };
+  auto feed_forward = [&](Value* h) { return mlp(g, i, p + names.mlp + ".", h); };
+  Value* a = branch(names.attention_norm, names.attention_post_norm, x, attend);
+  if (g.cfg.parallel_residual) {
+    Value* f = branch(names.mlp_norm, names.mlp_post_norm, x, feed_forward);
+    return b.add(b.add(f, a), x);  // HF's order: mlp + attention + residual
+  }
+  x = b.add(x, a);
+  return b.add(x, branch(names.mlp_norm, names.mlp_post_norm, x, feed_forward));
 }
 
 Value* Decoder::final_norm(DecoderGraph& g, Value* x) const {
-  g.b().set_scope("model.norm");
-  return g.b().rms_norm(x, g.m.weight("model.norm.weight", {g.cfg.hidden}), g.cfg.rms_eps);
+  return norm(g, std::string(defaults_.names.model) + defaults_.names.final_norm, x);
 }
 
 Value* Decoder::head(DecoderGraph& g, Value* x) const {
-  g.b().set_scope("lm_head");
-  if (g.cfg.tied) g.m.tolerate("lm_head.weight");  // some tied checkpoints still carry the copy
-  const std::string name = g.cfg.tied ? "model.embed_tokens.weight" : "lm_head.weight";
-  return g.b().linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
+  Builder& b = g.b();
+  const std::string head = std::string(defaults_.names.head) + ".weight";
+  b.set_scope(defaults_.names.head);
+  if (g.cfg.tied) g.m.tolerate(head);  // some tied checkpoints still carry the copy
+  const std::string name = g.cfg.tied ? std::string(defaults_.names.model) + defaults_.names.embed + ".weight" : head;
+  Value* logits = b.linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
+  if (g.cfg.logits_divisor != 1.0) logits = b.div(logits, b.scalar(g.cfg.logits_divisor, logits->dtype));
+  if (const double cap = g.cfg.final_softcap; cap > 0) {
+    Value* c = b.scalar(cap, logits->dtype);
+    logits = b.mul(b.unary(OpKind::Tanh, b.div(logits, c)), c);
+  }
+  return logits;
 }
 
 std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const ExportConfig& config,
@@ -152,14 +205,15 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   // Dynamic NTK exists to run past max_position_embeddings; the bound says how far it stretches.
-  const int64_t max_sequence = cfg.rope.type == "dynamic"
-                                   ? static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, cfg.rope.factor))
-                                   : cfg.max_positions;
+  int64_t max_sequence = cfg.max_positions;
+  for (const RopeConfig& rope : cfg.ropes)
+    if (rope.type == "dynamic")
+      max_sequence = std::max(max_sequence, static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, rope.factor)));
   b.set_scope("inputs");
   DecoderIO io(m, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, config.dtype});
   b.set_scope("model.rotary_emb");
-  const auto [cos, sin] = rope_cos_sin(b, cfg.rope, io.position_ids());
-  DecoderGraph g{m, io, cfg, cos, sin};
+  DecoderGraph g{m, io, cfg, {}};
+  for (const RopeConfig& rope : cfg.ropes) g.rope_tables.push_back(rope_cos_sin(b, rope, io.position_ids()));
 
   Value* x = embed(g);
   for (int64_t i = 0; i < cfg.layers; ++i) x = layer(g, i, x);

@@ -36,6 +36,27 @@ enum class AttentionBias {
   None,        // never; `attention_bias` is not a key of the family (mistral)
 };
 
+// How a family normalises: RMSNorm scaling by w (Llama) or by 1 + w (Gemma stores the offset),
+// or LayerNorm with a bias (GPT-2, GPT-NeoX, StarCoder2).
+enum class NormKind { RMS, RMSOnePlus, LayerNorm };
+
+// HF module names, which differ between families (GPT-2: transformer.h.{i}.attn, ...). An empty
+// norm name means the layer has no norm at that place (OLMo-2 has no pre-norms; Gemma-2 adds
+// post-norms).
+struct DecoderNames {
+  const char* model = "model.";  // prefix of everything but the head
+  const char* embed = "embed_tokens";
+  const char* layers = "layers";
+  const char* attention = "self_attn";
+  const char* mlp = "mlp";
+  const char* attention_norm = "input_layernorm";
+  const char* attention_post_norm = "";
+  const char* mlp_norm = "post_attention_layernorm";
+  const char* mlp_post_norm = "";
+  const char* final_norm = "norm";
+  const char* head = "lm_head";
+};
+
 // One row per model_type: transformers' defaults for keys a config may omit, and which of the
 // kit's optional behaviours the family has. Aliases are rows that repeat another's values.
 struct DecoderDefaults {
@@ -47,6 +68,14 @@ struct DecoderDefaults {
   bool qk_norm = false;   // per-head RMSNorm on q and k
   WindowRule window = WindowRule::None;
   bool partial_rotary = false;  // honours `partial_rotary_factor` (the Llama family reads and ignores it)
+  double rope_theta = 10000.0;  // the configuration class's default_theta
+  bool tie_word_embeddings = false;
+  NormKind norm = NormKind::RMS;
+  const char* norm_eps_key = "rms_norm_eps";
+  double norm_eps = 1e-6;
+  const char* activation_key = "hidden_act";
+  const char* activation = "silu";
+  DecoderNames names{};
 };
 
 // A decoder's hyper-parameters, read once from config.json.
@@ -54,12 +83,21 @@ struct DecoderConfig {
   std::string model_type;
   std::vector<std::string> architectures;
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, max_positions = 0;
-  double rms_eps = 1e-6;
+  NormKind norm = NormKind::RMS;
+  double norm_eps = 1e-6;
   bool tied = false;
   AttentionSpec attention;
   MlpSpec mlp;
-  RopeConfig rope;
+  // The RoPE tables the layers use (Gemma-3: one for sliding layers, one for full ones) and each
+  // layer's index into them; -1: the layer has no RoPE (SmolLM3's NoPE layers).
+  std::vector<RopeConfig> ropes;
+  std::vector<int> layer_rope;
   std::vector<std::optional<int64_t>> layer_window;  // sliding window per layer, if any
+  // Scalars some families apply: embeddings times embedding_scale (Gemma: sqrt(hidden), rounded
+  // to the model dtype; Granite: embedding_multiplier), each residual branch times residual_scale,
+  // logits divided by logits_divisor, then tanh-softcapped at final_softcap (0: none).
+  double embedding_scale = 1.0, residual_scale = 1.0, logits_divisor = 1.0, final_softcap = 0.0;
+  bool parallel_residual = false;  // x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX)
 };
 
 DecoderConfig parse_decoder_config(const JsonConfig& config, const DecoderDefaults& defaults);
@@ -69,8 +107,8 @@ struct DecoderGraph {
   ModelBuilder& m;
   DecoderIO& io;
   const DecoderConfig& cfg;
-  Value* cos;  // RoPE tables for the positions of this call ([batch, query, rotary_dim])
-  Value* sin;
+  // RoPE tables for the positions of this call ([batch, query, rotary_dim]), one per cfg.ropes.
+  std::vector<std::pair<Value*, Value*>> rope_tables;
   Builder& b() { return m.b(); }
 };
 
@@ -82,8 +120,13 @@ class Decoder {
   virtual DecoderConfig parse(const JsonConfig& config) const { return parse_decoder_config(config, defaults_); }
   // input_ids -> hidden states [batch, query, hidden].
   virtual Value* embed(DecoderGraph& g) const;
-  // One decoder layer (Llama: pre-norm attention and gated MLP, each added to the residual).
+  // One decoder layer: attention and MLP, each between the norms the names give, added to the
+  // residual one after the other or in parallel.
   virtual Value* layer(DecoderGraph& g, int64_t index, Value* x) const;
+  // The self-attention of layer `index` over its normed input, under `prefix` (".../self_attn.").
+  virtual Value* attention(DecoderGraph& g, int64_t index, const std::string& prefix, Value* x) const;
+  // The feed-forward block of layer `index`, under `prefix` (".../mlp.").
+  virtual Value* mlp(DecoderGraph& g, int64_t index, const std::string& prefix, Value* x) const;
   virtual Value* final_norm(DecoderGraph& g, Value* x) const;
   // Hidden states -> logits in the graph dtype (the kit casts them to float32).
   virtual Value* head(DecoderGraph& g, Value* x) const;
@@ -93,7 +136,11 @@ class Decoder {
 
  protected:
   // Layer i's HF weight prefix, "model.layers.{i}.".
-  static std::string layer_prefix(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+  std::string layer_prefix(int64_t i) const {
+    return std::string(defaults_.names.model) + defaults_.names.layers + "." + std::to_string(i) + ".";
+  }
+  // The family's norm over x with the weights of module `module` ("" returns x unchanged).
+  Value* norm(DecoderGraph& g, const std::string& module, Value* x) const;
   DecoderDefaults defaults_;
 
  private:

@@ -72,19 +72,19 @@ void apply_yarn(RopeConfig& r, const JsonConfig& p, const JsonConfig& config) {
 
 }  // namespace
 
-RopeConfig parse_rope(const JsonConfig& config, int64_t head_dim, int64_t max_position_embeddings,
-                      bool partial_rotary) {
+RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::optional<JsonConfig> params) {
+  const int64_t head_dim = d.head_dim, max_position_embeddings = d.max_position_embeddings;
   // 4.x `rope_scaling` wins over 5.x `rope_parameters`, as in transformers' own conversion.
-  std::optional<JsonConfig> params = config.object("rope_scaling");
+  if (!params) params = config.object("rope_scaling");
   if (!params) params = config.object("rope_parameters");
   if (!params) params = JsonConfig(nlohmann::json::object(), config.where());
   RopeConfig r;
   r.type = params->string("rope_type", params->string("type", "default"));
-  r.theta = params->number("rope_theta", config.number("rope_theta", 10000.0));
+  r.theta = params->number("rope_theta", config.number("rope_theta", d.theta));
   if (r.theta <= 0) config.invalid("rope_theta", "must be positive");
-  const double partial = !partial_rotary                         ? 1.0
+  const double partial = !d.partial_rotary                       ? 1.0
                          : config.has("partial_rotary_factor") ? config.number("partial_rotary_factor")
-                                                              : params->number("partial_rotary_factor", 1.0);
+                                                              : params->number("partial_rotary_factor", d.partial_rotary_factor);
   if (partial <= 0 || partial > 1) config.invalid("partial_rotary_factor", "must be in (0, 1]");
   r.rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
   if (r.rotary_dim < 2 || r.rotary_dim % 2) fail(config.where(), ": rotary dimension ", r.rotary_dim, " must be even and positive");

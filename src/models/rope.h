@@ -1,6 +1,7 @@
 // Rotary position embedding parameters, read from either config style: transformers 4.x
 // (`rope_theta` + `rope_scaling`) or 5.x (`rope_parameters`), and the cos/sin tables HF computes.
 #pragma once
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,10 +21,20 @@ struct RopeConfig {
   int64_t max_position_embeddings = 0;
 };
 
-// `partial_rotary` says whether the family honours partial_rotary_factor (transformers' Llama
-// family reads the key but rotates the whole head, so it must be ignored there).
-RopeConfig parse_rope(const JsonConfig& config, int64_t head_dim, int64_t max_position_embeddings,
-                      bool partial_rotary);
+// What a family's configuration class fixes about its RoPE.
+struct RopeDefaults {
+  int64_t head_dim = 0, max_position_embeddings = 0;
+  // Whether the family honours partial_rotary_factor (transformers' Llama family reads the key
+  // but rotates the whole head, so it must be ignored there).
+  bool partial_rotary = false;
+  double partial_rotary_factor = 1.0;
+  double theta = 10000.0;  // default_theta
+};
+
+// The RoPE of `config`: its 4.x rope_scaling / rope_theta or 5.x rope_parameters, unless
+// `params` names another object holding them (Gemma-3's per-layer-type entries).
+RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& defaults,
+                      std::optional<JsonConfig> params = std::nullopt);
 
 // cos and sin of shape [batch, sequence, rotary_dim] in float32, as HF's rotary embedding module.
 std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids);

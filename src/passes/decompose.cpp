@@ -66,6 +66,18 @@ Value* decompose_rms_norm(Builder& b, const Node& n) {
   return b.mul(w->dtype == normed->dtype ? w : b.cast(w, normed->dtype), normed);
 }
 
+// torch layer_norm: (x - mean) / sqrt(var + eps) * weight + bias, in float32, cast back once.
+Value* decompose_layer_norm(Builder& b, const Node& n) {
+  Value* x = b.cast(n.inputs[0], DType::F32);
+  Value* centered = b.sub(x, b.reduce(OpKind::ReduceMean, x, {-1}, true));
+  Value* var = b.reduce(OpKind::ReduceMean, b.mul(centered, centered), {-1}, true);
+  Value* inv = b.unary(OpKind::Reciprocal,
+                       b.unary(OpKind::Sqrt, b.add(var, b.scalar(n.attrs_as<NormAttrs>().epsilon, DType::F32))));
+  Value* y = b.mul(b.mul(centered, inv), b.cast(n.inputs[1], DType::F32));
+  if (Value* bias = n.input(2)) y = b.add(y, b.cast(bias, DType::F32));
+  return b.cast(y, n.inputs[0]->dtype);
+}
+
 // HF rotate_half form: out = x * cos + concat(-x2, x1) * sin on the first R dims.
 Value* decompose_rope(Builder& b, const Node& n) {
   Value* x = n.inputs[0];
@@ -157,6 +169,7 @@ Decomposition reference_decomposition(OpKind op) {
     case OpKind::Embedding: return decompose_embedding;
     case OpKind::QuantizedEmbedding: return decompose_quantized_embedding;
     case OpKind::RMSNorm: return decompose_rms_norm;
+    case OpKind::LayerNorm: return decompose_layer_norm;
     case OpKind::RoPE: return decompose_rope;
     case OpKind::Attention: return decompose_attention;
     case OpKind::SiLU: return decompose_silu;

@@ -41,7 +41,7 @@ TEST(LoweringCoverage, EveryOpOnEveryBackendAndProfile) {
 
 // The fused ops each backend is expected to keep (a rule silently dropped would decompose them).
 TEST(LoweringCoverage, FusedOpsStayFused) {
-  for (OpKind op : {OpKind::Linear, OpKind::Embedding, OpKind::RMSNorm, OpKind::RoPE, OpKind::Attention,
+  for (OpKind op : {OpKind::Linear, OpKind::Embedding, OpKind::RMSNorm, OpKind::LayerNorm, OpKind::RoPE, OpKind::Attention,
                     OpKind::KVAppend, OpKind::QuantizedLinear, OpKind::GELU})
     EXPECT_NE(onnx_rule(op).lower, nullptr) << op_name(op);
   for (OpKind op : {OpKind::Linear, OpKind::Embedding, OpKind::Attention, OpKind::QuantizedLinear, OpKind::GELU})

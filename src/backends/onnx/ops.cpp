@@ -145,6 +145,16 @@ HFX_ONNX_OP(RMSNorm) {
   attr_int(norm, "stash_type", 1);
 }
 
+// LayerNormalization-17 with stash_type 1 computes in float32 and casts back once, as torch.
+HFX_ONNX_OP(LayerNorm) {
+  OnnxNames ins{in[0], in[1]};
+  if (n.input(2)) ins.push_back(in[2]);
+  onnx::NodeProto* norm = l.node("LayerNormalization", ins, {out});
+  attr_int(norm, "axis", -1);
+  attr_float(norm, "epsilon", static_cast<float>(n.attrs_as<NormAttrs>().epsilon));
+  attr_int(norm, "stash_type", 1);
+}
+
 // RotaryEmbedding-23 with per-token tables: cos/sin [B, S, R/2] (the IR's tables repeat the
 // frequencies twice, HF-style, so the first half is taken once per table).
 // Feeding GroupQueryAttention, it rotates the [B, S, N * D] form instead (3-D, num_heads set).

@@ -1,5 +1,6 @@
 // The OpenVINO lowering of each IR op, one registered function per op (public opsets). High-level
 // ops without a rule here, or whose native predicate says no, are decomposed into primitives first.
+#include <cstdio>
 #include <limits>
 
 #include "backends/openvino/lowering.h"
@@ -148,6 +149,19 @@ HFX_OV_OP(ScatterElements) {
 HFX_OV_OP(GELU) {
   const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
   return l.result(n, "Gelu", "opset7", {{"approximation_mode", tanh ? "TANH" : "ERF"}}, in);
+}
+
+// MVN-6 over the last axis (variance inside the sqrt, as torch), then the scale and the bias.
+HFX_OV_OP(LayerNorm) {
+  const Value* x = n.inputs[0];
+  char eps[32];
+  std::snprintf(eps, sizeof eps, "%.9g", n.attrs_as<NormAttrs>().epsilon);
+  const OvPort normed = l.op("MVN", "opset6", n,
+                             {{"normalize_variance", "true"}, {"eps", eps}, {"eps_mode", "inside_sqrt"}},
+                             {in[0], l.i64({-1}, {1})}, x->dtype, x->shape, "/mvn");
+  if (!n.input(2)) return l.result(n, "Multiply", "opset1", kOvNumpy, {normed, in[1]});
+  const OvPort scaled = l.op("Multiply", "opset1", n, kOvNumpy, {normed, in[1]}, x->dtype, x->shape, "/scale");
+  return l.result(n, "Add", "opset1", kOvNumpy, {scaled, in[2]});
 }
 
 // Grouped kv heads repeated to the query heads, the shape the CPU plugin's SDPA fusions expect:
