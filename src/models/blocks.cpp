@@ -14,26 +14,54 @@ struct Projection {
   Value* bias;
 };
 
+// A weight [out, in] as a Linear reads it, from a checkpoint storing [out, in] or, for Conv1D, [in, out].
+Value* linear_weight(ModelBuilder& m, const std::string& name, int64_t out, int64_t in, bool conv1d) {
+  return conv1d ? m.transposed(m.weight(name, {in, out})) : m.weight(name, {out, in});
+}
+
 Projection fused_rows(ModelBuilder& m, const std::string& module, bool bias, int64_t total, int64_t hidden,
-                      int64_t begin, int64_t end) {
-  Value* w = m.rows(m.weight(module + ".weight", {total, hidden}), begin, end);
+                      int64_t begin, int64_t end, bool conv1d = false) {
+  Value* w = m.rows(linear_weight(m, module + ".weight", total, hidden, conv1d), begin, end);
   return {w, bias ? m.rows(m.weight(module + ".bias", {total}), begin, end) : nullptr};
 }
 
-// (The bias is declared first: the order the graph's values are numbered in, kept stable.)
-Projection own(ModelBuilder& m, const std::string& module, bool bias, int64_t out, int64_t in) {
-  Value* b = m.weight_if(bias, module + ".bias", {out});
-  return {m.weight(module + ".weight", {out, in}), b};
+// Projection j of a per-head fused weight [heads * 3 * D, hidden]: rows h*3D + j*D ... + D of each head.
+Projection per_head_rows(ModelBuilder& m, const std::string& module, bool bias, int64_t heads, int64_t head_dim,
+                         int64_t hidden, int64_t j) {
+  const int64_t total = heads * 3 * head_dim;
+  auto pick = [&](Value* fused) { return m.row_blocks(fused, 3 * head_dim, j * head_dim, head_dim, heads); };
+  Value* w = pick(m.weight(module + ".weight", {total, hidden}));
+  return {w, bias ? pick(m.weight(module + ".bias", {total})) : nullptr};
 }
 
-// Projects x to heads: [B, S, hidden] -> [B, heads, S, head_dim], with an optional per-head
-// RMSNorm (`norm` names its weight).
+// (The bias is declared first: the order the graph's values are numbered in, kept stable.)
+Projection own(ModelBuilder& m, const std::string& module, bool bias, int64_t out, int64_t in, bool conv1d = false) {
+  Value* b = m.weight_if(bias, module + ".bias", {out});
+  return {linear_weight(m, module + ".weight", out, in, conv1d), b};
+}
+
+// An RMSNorm weight of `size` named `name`, stored as is or as an offset from 1.
+Value* norm_weight(ModelBuilder& m, const std::string& name, int64_t size, bool offset) {
+  Value* w = m.weight(name, {size});
+  return offset ? m.plus(w, 1.0) : w;
+}
+
+// The q or k RMSNorm of a projection: its weight's name, and whether it spans the whole
+// projection (OLMo-2) rather than each head.
+struct HeadNorm {
+  std::string weight;  // empty: none
+  bool whole = false;
+  bool offset = false;  // stored as an offset from 1 (Gemma-3)
+};
+
+// Projects x to heads: [B, S, hidden] -> [B, heads, S, head_dim], with an optional RMSNorm.
 Value* project_heads(ModelBuilder& m, const Projection& p, int64_t heads, int64_t head_dim, Value* x,
-                     const std::string& norm, double eps) {
+                     const HeadNorm& norm, double eps) {
   Builder& b = m.b();
   Value* y = b.linear(x, p.weight, p.bias);
+  if (!norm.weight.empty() && norm.whole) y = b.rms_norm(y, norm_weight(m, norm.weight, heads * head_dim, norm.offset), eps);
   y = b.reshape(y, {x->shape[0], x->shape[1], Dim(heads), Dim(head_dim)});
-  if (!norm.empty()) y = b.rms_norm(y, m.weight(norm, {head_dim}), eps);
+  if (!norm.weight.empty() && !norm.whole) y = b.rms_norm(y, norm_weight(m, norm.weight, head_dim, norm.offset), eps);
   return b.transpose(y, {0, 2, 1, 3});
 }
 
@@ -44,16 +72,22 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   Builder& b = m.b();
   b.set_scope(p.substr(0, p.size() - 1));
   const int64_t q_out = s.heads * s.head_dim, kv_out = s.kv_heads * s.head_dim;
-  auto projection = [&](const std::string& name, int64_t out, int64_t begin) {
-    if (s.qkv.empty()) return own(m, p + name, s.qkv_bias, out, s.hidden);
-    return fused_rows(m, p + s.qkv, s.qkv_bias, q_out + 2 * kv_out, s.hidden, begin, begin + out);
+  // Projection j (0 q, 1 k, 2 v): its own module, or rows of the fused one.
+  auto projection = [&](const std::string& name, int64_t out, int64_t begin, int64_t j) {
+    if (s.qkv.empty()) return own(m, p + name, s.qkv_bias, out, s.hidden, s.conv1d);
+    if (s.qkv_layout == AttentionSpec::FusedLayout::PerHead)
+      return per_head_rows(m, p + s.qkv, s.qkv_bias, s.heads, s.head_dim, s.hidden, j);
+    return fused_rows(m, p + s.qkv, s.qkv_bias, q_out + 2 * kv_out, s.hidden, begin, begin + out, s.conv1d);
+  };
+  auto head_norm = [&](const char* name) {
+    const bool any = s.qk_norm || s.qk_norm_whole;
+    return HeadNorm{any ? p + name : "", s.qk_norm_whole, s.qk_norm_offset};
   };
   // Built one after another: each projection's weights are declared as it is built.
-  Value* q = project_heads(m, projection(s.q, q_out, 0), s.heads, s.head_dim, x,
-                           s.qk_norm ? p + "q_norm.weight" : "", s.norm_epsilon);
-  Value* k = project_heads(m, projection(s.k, kv_out, q_out), s.kv_heads, s.head_dim, x,
-                           s.qk_norm ? p + "k_norm.weight" : "", s.norm_epsilon);
-  Value* v = project_heads(m, projection(s.v, kv_out, q_out + kv_out), s.kv_heads, s.head_dim, x, "", 0);
+  Value* q = project_heads(m, projection(s.q, q_out, 0, 0), s.heads, s.head_dim, x, head_norm("q_norm.weight"), s.norm_epsilon);
+  Value* k = project_heads(m, projection(s.k, kv_out, q_out, 1), s.kv_heads, s.head_dim, x, head_norm("k_norm.weight"),
+                           s.norm_epsilon);
+  Value* v = project_heads(m, projection(s.v, kv_out, q_out + kv_out, 2), s.kv_heads, s.head_dim, x, {}, 0);
   if (ctx.cos) {
     q = b.rope(q, ctx.cos, ctx.sin, false);
     k = b.rope(k, ctx.cos, ctx.sin, false);
@@ -62,7 +96,7 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   Value* o = b.attention(q, k, v, ctx.mask, scale, s.softcap);
   o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {x->shape[0], x->shape[1], Dim(q_out)});
-  const Projection out = own(m, p + s.o, s.o_bias, s.hidden, q_out);
+  const Projection out = own(m, p + s.o, s.o_bias, s.hidden, q_out, s.conv1d);
   return b.linear(o, out.weight, out.bias);
 }
 
@@ -87,9 +121,9 @@ Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value*
     return fused_rows(m, p + s.gate_up, s.bias, 2 * inter, s.hidden, begin, begin + inter);
   };
   if (!s.gated) {
-    const Projection up_p = own(m, p + s.up, s.bias, inter, s.hidden);
+    const Projection up_p = own(m, p + s.up, s.bias, inter, s.hidden, s.conv1d);
     Value* h = activation(b, s.activation, b.linear(x, up_p.weight, up_p.bias));
-    const Projection down = own(m, p + s.down, s.bias, s.hidden, inter);
+    const Projection down = own(m, p + s.down, s.bias, s.hidden, inter, s.conv1d);
     return b.linear(h, down.weight, down.bias);
   }
   const Projection gate_p = up_projection(s.gate, 0);

@@ -18,8 +18,15 @@ struct AttentionSpec {
   // Module names under the block's prefix. `qkv` set: one fused [q + k + v, hidden] weight whose
   // rows are q, then k, then v (Phi-3's qkv_proj); q/k/v are then unused.
   std::string q = "q_proj", k = "k_proj", v = "v_proj", o = "o_proj", qkv;
+  // How a fused qkv weight orders its rows: [q | k | v] (Phi-3, GPT-2) or per head [heads, 3, D]
+  // (GPT-NeoX's query_key_value).
+  enum class FusedLayout { Blocked, PerHead };
+  FusedLayout qkv_layout = FusedLayout::Blocked;
+  bool conv1d = false;   // weights stored [in, out] (GPT-2's Conv1D)
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;  // per-head RMSNorm on q and k before RoPE (qwen3)
+  bool qk_norm_whole = false;   // the q/k RMSNorm spans the whole projection, before the head split (OLMo-2)
+  bool qk_norm_offset = false;  // the q/k norm weights are stored as offsets from 1 (Gemma-3)
   double norm_epsilon = 1e-6;
   double scale = 0;      // 0: 1 / sqrt(head_dim)
   double softcap = 0;    // attention logit softcapping (0: none)
@@ -51,6 +58,7 @@ struct MlpSpec {
   // Module names under the block's prefix. `gate_up` set: one fused [2 * intermediate, hidden]
   // weight, gate rows first (Phi-3's gate_up_proj).
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj", gate_up;
+  bool conv1d = false;  // weights stored [in, out] (GPT-2's Conv1D)
 };
 
 // Rejects an HF activation name the blocks cannot build, naming the config key.

@@ -16,16 +16,9 @@ LayerWindows windows_from_layer_types(const JsonConfig& c, int64_t layers) {
   std::optional<int64_t> window;
   if (c.boolean("use_sliding_window", false) && c.has("sliding_window")) window = c.positive("sliding_window");
   LayerWindows out(static_cast<size_t>(layers));
-  if (c.has("layer_types")) {
-    const auto& types = c.at("layer_types");
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
-      c.invalid("layer_types", str("must list one type for each of the ", layers, " layers"));
-    for (size_t i = 0; i < types.size(); ++i) {
-      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
-      if (t != "full_attention" && t != "sliding_attention")
-        c.invalid("layer_types", "entries must be \"full_attention\" or \"sliding_attention\"");
-      if (t == "sliding_attention") out[i] = window;
-    }
+  if (const auto sliding = sliding_layers(c, layers)) {
+    for (size_t i = 0; i < sliding->size(); ++i)
+      if ((*sliding)[i]) out[i] = window;
     return out;
   }
   const int64_t first_sliding = c.integer("max_window_layers", 28);
@@ -60,7 +53,7 @@ AttentionSpec parse_attention(const JsonConfig& c, const DecoderDefaults& d, int
   AttentionSpec a;
   a.hidden = hidden;
   a.heads = c.positive("num_attention_heads");
-  a.kv_heads = c.positive("num_key_value_heads", d.num_key_value_heads.value_or(a.heads));
+  a.kv_heads = d.grouped_kv ? c.positive("num_key_value_heads", d.num_key_value_heads.value_or(a.heads)) : a.heads;
   if (a.heads % a.kv_heads != 0)
     c.invalid("num_key_value_heads", str("must divide num_attention_heads (", a.heads, ")"));
   a.head_dim = c.positive("head_dim", d.head_dim.value_or(hidden / a.heads));
@@ -93,6 +86,21 @@ std::vector<std::pair<std::string_view, DecoderVariant>> components_for(const Ge
 }
 
 }  // namespace
+
+std::optional<std::vector<bool>> sliding_layers(const JsonConfig& c, int64_t layers) {
+  if (!c.has("layer_types")) return std::nullopt;
+  const auto& types = c.at("layer_types");
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
+    c.invalid("layer_types", str("must list one type for each of the ", layers, " layers"));
+  std::vector<bool> out;
+  for (const auto& type : types) {
+    const std::string t = type.is_string() ? type.get<std::string>() : "";
+    if (t != "full_attention" && t != "sliding_attention")
+      c.invalid("layer_types", "entries must be \"full_attention\" or \"sliding_attention\"");
+    out.push_back(t == "sliding_attention");
+  }
+  return out;
+}
 
 DecoderConfig parse_decoder_config(const JsonConfig& c, const DecoderDefaults& d) {
   DecoderConfig cfg;
@@ -136,7 +144,7 @@ Value* Decoder::norm(DecoderGraph& g, const std::string& module, Value* x) const
 }
 
 Value* Decoder::embed(DecoderGraph& g) const {
-  const std::string module = std::string(defaults_.names.model) + defaults_.names.embed;
+  const std::string module = g.cfg.prefix + defaults_.names.embed;
   g.b().set_scope(module);
   Value* x = g.b().embedding(g.m.weight(module + ".weight", {g.cfg.vocab, g.cfg.hidden}), g.io.input_ids());
   if (g.cfg.embedding_scale != 1.0) x = g.b().mul(x, g.b().scalar(g.cfg.embedding_scale, x->dtype));
@@ -151,7 +159,10 @@ Value* Decoder::attention(DecoderGraph& g, int64_t i, const std::string& prefix,
   DecoderIO& io = g.io;
   const AttentionContext ctx{cos, sin, io.mask(cfg.layer_window[layer]),
                              [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }};
-  return attention_block(g.m, prefix, cfg.attention, x, ctx);
+  if (cfg.layer_attention_scale.empty()) return attention_block(g.m, prefix, cfg.attention, x, ctx);
+  AttentionSpec spec = cfg.attention;
+  spec.scale = cfg.layer_attention_scale[layer];
+  return attention_block(g.m, prefix, spec, x, ctx);
 }
 
 Value* Decoder::mlp(DecoderGraph& g, int64_t, const std::string& prefix, Value* x) const {
@@ -161,7 +172,7 @@ Value* Decoder::mlp(DecoderGraph& g, int64_t, const std::string& prefix, Value* 
 Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {
   Builder& b = g.b();
   const DecoderNames& names = defaults_.names;
-  const std::string p = layer_prefix(i);
+  const std::string p = layer_prefix(g, i);
   g.io.mask(g.cfg.layer_window[static_cast<size_t>(i)]);  // built (once) ahead of the layer: a stable node order
   auto normed = [&](const char* name, Value* v) { return *name ? norm(g, p + name, v) : v; };
   // One residual branch: its block between the optional pre- and post-norms.
@@ -181,7 +192,7 @@ Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {
 }
 
 Value* Decoder::final_norm(DecoderGraph& g, Value* x) const {
-  return norm(g, std::string(defaults_.names.model) + defaults_.names.final_norm, x);
+  return norm(g, g.cfg.prefix + defaults_.names.final_norm, x);
 }
 
 Value* Decoder::head(DecoderGraph& g, Value* x) const {
@@ -189,7 +200,7 @@ Value* Decoder::head(DecoderGraph& g, Value* x) const {
   const std::string head = std::string(defaults_.names.head) + ".weight";
   b.set_scope(defaults_.names.head);
   if (g.cfg.tied) g.m.tolerate(head);  // some tied checkpoints still carry the copy
-  const std::string name = g.cfg.tied ? std::string(defaults_.names.model) + defaults_.names.embed + ".weight" : head;
+  const std::string name = g.cfg.tied ? g.cfg.prefix + defaults_.names.embed + ".weight" : head;
   Value* logits = b.linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
   if (g.cfg.logits_divisor != 1.0) logits = b.div(logits, b.scalar(g.cfg.logits_divisor, logits->dtype));
   if (const double cap = g.cfg.final_softcap; cap > 0) {
@@ -227,7 +238,11 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
 }
 
 ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) const {
-  const DecoderConfig cfg = parse(ckpt.config());
+  DecoderConfig cfg = parse(ckpt.config());
+  // A checkpoint saved without the base model's prefix (the Hub's gpt2: "wte.weight", "h.0...").
+  cfg.prefix = defaults_.names.model;
+  const std::string embed = std::string(defaults_.names.embed) + ".weight";
+  if (!cfg.prefix.empty() && !ckpt.find(cfg.prefix + embed) && ckpt.find(embed)) cfg.prefix.clear();
   ExportModel out{cfg.model_type, cfg.architectures, {}, {}};
   for (const auto& [name, variant] : components_for(config.generation))
     out.components.push_back({std::string(name), build_graph(ckpt, config, cfg, variant, out.dims)});

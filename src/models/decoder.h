@@ -62,6 +62,7 @@ struct DecoderNames {
 struct DecoderDefaults {
   int64_t max_position_embeddings = 2048;
   std::optional<int64_t> num_key_value_heads;  // unset: num_attention_heads
+  bool grouped_kv = true;                      // reads num_key_value_heads (GPT-NeoX: one kv head per head)
   std::optional<int64_t> head_dim;             // unset: hidden_size / num_attention_heads
   AttentionBias attention_bias = AttentionBias::FromConfig;
   bool mlp_bias = false;  // honours the `mlp_bias` key
@@ -82,6 +83,7 @@ struct DecoderDefaults {
 struct DecoderConfig {
   std::string model_type;
   std::vector<std::string> architectures;
+  std::string prefix;  // the checkpoint's base-model prefix ("model.", or "" when saved without it)
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, max_positions = 0;
   NormKind norm = NormKind::RMS;
   double norm_eps = 1e-6;
@@ -93,6 +95,7 @@ struct DecoderConfig {
   std::vector<RopeConfig> ropes;
   std::vector<int> layer_rope;
   std::vector<std::optional<int64_t>> layer_window;  // sliding window per layer, if any
+  std::vector<double> layer_attention_scale;          // per layer, when it varies (GPT-2); else attention.scale
   // Scalars some families apply: embeddings times embedding_scale (Gemma: sqrt(hidden), rounded
   // to the model dtype; Granite: embedding_multiplier), each residual branch times residual_scale,
   // logits divided by logits_divisor, then tanh-softcapped at final_softcap (0: none).
@@ -101,6 +104,9 @@ struct DecoderConfig {
 };
 
 DecoderConfig parse_decoder_config(const JsonConfig& config, const DecoderDefaults& defaults);
+// Which layers `layer_types` marks "sliding_attention" (none when the key is absent); other
+// entries than "full_attention" are refused.
+std::optional<std::vector<bool>> sliding_layers(const JsonConfig& config, int64_t layers);
 
 // What the hooks see while one component's graph is built.
 struct DecoderGraph {
@@ -135,9 +141,9 @@ class Decoder {
   ExportModel build(const Checkpoint& ckpt, const ExportConfig& config) const;
 
  protected:
-  // Layer i's HF weight prefix, "model.layers.{i}.".
-  std::string layer_prefix(int64_t i) const {
-    return std::string(defaults_.names.model) + defaults_.names.layers + "." + std::to_string(i) + ".";
+  // Layer i's HF weight prefix, e.g. "model.layers.{i}.".
+  std::string layer_prefix(const DecoderGraph& g, int64_t i) const {
+    return g.cfg.prefix + defaults_.names.layers + "." + std::to_string(i) + ".";
   }
   // The family's norm over x with the weights of module `module` ("" returns x unchanged).
   Value* norm(DecoderGraph& g, const std::string& module, Value* x) const;

@@ -63,6 +63,14 @@ Value* ModelBuilder::transposed(Value* weight) {
   return builder_.weight_expr(ConstantData::transpose(weight->constant), weight->dtype, weight->name + ".T");
 }
 
+Value* ModelBuilder::row_blocks(Value* weight, int64_t stride, int64_t offset, int64_t length, int64_t count) {
+  std::vector<std::shared_ptr<const ConstantData>> blocks;
+  for (int64_t i = 0; i < count; ++i)
+    blocks.push_back(ConstantData::slice_rows(weight->constant, i * stride + offset, i * stride + offset + length));
+  return builder_.weight_expr(ConstantData::stack(std::move(blocks)), weight->dtype,
+                              str(weight->name, "[", offset, "::", stride, "]"));
+}
+
 Value* ModelBuilder::plus(Value* weight, double scalar) {
   return builder_.weight_expr(ConstantData::add_scalar(weight->constant, scalar), weight->dtype,
                               str(weight->name, "+", scalar));

@@ -30,7 +30,12 @@ class ModelBuilder {
   // Conv1D stores [in, out]), and w + scalar (Gemma's RMSNorm scale 1 + w).
   Value* rows(Value* weight, int64_t begin, int64_t end);
   Value* transposed(Value* weight);
+  // `count` blocks of `length` rows, block i starting at row i * stride + offset (one projection
+  // of GPT-NeoX's per-head fused query_key_value).
+  Value* row_blocks(Value* weight, int64_t stride, int64_t offset, int64_t length, int64_t count);
   Value* plus(Value* weight, double scalar);
+  // Whether the checkpoint holds `name` (for layouts that vary between checkpoints of one family).
+  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
   // A tensor that may be present but is not read (e.g. lm_head.weight with tied embeddings).
   void tolerate(const std::string& name) { tolerated_.insert(name); }
   // Throws one Error naming the first missing, unexpected, mis-shaped or mis-typed tensor.

@@ -70,6 +70,37 @@ void apply_yarn(RopeConfig& r, const JsonConfig& p, const JsonConfig& config) {
   }
 }
 
+// HF longrope: inv_freq = 1 / (factor_i * base^(2i / dim)) for the short and the long factors;
+// cos/sin scaled by attention_factor (default sqrt(1 + ln(factor) / ln(original length))).
+void apply_longrope(RopeConfig& r, const JsonConfig& p, const JsonConfig& config) {
+  const int64_t original = config.has("original_max_position_embeddings")  // the top-level key wins, as in HF
+                               ? config.positive("original_max_position_embeddings")
+                               : p.positive("original_max_position_embeddings");
+  r.original_max_position_embeddings = original;
+  auto frequencies = [&](const char* key) {
+    if (!p.has(key) || !p.at(key).is_array() || p.at(key).size() != r.inv_freq.size())
+      p.invalid(key, str("must list ", r.inv_freq.size(), " numbers (rotary dimension / 2)"));
+    std::vector<float> out;
+    const auto dim = static_cast<float>(r.rotary_dim);
+    for (size_t i = 0; i < r.inv_freq.size(); ++i) {
+      const auto& f = p.at(key)[i];
+      if (!f.is_number() || f.get<double>() <= 0) p.invalid(key, "entries must be positive numbers");
+      const float base = std::pow(static_cast<float>(r.theta), static_cast<float>(2 * i) / dim);
+      out.push_back(1.0f / (f.get<float>() * base));
+    }
+    return out;
+  };
+  r.inv_freq = frequencies("short_factor");
+  r.long_inv_freq = frequencies("long_factor");
+  if (p.has("attention_factor")) {
+    r.attention_scaling = p.number("attention_factor");
+  } else {
+    const double factor = p.has("factor") ? p.number("factor")
+                                          : static_cast<double>(r.max_position_embeddings) / static_cast<double>(original);
+    r.attention_scaling = factor <= 1 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original)));
+  }
+}
+
 }  // namespace
 
 RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::optional<JsonConfig> params) {
@@ -82,9 +113,10 @@ RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::opti
   r.type = params->string("rope_type", params->string("type", "default"));
   r.theta = params->number("rope_theta", config.number("rope_theta", d.theta));
   if (r.theta <= 0) config.invalid("rope_theta", "must be positive");
-  const double partial = !d.partial_rotary                       ? 1.0
-                         : config.has("partial_rotary_factor") ? config.number("partial_rotary_factor")
-                                                              : params->number("partial_rotary_factor", d.partial_rotary_factor);
+  // The RoPE entry's factor first: transformers' configs fill it from the top-level key only when unset.
+  const double partial = !d.partial_rotary                          ? 1.0
+                         : params->has("partial_rotary_factor")     ? params->number("partial_rotary_factor")
+                                                                    : config.number("partial_rotary_factor", d.partial_rotary_factor);
   if (partial <= 0 || partial > 1) config.invalid("partial_rotary_factor", "must be in (0, 1]");
   r.rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
   if (r.rotary_dim < 2 || r.rotary_dim % 2) fail(config.where(), ": rotary dimension ", r.rotary_dim, " must be even and positive");
@@ -100,11 +132,13 @@ RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::opti
     apply_llama3(r, *params);
   } else if (r.type == "yarn") {
     apply_yarn(r, *params, config);
+  } else if (r.type == "longrope") {
+    apply_longrope(r, *params, config);
   } else {
     fail(params->where(), ": rope type '", r.type,
-         "' is not supported (supported: default, linear, dynamic, llama3, yarn)");
+         "' is not supported (supported: default, linear, dynamic, llama3, yarn, longrope)");
   }
-  if (r.type != "default" && r.type != "llama3" && r.type != "yarn" && r.factor <= 0)
+  if ((r.type == "linear" || r.type == "dynamic") && r.factor <= 0)
     params->invalid("factor", "must be positive");
   return r;
 }
@@ -127,6 +161,12 @@ std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value
     for (int64_t i = 0; i < rope.rotary_dim; i += 2)
       exponents.push_back(static_cast<float>(i) / static_cast<float>(rope.rotary_dim));
     inv_freq = b.unary(OpKind::Reciprocal, b.pow(base, b.const_f32(exponents, {half})));
+  } else if (rope.type == "longrope") {
+    // The long factors once any position of the call reaches past the original length (HF
+    // decides per forward on max(position_ids) + 1, over the whole batch).
+    Value* seen = b.add(b.reduce(OpKind::ReduceMax, position_ids, {}, false), b.const_i64({1}));
+    Value* is_long = b.compare(OpKind::Greater, seen, b.const_i64({rope.original_max_position_embeddings}));
+    inv_freq = b.where(is_long, b.const_f32(rope.long_inv_freq, {half}), b.const_f32(rope.inv_freq, {half}));
   } else {
     inv_freq = b.const_f32(rope.inv_freq, {half});
   }

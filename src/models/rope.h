@@ -12,13 +12,17 @@
 namespace hfx {
 
 struct RopeConfig {
-  std::string type = "default";  // default, linear, dynamic, llama3, yarn
+  std::string type = "default";  // default, linear, dynamic, llama3, yarn, longrope
   double theta = 10000.0;
   int64_t rotary_dim = 0;        // head_dim * partial_rotary_factor
   std::vector<float> inv_freq;   // rotary_dim / 2 entries (static types)
   double attention_scaling = 1.0;
   double factor = 1.0;           // dynamic: recomputed in-graph from the sequence length
   int64_t max_position_embeddings = 0;
+  // longrope: inv_freq holds the short factors' frequencies, long_inv_freq the long ones', used
+  // when a call's positions reach past original_max_position_embeddings.
+  std::vector<float> long_inv_freq;
+  int64_t original_max_position_embeddings = 0;
 };
 
 // What a family's configuration class fixes about its RoPE.

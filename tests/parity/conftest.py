@@ -178,6 +178,8 @@ def build_tiny_model(
     torch.manual_seed(seed)
     cfg = AutoConfig.for_model(model_type, **config)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    # Gemma's RMSNorms scale by 1 + w: the same [0.5, 1.5] scales as the others' w.
+    norm_offset = 1.0 if model_type.startswith("gemma") else 0.0
     # Default init (std 0.02) gives near-constant logits; widen the weights a little so that
     # differences in rope, masks or biases show up in the logits.
     with torch.no_grad():
@@ -185,7 +187,7 @@ def build_tiny_model(
             if name.endswith("bias"):
                 p.normal_(0.0, 0.1)
             elif "norm" in name:
-                p.uniform_(0.5, 1.5)
+                p.uniform_(0.5 - norm_offset, 1.5 - norm_offset)
             else:
                 p.normal_(0.0, weight_std)
     model.eval()

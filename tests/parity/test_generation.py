@@ -161,8 +161,11 @@ def run_ours(out_dir: Path, ids: np.ndarray, mask: np.ndarray, n: int = NEW_TOKE
     return tokens, step_logits, runner
 
 
-def compare(got_tokens, got_logits, ref: Reference, what: str, tol: float = TOL) -> float:
-    """Asserts identical tokens and step logits within `tol`; returns the max step-logit error."""
+def compare(got_tokens, got_logits, ref: Reference, what: str, tol: float = TOL, ties_within_tol: bool = False) -> float:
+    """Asserts identical tokens and step logits within `tol`; returns the max step-logit error.
+
+    `ties_within_tol` (reduced-precision exports): tokens may part where transformers' top-2 logits
+    are closer than `tol` and the logits up to there are within it; the rest is not compared."""
     want = ref.tokens
     assert got_tokens.shape == want.shape, f"{what}: got {got_tokens.shape[1]} tokens, want {want.shape[1]}"
     # Logits are comparable up to (and including) the first step where the tokens differ.
@@ -175,6 +178,8 @@ def compare(got_tokens, got_logits, ref: Reference, what: str, tol: float = TOL)
     if first_diff < len(same):
         top2 = np.sort(ref.logits[first_diff], axis=-1)[:, -2:]
         gap = float((top2[:, 1] - top2[:, 0]).min())  # a near-tie in transformers' logits?
+        if ties_within_tol and gap < tol and err <= tol:
+            return err
     assert first_diff == len(same), (
         f"{what}: tokens differ from step {first_diff} (max step-logit err up to there {err:.2e}, "
         f"transformers' top-2 logit gap there {gap:.2e})\n"
@@ -733,7 +738,9 @@ def test_generate_option_errors(args, mention, tiny, tmp_path_factory, export_mo
 
 
 # Every config in float32; fp16 weight compression on the llama ones.
-OPENVINO_CASES = [(n, "float32") for n in CONFIGS] + [(n, "float16") for n in CONFIGS if n.startswith("llama")]
+# float16 on the first generation case of each model type.
+_FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
+OPENVINO_CASES = [(n, "float32") for n in CONFIGS] + [(n, "float16") for n in _FIRST_OF_TYPE]
 
 
 @pytest.mark.parametrize("name,dtype", OPENVINO_CASES, ids=[f"{n}-{d}" for n, d in OPENVINO_CASES])
@@ -763,7 +770,8 @@ def test_openvino_greedy_matches_transformers(name, dtype, tiny, tmp_path, expor
             ref = tm.reference(lengths) if dtype == "float32" else hf_generate(reference_model, ids, mask)
             tokens, logits, _ = run_ours(out, ids, mask)
             tol = TOL if dtype == "float32" else 1e-2
-            err = max(err, compare(tokens, logits, ref, f"{name} openvino {dtype} prompts {lengths}", tol))
+            err = max(err, compare(tokens, logits, ref, f"{name} openvino {dtype} prompts {lengths}", tol,
+                                   ties_within_tol=dtype == "float16"))
         return err
 
     record(support_matrix, tm.model_type, f"generate-{dtype}-{name.split('-', 1)[1]}", run, backend="openvino")

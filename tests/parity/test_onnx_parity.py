@@ -117,7 +117,7 @@ def check_onnx_graph(onnx_path: Path, profile: str = "standard") -> None:
     else:  # onnxruntime contrib ops, which the checker does not know
         assert "com.microsoft" in domains, domains
         ops = {n.op_type for n in m.graph.node}
-        assert "SkipSimplifiedLayerNormalization" in ops, ops
+        assert ops & {"SkipSimplifiedLayerNormalization", "SkipLayerNormalization"}, ops
         # GroupQueryAttention only where asked for: on CPU opset-23 Attention is faster (measured).
         assert ("GroupQueryAttention" in ops) == (profile == "ort-gqa"), ops
     assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask", "position_ids"]
@@ -334,16 +334,22 @@ def test_sharded_checkpoint(tmp_path, make_tiny_model, export_model, support_mat
     )
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-def test_fp16_export(model_type, tmp_path, make_tiny_model, export_model, support_matrix):
+# One case per model type (the quantized suite's), in every profile.
+FP16_CASES = [(c.model_type, c.variant, c.overrides) for c in cases("quantized")]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("model_type,variant,overrides", FP16_CASES, ids=[f"{m}-{v}" for m, v, _ in FP16_CASES])
+def test_fp16_export(model_type, variant, overrides, profile, tmp_path, make_tiny_model, export_model, support_matrix):
     """--dtype float16 runs in onnxruntime CPU and stays close to the fp32 reference."""
-    config = {**BASE, "num_key_value_heads": 2, **rope("default")}
+    config = {**BASE, **overrides}
     model_dir, model = make_tiny_model(tmp_path / "hf", model_type, config)
     verify_export(
         support_matrix=support_matrix,
         export_model=export_model,
         model_type=model_type,
-        variant="gqa-export_float16",
+        variant=f"{variant}-export_float16 [{profile} ops]",
+        profile=profile,
         model_dir=model_dir,
         ref_model=model,
         out_dir=tmp_path / "out",

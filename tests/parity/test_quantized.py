@@ -49,15 +49,21 @@ def dequantize(w: np.ndarray, bits: int, group: int) -> np.ndarray:
 
 
 def quantized_reference(model, bits: int, group: int):
-    """A copy of `model` whose nn.Linear weights (input size divisible by `group`) are dequantized.
-    A tied embedding stays tied, so it reads the dequantized lm_head too (the export stores the
-    table once, as the lm_head's codes); an untied one stays float."""
+    """A copy of `model` whose nn.Linear weights (input size divisible by `group`) are dequantized,
+    and GPT-2's Conv1D ones ([in, out]: quantized per group of inputs too). A tied embedding stays
+    tied, so it reads the dequantized lm_head too (the export stores the table once, as the
+    lm_head's codes); an untied one stays float."""
+    from transformers.pytorch_utils import Conv1D
+
     ref = copy.deepcopy(model)
     with torch.no_grad():
         for module in ref.modules():
             if isinstance(module, torch.nn.Linear) and module.in_features % group == 0:
                 w = module.weight.detach().float().numpy()
                 module.weight.copy_(torch.from_numpy(dequantize(w, bits, group)))
+            elif isinstance(module, Conv1D) and module.weight.shape[0] % group == 0:
+                w = module.weight.detach().float().numpy().T
+                module.weight.copy_(torch.from_numpy(np.ascontiguousarray(dequantize(w, bits, group).T)))
     return ref.eval()
 
 
@@ -110,11 +116,17 @@ def test_forward_matches_dequantized_transformers(name, bits, profile, tiny, tmp
     }
     # Every Linear is quantized: 2 layers x (packed q/k/v, o, packed gate/up, down) + lm_head.
     assert manifest["components"]["model"]["quantized_linears"] == {
-        "quantized": 9, "kept_float": [], "embeddings": ["model.embed_tokens.weight"] if is_tied(model) else []}
+        "quantized": 9, "kept_float": [], "embeddings": [embedding_name(model)] if is_tied(model) else []}
 
 
 def is_tied(model) -> bool:
-    return model.lm_head.weight is model.model.embed_tokens.weight
+    return model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+
+def embedding_name(model) -> str:
+    """The token embedding's checkpoint name (model.embed_tokens.weight, transformer.wte.weight, ...)."""
+    table = model.get_input_embeddings().weight
+    return next(name for name, p in model.named_parameters() if p is table)
 
 
 @pytest.mark.parametrize("profile", ["ort", "standard"])

@@ -30,6 +30,16 @@ ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "granite": "GraniteForCausalLM",
+    "smollm3": "SmolLM3ForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+    "phi3": "Phi3ForCausalLM",
 }
 
 
@@ -39,6 +49,14 @@ def rope(rope_type: str, theta: float = 10000.0, **kw) -> dict:
 
 
 LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
+def longrope(rotary_dim: int, original: int, **kw) -> dict:
+    """4.x-style Phi-3 longrope overrides: distinct short and long factors per frequency."""
+    half = rotary_dim // 2
+    return {"original_max_position_embeddings": original,
+            "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(half)],
+                             "long_factor": [2.0 + 0.5 * i for i in range(half)], **kw}}
+
+
 YARN = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1.0)
 
 
@@ -58,7 +76,15 @@ class TinyCase:
         return {**TINY_CONFIG, **self.overrides}
 
 
+# Special token ids inside the tiny vocabulary, for families whose configuration class defaults
+# them to ids of the real vocabulary (the Llama family's defaults already fit).
+TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+_DEFAULT_TOKENS_FIT = {"llama", "mistral", "qwen2", "qwen3"}
+
+
 def _case(model_type: str, variant: str, overrides: dict, *suites: str) -> TinyCase:
+    if model_type not in _DEFAULT_TOKENS_FIT:
+        overrides = {**TOKENS, **overrides}
     return TinyCase(model_type, variant, overrides, frozenset(suites))
 
 
@@ -116,6 +142,70 @@ CASES = [
     _case("qwen3", "mha-head_dim24-tied-rope_yarn",
           dict(num_key_value_heads=4, head_dim=24, tie_word_embeddings=True, **rope("yarn", **YARN)), G),
     _case("qwen3", "qk_norm", dict(num_key_value_heads=1, head_dim=32), Q),
+    # granite (embedding / residual / attention multipliers, logits_scaling)
+    _case("granite", "gqa-multipliers",
+          dict(num_key_value_heads=2, embedding_multiplier=6.0, residual_multiplier=0.4, attention_multiplier=0.35,
+               logits_scaling=3.0), F, G, Q),
+    _case("granite", "mqa-tied-attn_bias-mlp_bias-rope_linear",
+          dict(num_key_value_heads=1, tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
+               attention_multiplier=0.2, **rope("linear", factor=2.0)), F),
+    _case("granite", "mha-tied-default_multipliers", dict(num_key_value_heads=4, tie_word_embeddings=True), F, G),
+    # smollm3 (NoPE layers; tied by default; sliding windows on layer_types' sliding layers)
+    _case("smollm3", "gqa-nope_interval2", dict(num_key_value_heads=2, no_rope_layer_interval=2), F, G, Q),
+    _case("smollm3", "mqa-no_rope_layers-sliding_window4",
+          dict(num_hidden_layers=3, num_key_value_heads=1, no_rope_layers=[1, 0, 1], use_sliding_window=True,
+               sliding_window=4, tie_word_embeddings=False), F, G),
+    _case("smollm3", "gqa-attn_bias-mlp_bias-rope_yarn",
+          dict(num_key_value_heads=2, attention_bias=True, mlp_bias=True, **rope("yarn", **YARN)), F),
+    # starcoder2 (LayerNorm with bias, biases everywhere, plain gelu MLP, sliding window)
+    _case("starcoder2", "gqa-bias-sliding_window4", dict(num_key_value_heads=2, sliding_window=4), F, G, Q),
+    _case("starcoder2", "mqa-no_bias-untied", dict(num_key_value_heads=1, use_bias=False, tie_word_embeddings=False), F, G),
+    # olmo2 (post-norms inside the residual, q/k RMSNorm over the whole projection)
+    _case("olmo2", "gqa-qk_norm", dict(num_key_value_heads=2), F, G, Q),
+    _case("olmo2", "mha-tied-attn_bias-rope_llama3",
+          dict(num_key_value_heads=4, tie_word_embeddings=True, attention_bias=True, max_position_embeddings=256,
+               **rope("llama3", **LLAMA3)), F, G),
+    # gemma (sqrt(hidden) embeddings, 1 + w RMSNorm, tanh GELU; head_dim defaults to 256 in HF, so set it)
+    _case("gemma", "mqa-head_dim16", dict(num_key_value_heads=1, head_dim=16), F, G, Q),
+    _case("gemma", "gqa-head_dim32-gelu-untied", dict(num_key_value_heads=2, head_dim=32, hidden_act="gelu",
+                                                     tie_word_embeddings=False), F, G),
+    # gemma2 (sandwich norms, attention and final softcaps, query_pre_attn_scalar, alternating window)
+    _case("gemma2", "gqa-softcaps-sliding_window4",
+          dict(num_key_value_heads=2, head_dim=16, sliding_window=4, query_pre_attn_scalar=24,
+               attn_logit_softcapping=2.0, final_logit_softcapping=4.0), F, G, Q),
+    _case("gemma2", "mqa-no_softcaps-layer_types",
+          dict(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, sliding_window=4,
+               layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+               attn_logit_softcapping=None, final_logit_softcapping=None), F, G),
+    # gemma3_text (q/k norm, local and global RoPE, sliding_window_pattern, final softcap)
+    _case("gemma3_text", "gqa-sliding_window4-pattern2",
+          dict(num_key_value_heads=2, head_dim=16, sliding_window=4, sliding_window_pattern=2,
+               rope_local_base_freq=100.0, query_pre_attn_scalar=16), F, G, Q),
+    _case("gemma3_text", "mqa-rope_linear-final_softcap",
+          dict(num_hidden_layers=3, num_key_value_heads=1, head_dim=32, sliding_window=4,
+               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+               rope_scaling={"rope_type": "linear", "factor": 2.0}, final_logit_softcapping=4.0), F, G),
+    # gpt_neox (parallel residual, partial rotary (default 0.25), per-head fused qkv, LayerNorm)
+    _case("gpt_neox", "parallel-rotary_pct0.25", dict(), F, G, Q),
+    _case("gpt_neox", "sequential-rotary_pct0.5-no_bias-tied",
+          dict(use_parallel_residual=False, rotary_pct=0.5, attention_bias=False, tie_word_embeddings=True), F, G),
+    _case("gpt_neox", "rope_linear-full_rotary",
+          dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0,
+                                "partial_rotary_factor": 1.0}), F),
+    # gpt2 (learned positions, Conv1D weights, fused c_attn, LayerNorm, gelu_new; tied by default)
+    _case("gpt2", "tied-gelu_new", dict(n_inner=96), F, G, Q),
+    _case("gpt2", "untied-scale_by_layer-gelu",
+          dict(n_inner=96, tie_word_embeddings=False, scale_attn_by_inverse_layer_idx=True,
+               activation_function="gelu"), F, G),
+    _case("gpt2", "no_scale_attn_weights-inner_default", dict(scale_attn_weights=False, intermediate_size=None), F),
+    # phi3 (fused qkv_proj / gate_up_proj, partial rotary, longrope, sliding window)
+    _case("phi3", "gqa-sliding_window4", dict(num_key_value_heads=2, sliding_window=4), F, G, Q),
+    _case("phi3", "partial_rotary0.75-longrope_long",  # prompts (12 tokens) reach past 8: long factors
+          dict(num_key_value_heads=2, partial_rotary_factor=0.75, **longrope(12, 8)), F),
+    _case("phi3", "mha-longrope_short-attention_factor",  # prompts stay within 16: short factors
+          dict(num_key_value_heads=4, **longrope(16, 16, attention_factor=1.3)), F),
+    _case("phi3", "mqa-partial_rotary0.5-longrope_long-tied",
+          dict(num_key_value_heads=1, tie_word_embeddings=True, partial_rotary_factor=0.5, **longrope(8, 4)), G),
 ]
 
 _BY_NAME = {c.name: c for c in CASES}

@@ -161,7 +161,8 @@ void Lowering::plan_gqa_layouts(const Graph& graph) {
   // long as the queries (no cache).
   for (const Node* n : graph.order) {
     if (n->op != OpKind::Attention || !n->input(3)) continue;
-    const bool cached = n->inputs[1]->producer && fused(n->inputs[1]->producer);
+    const Node* k = n->inputs[1]->producer;
+    const bool cached = k && k->op == OpKind::KVAppend && fused(k);
     if (cached || n->inputs[1]->shape[2] == n->inputs[0]->shape[2]) gqa_attentions_.insert(n);
   }
   // Readers that take a value in BSH: a GQA attention (q, k, v without a cache), or a fused append
@@ -219,7 +220,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
   if (!profile_has_contrib_ops(profile_)) return;
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
   for (const Node* n : graph.order) {
-    if (n->op == OpKind::RMSNorm)
+    if (n->op == OpKind::RMSNorm || n->op == OpKind::LayerNorm)
       if (const Node* add = fusable_residual(*n)) fused_.insert(add);
     if (n->op == OpKind::Attention) {
       const Node* k = n->inputs[1]->producer;
@@ -248,7 +249,7 @@ const Node* Lowering::fusable_residual(const Node& norm) const {
   if (add->inputs[0]->is_constant() || add->inputs[1]->is_constant()) return nullptr;
   // Other readers of the sum take the fused op's output 3; a second norm would need a second one.
   int norms = 0;
-  for (const Node* c : consumers(norm.inputs[0])) norms += c->op == OpKind::RMSNorm;
+  for (const Node* c : consumers(norm.inputs[0])) norms += c->op == OpKind::RMSNorm || c->op == OpKind::LayerNorm;
   return norm.inputs[0]->rank() == 3 && norms == 1 ? add : nullptr;
 }
 

@@ -146,12 +146,23 @@ HFX_ONNX_OP(RMSNorm) {
 }
 
 // LayerNormalization-17 with stash_type 1 computes in float32 and casts back once, as torch.
+// The ort profile folds the residual Add before it into SkipLayerNormalization.
 HFX_ONNX_OP(LayerNorm) {
+  const float epsilon = static_cast<float>(n.attrs_as<NormAttrs>().epsilon);
+  const Node* add = profile_has_contrib_ops(l.profile()) ? l.fusable_residual(n) : nullptr;
+  if (add && l.fused(add)) {
+    // Output 3 is the residual sum the skipped Add would have produced.
+    onnx::NodeProto* norm = l.node("SkipLayerNormalization",
+                                   {l.name_of(add->inputs[0]), l.name_of(add->inputs[1]), in[1], n.input(2) ? in[2] : ""},
+                                   {out, "", "", add->outputs[0]->name}, "com.microsoft");
+    attr_float(norm, "epsilon", epsilon);
+    return;
+  }
   OnnxNames ins{in[0], in[1]};
   if (n.input(2)) ins.push_back(in[2]);
   onnx::NodeProto* norm = l.node("LayerNormalization", ins, {out});
   attr_int(norm, "axis", -1);
-  attr_float(norm, "epsilon", static_cast<float>(n.attrs_as<NormAttrs>().epsilon));
+  attr_float(norm, "epsilon", epsilon);
   attr_int(norm, "stash_type", 1);
 }
 
@@ -191,7 +202,7 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
   if (!l.lowers_to_gqa(n)) return false;  // decided up front (Lowering::plan_gqa_layouts)
   const Value* mask = n.inputs[3];
   const Node* k_append = n.inputs[1]->producer;
-  const bool cached = k_append && l.fused(k_append);
+  const bool cached = k_append && k_append->op == OpKind::KVAppend && l.fused(k_append);
   const Node* v_append = cached ? n.inputs[2]->producer : nullptr;
   const Value* q = n.inputs[0];
   const Value* k = cached ? k_append->inputs[1] : n.inputs[1];

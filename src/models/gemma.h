@@ -1,0 +1,42 @@
+// What the Gemma families share: embeddings scaled by sqrt(hidden) in the model dtype, RMSNorm
+// scaling by 1 + w, the tanh-GELU MLP, and (Gemma-2 on) query_pre_attn_scalar, softcaps and the
+// "sandwich" layer with four norms.
+#pragma once
+#include <cmath>
+
+#include "models/decoder.h"
+
+namespace hfx {
+
+inline constexpr DecoderNames kGemmaSandwichNames{
+    .attention_post_norm = "post_attention_layernorm",
+    .mlp_norm = "pre_feedforward_layernorm",
+    .mlp_post_norm = "post_feedforward_layernorm",
+};
+
+// A softcap key: null or absent means none.
+inline double gemma_softcap(const JsonConfig& c, const std::string& key, double fallback) {
+  if (c.json().contains(key) && c.json().at(key).is_null()) return 0.0;
+  const double cap = c.number(key, fallback);
+  if (cap < 0) c.invalid(key, "must be positive or null");
+  return cap;
+}
+
+// The keys every Gemma reads: sqrt(hidden) embeddings, and bidirectional attention refused
+// (it makes an encoder, not a causal LM).
+inline void parse_gemma_common(const JsonConfig& c, DecoderConfig& cfg) {
+  cfg.embedding_scale = std::sqrt(static_cast<double>(cfg.hidden));
+  if (c.boolean("use_bidirectional_attention", false))
+    c.invalid("use_bidirectional_attention", "true is not supported (causal language models only)");
+}
+
+// Gemma-2 and Gemma-3: scores scaled by query_pre_attn_scalar^-1/2, the final logits softcapped.
+inline void parse_gemma2_common(const JsonConfig& c, DecoderConfig& cfg, double final_softcap) {
+  parse_gemma_common(c, cfg);
+  const double scalar = c.number("query_pre_attn_scalar", 256);
+  if (scalar <= 0) c.invalid("query_pre_attn_scalar", "must be positive");
+  cfg.attention.scale = 1.0 / std::sqrt(scalar);
+  cfg.final_softcap = gemma_softcap(c, "final_logit_softcapping", final_softcap);
+}
+
+}  // namespace hfx
