@@ -212,7 +212,7 @@ Types rule_rms_norm(const Inputs& in, const OpAttrs& a) {
 Types rule_layer_norm(const Inputs& in, const OpAttrs& a) {
   const Dim& h = in[0]->shape.back();
   need(in[1]->rank() == 1 && in[1]->shape[0] == h, "LayerNorm weight");
-  need(!in[2] || (in[2]->rank() == 1 && in[2]->shape[0] == h), "LayerNorm bias");
+  need(in.size() < 3 || !in[2] || (in[2]->rank() == 1 && in[2]->shape[0] == h), "LayerNorm bias");
   return rule_same(in, a);
 }
 

@@ -119,7 +119,8 @@ DecoderConfig parse_decoder_config(const JsonConfig& c, const DecoderDefaults& d
   cfg.mlp = {cfg.hidden, cfg.intermediate, d.mlp_bias && c.boolean("mlp_bias", false),
              c.string(d.activation_key, d.activation)};
   check_activation(c, d.activation_key, cfg.mlp.activation);
-  cfg.ropes = {parse_rope(c, {cfg.attention.head_dim, cfg.max_positions, d.partial_rotary, 1.0, d.rope_theta})};
+  const RopeDefaults rope{cfg.attention.head_dim, cfg.max_positions, d.partial_rotary, d.partial_rotary_factor, d.rope_theta};
+  cfg.ropes = {d.rope_params ? parse_rope(c, rope, d.rope_params(c)) : parse_rope(c, rope)};
   cfg.layer_rope.assign(static_cast<size_t>(cfg.layers), 0);
   cfg.layer_window = sliding_windows(c, d.window, cfg.layers);
   return cfg;

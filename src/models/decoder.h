@@ -70,6 +70,10 @@ struct DecoderDefaults {
   WindowRule window = WindowRule::None;
   bool partial_rotary = false;  // honours `partial_rotary_factor` (the Llama family reads and ignores it)
   double rope_theta = 10000.0;  // the configuration class's default_theta
+  double partial_rotary_factor = 1.0;
+  // Where the family's configuration class finds its RoPE parameters, when not in rope_scaling /
+  // rope_parameters as they stand (GPT-NeoX's rotary_pct, Phi-3's old type names).
+  JsonConfig (*rope_params)(const JsonConfig& config) = nullptr;
   bool tie_word_embeddings = false;
   NormKind norm = NormKind::RMS;
   const char* norm_eps_key = "rms_norm_eps";

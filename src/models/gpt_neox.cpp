@@ -7,22 +7,6 @@
 namespace hfx {
 namespace {
 
-constexpr DecoderDefaults kGptNeox{
-    .max_position_embeddings = 2048,
-    .grouped_kv = false,
-    .attention_bias = AttentionBias::None,  // attention_bias, below (default true)
-    .partial_rotary = true,
-    .norm = NormKind::LayerNorm,
-    .norm_eps_key = "layer_norm_eps",
-    .norm_eps = 1e-5,
-    .activation = "gelu",
-    .names = {.model = "gpt_neox.",
-              .embed = "embed_in",
-              .attention = "attention",
-              .final_norm = "final_layer_norm",
-              .head = "embed_out"},
-};
-
 // transformers' GPTNeoXConfig: rope_parameters (or 4.x rope_scaling), with rope_theta from
 // rotary_emb_base and partial_rotary_factor from rotary_pct when unset; top-level 5.x keys are
 // not read.
@@ -35,6 +19,24 @@ JsonConfig neox_rope_params(const JsonConfig& c) {
     p["partial_rotary_factor"] = c.number("rotary_pct", 0.25);
   return JsonConfig(std::move(p), params ? params->where() : c.where());
 }
+
+constexpr DecoderDefaults kGptNeox{
+    .max_position_embeddings = 2048,
+    .grouped_kv = false,
+    .attention_bias = AttentionBias::None,  // attention_bias, below (default true)
+    .partial_rotary = true,
+    .partial_rotary_factor = 0.25,
+    .rope_params = neox_rope_params,
+    .norm = NormKind::LayerNorm,
+    .norm_eps_key = "layer_norm_eps",
+    .norm_eps = 1e-5,
+    .activation = "gelu",
+    .names = {.model = "gpt_neox.",
+              .embed = "embed_in",
+              .attention = "attention",
+              .final_norm = "final_layer_norm",
+              .head = "embed_out"},
+};
 
 class GptNeoxDecoder : public Decoder {
  public:
@@ -50,7 +52,6 @@ class GptNeoxDecoder : public Decoder {
     cfg.mlp.up = "dense_h_to_4h";
     cfg.mlp.down = "dense_4h_to_h";
     cfg.parallel_residual = c.boolean("use_parallel_residual", true);
-    cfg.ropes = {parse_rope(c, {cfg.attention.head_dim, cfg.max_positions, true, 0.25, 10000.0}, neox_rope_params(c))};
     return cfg;
   }
 

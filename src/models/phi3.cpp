@@ -8,14 +8,6 @@
 namespace hfx {
 namespace {
 
-constexpr DecoderDefaults kPhi3{
-    .max_position_embeddings = 4096,
-    .attention_bias = AttentionBias::None,
-    .window = WindowRule::AllLayers,
-    .partial_rotary = true,
-    .norm_eps = 1e-5,
-};
-
 // Phi3Config: rope_scaling (4.x) or rope_parameters; "su" and "yarn" are its old names for longrope.
 JsonConfig phi3_rope_params(const JsonConfig& c) {
   auto params = c.object("rope_scaling");
@@ -29,6 +21,15 @@ JsonConfig phi3_rope_params(const JsonConfig& c) {
   return JsonConfig(std::move(p), view.where());
 }
 
+constexpr DecoderDefaults kPhi3{
+    .max_position_embeddings = 4096,
+    .attention_bias = AttentionBias::None,
+    .window = WindowRule::AllLayers,
+    .partial_rotary = true,
+    .rope_params = phi3_rope_params,
+    .norm_eps = 1e-5,
+};
+
 class Phi3Decoder : public Decoder {
  public:
   using Decoder::Decoder;
@@ -36,7 +37,6 @@ class Phi3Decoder : public Decoder {
     DecoderConfig cfg = Decoder::parse(c);
     cfg.attention.qkv = "qkv_proj";
     cfg.mlp.gate_up = "gate_up_proj";
-    cfg.ropes = {parse_rope(c, {cfg.attention.head_dim, cfg.max_positions, true, 1.0, 10000.0}, phi3_rope_params(c))};
     return cfg;
   }
 };

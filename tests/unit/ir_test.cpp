@@ -474,6 +474,33 @@ TEST(Decompose, RMSNormKeepsDtypeAndShape) {
   }
 }
 
+TEST(Decompose, LayerNormWithAndWithoutBias) {
+  for (DType t : {DType::F32, DType::F16}) {
+    for (bool with_bias : {true, false}) {
+      Fixture f;
+      Value* x = f.b.input("x", t, {f.batch, f.seq, 4});
+      Value* w = f.b.constant(std::vector<std::byte>(4 * dtype_size(t)), t, {4}, "ln.weight");
+      Value* bias = with_bias ? f.b.constant(std::vector<std::byte>(4 * dtype_size(t)), t, {4}, "ln.bias") : nullptr;
+      f.b.output(f.b.layer_norm(x, w, bias, 1e-5), "y");
+      decompose_and_check(f.g);
+      int means = 0, adds = 0;
+      for (const Node* n : f.g.order) {
+        means += n->op == OpKind::ReduceMean;
+        adds += n->op == OpKind::Add;
+      }
+      EXPECT_EQ(means, 2);                   // the mean, then the variance
+      EXPECT_EQ(adds, with_bias ? 2 : 1);    // + eps, + bias
+    }
+  }
+}
+
+TEST(Ir, LayerNormShapeRule) {
+  Fixture f;
+  Value* x = f.b.input("x", DType::F32, {f.batch, f.seq, 4});
+  Value* bad = f.b.constant(std::vector<std::byte>(3 * 4), DType::F32, {3}, "w3");
+  EXPECT_HAS(error_of([&] { f.b.layer_norm(x, bad, nullptr, 1e-5); }), "LayerNorm");
+}
+
 TEST(Decompose, AttentionGroupedWithMaskAndSoftcap) {
   Fixture f;
   Value* q = f.b.input("q", DType::F32, {f.batch, 4, f.seq, 8});
