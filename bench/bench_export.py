@@ -1,4 +1,4 @@
-"""Benchmark hfexport against PyTorch's ONNX export on a Qwen3-0.6B-sized checkpoint.
+"""Benchmark hfexport against PyTorch's ONNX export on a Qwen3-0.6B- or Gemma-3-1B-sized checkpoint.
 
 What it measures, in one run and each in its own subprocess (so peak RSS is per process):
 
@@ -14,15 +14,17 @@ RSS. Targets: hfexport >= 20x faster (wall time) than the anchor, and its peak R
 checkpoint bytes. On a shared machine wall times are noisy; the CPU-time ratio is printed as a
 steadier reference.
 
-The checkpoint (real Qwen3-0.6B dimensions, random bf16 weights, tied embeddings) is built once
-and cached under --workdir: config.json from AutoConfig.for_model, and model.safetensors streamed
-tensor by tensor, with the names and shapes of a meta-device Qwen3ForCausalLM.
+The checkpoint (real Qwen3-0.6B dimensions, or Gemma-3-1B's with --model gemma3-1b; random bf16
+weights, tied embeddings) is built once and cached under --workdir: config.json from
+AutoConfig.for_model, and model.safetensors streamed tensor by tensor, with the names and shapes
+of a meta-device model of that config.
 
 Run it (from the repository root):
 
   .venv/bin/python bench/bench_export.py --layers 2          # quick trial
   .venv/bin/python bench/bench_export.py --json bench.json   # full 28 layers
   .venv/bin/python bench/bench_export.py --validate          # also open both in onnxruntime
+  .venv/bin/python bench/bench_export.py --model gemma3-1b   # a non-Llama layout (26 layers)
 
 This is a benchmark, not a test: it fails only when an export fails.
 """
@@ -73,8 +75,45 @@ def qwen3_0_6b_config(layers: int) -> dict:
     }
 
 
+def gemma3_1b_config(layers: int) -> dict:
+    """The config of google/gemma-3-1b-pt (text), optionally with fewer layers: a layout the Llama
+    family lacks (sandwich norms, q/k norm, local and global RoPE, a 262k tied vocabulary)."""
+    return {
+        "hidden_size": 1152,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "intermediate_size": 6912,
+        "vocab_size": 262144,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "sliding_window": 512,
+        "sliding_window_pattern": 6,
+        "query_pre_attn_scalar": 256,
+        "rms_norm_eps": 1e-6,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+        "pad_token_id": 0,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "architectures": ["Gemma3ForCausalLM"],
+        "dtype": "bfloat16",
+    }
+
+
+# --model: (model_type, config of `layers` layers, its real layer count)
+MODELS = {
+    "qwen3-0.6b": ("qwen3", qwen3_0_6b_config, 28),
+    "gemma3-1b": ("gemma3_text", gemma3_1b_config, 26),
+}
+
+
 def tensor_specs(config) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of every tensor a Qwen3ForCausalLM checkpoint stores, sorted by name.
+    """(name, shape) of every tensor the config's causal LM checkpoint stores, sorted by name.
 
     lm_head.weight is left out: the embeddings are tied, so checkpoints do not store it."""
     import torch
@@ -136,9 +175,10 @@ def prepare_run(args, prefix: str) -> tuple[Path, int, Path, Path]:
     return ckpt, vocab_size, root, logs
 
 
-def ensure_checkpoint(workdir: Path, layers: int, seed: int, rebuild: bool) -> Path:
-    """The cached checkpoint for (layers, seed), built if missing or if `rebuild`."""
-    ckpt = workdir / f"qwen3-0.6b-{layers}L-seed{seed}"
+def ensure_checkpoint(workdir: Path, layers: int, seed: int, rebuild: bool, model: str = "qwen3-0.6b") -> Path:
+    """The cached checkpoint for (model, layers, seed), built if missing or if `rebuild`."""
+    model_type, make_config, _ = MODELS[model]
+    ckpt = workdir / f"{model}-{layers}L-seed{seed}"
     stamp = ckpt / ".bench-complete"
     if stamp.exists() and not rebuild:
         print(f"checkpoint: reusing {ckpt}")
@@ -149,7 +189,7 @@ def ensure_checkpoint(workdir: Path, layers: int, seed: int, rebuild: bool) -> P
     start = time.perf_counter()
     shutil.rmtree(ckpt, ignore_errors=True)
     ckpt.mkdir(parents=True)
-    config = AutoConfig.for_model("qwen3", **qwen3_0_6b_config(layers))
+    config = AutoConfig.for_model(model_type, **make_config(layers))
     config.save_pretrained(ckpt)
     write_random_safetensors(ckpt / "model.safetensors", tensor_specs(config), seed)
     stamp.write_text(json.dumps({"layers": layers, "seed": seed}) + "\n")
@@ -431,7 +471,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     repo = Path(__file__).resolve().parent.parent
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/hfexport-bench"), help="checkpoints, outputs, logs")
-    parser.add_argument("--layers", type=int, default=28, help="decoder layers (28 = the real Qwen3-0.6B)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="qwen3-0.6b", help="checkpoint shape")
+    parser.add_argument("--layers", type=int, help="decoder layers (default: the real model's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the checkpoint even if cached")
     parser.add_argument("--hfexport", type=Path, default=default_hfexport(repo),
@@ -446,7 +487,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--keep-outputs", action="store_true", help="keep the exported models in --workdir")
     parser.add_argument("--sample-interval", type=float, default=0.05, help="seconds between /proc RSS samples")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.layers is None:
+        args.layers = MODELS[args.model][2]
+    return args
 
 
 def main(argv=None) -> int:
@@ -454,7 +498,7 @@ def main(argv=None) -> int:
     if not args.hfexport.exists():
         sys.exit(f"hfexport binary not found: {args.hfexport} (build it first)")
     args.workdir.mkdir(parents=True, exist_ok=True)
-    ckpt = ensure_checkpoint(args.workdir, args.layers, args.seed, args.rebuild)
+    ckpt = ensure_checkpoint(args.workdir, args.layers, args.seed, args.rebuild, args.model)
     logs = args.workdir / "logs"
     logs.mkdir(exist_ok=True)
     hf_out, anchor_out = args.workdir / f"out-hfexport-{ckpt.name}", args.workdir / f"out-anchor-{ckpt.name}"

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -105,6 +106,7 @@ bool segments(const ConstantData& c, std::vector<Segment>& out) {
       for (const auto& part : c.args)
         if (!segments(*part, out)) return false;
       return true;
+    case Op::View: return segments(*c.args[0], out);
     default: return false;
   }
 }
@@ -161,6 +163,45 @@ void read_rows(const ConstantData& c, size_t first, size_t count, DType dtype, s
           for (size_t r = 0; r < nr; ++r)
             std::memcpy(out + (i * rows + r0 + r) * out_size, tmp.data() + (r * cols + first + i) * out_size, out_size);
       }
+      return;
+    }
+    case Op::View: {  // the same elements, grouped into rows of another length
+      const ConstantData& x = *c.args[0];
+      const size_t in_elems = x.row_elems();
+      if (elems % in_elems == 0) return read_rows(x, first * (elems / in_elems), count * (elems / in_elems), dtype, out);
+      const size_t per = in_elems / elems;  // rows of the view per row of x
+      const size_t x_first = first / per, x_last = (first + count + per - 1) / per;
+      std::vector<std::byte> tmp((x_last - x_first) * in_elems * out_size);
+      read_rows(x, x_first, x_last - x_first, dtype, tmp.data());
+      std::memcpy(out, tmp.data() + (first - x_first * per) * elems * out_size, count * elems * out_size);
+      return;
+    }
+    case Op::InterleaveRows: {
+      const size_t row_bytes = elems * out_size;
+      for (size_t r = first; r < first + count; ++r)
+        read_rows(*c.args[r % 2], r / 2, 1, dtype, out + (r - first) * row_bytes);
+      return;
+    }
+    case Op::Mxfp4: {
+      // E2M1 values by their 4-bit code (sign in bit 3); two per byte, the low nibble first; each
+      // block of 32 scaled by 2^(e - 127) for its E8M0 exponent e.
+      static constexpr float kFp4[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                         -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+      const ConstantData &blocks = *c.args[0], &scales = *c.args[1];
+      const size_t groups = scales.row_elems();
+      std::vector<std::byte> codes(count * groups * 16), exps(count * groups);
+      read_rows(blocks, first, count, DType::U8, codes.data());
+      read_rows(scales, first, count, DType::U8, exps.data());
+      std::vector<float> values(count * elems);
+      for (size_t g = 0; g < count * groups; ++g) {
+        const float scale = std::ldexp(1.0f, static_cast<int>(exps[g]) - 127);
+        for (size_t j = 0; j < 16; ++j) {
+          const auto byte = static_cast<uint8_t>(codes[g * 16 + j]);
+          values[g * 32 + 2 * j] = kFp4[byte & 0x0f] * scale;
+          values[g * 32 + 2 * j + 1] = kFp4[byte >> 4] * scale;
+        }
+      }
+      convert_floats(values.data(), DType::F32, out, dtype, values.size());
       return;
     }
     case Op::Quantize:

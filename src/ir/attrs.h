@@ -47,6 +47,18 @@ struct QuantizedLinearAttrs {
   int64_t bits = 4, group_size = 32;
   bool int8_compute = false;  // the runtime may quantize activations to int8 (see core/quantize.h)
 };
+struct TopKAttrs {
+  int64_t k = 1;
+  bool indices = false;  // the result: the values (false) or their int64 indices
+};
+// Routing: softmax over the experts' logits (float32), the top_k, renormalised to sum 1 when
+// `normalize`. Experts: y = act(g) * (u + beta) with act(g) = g * sigmoid(alpha g), gate g and up u
+// clamped at +-limit (g from above only) when limit > 0: SwiGLU, and gpt-oss's clamped form.
+struct MoEAttrs {
+  int64_t top_k = 2;
+  bool normalize = true;
+  double alpha = 1.0, beta = 0.0, limit = 0.0;
+};
 struct NormAttrs {
   double epsilon = 1e-6;
 };
@@ -73,6 +85,6 @@ struct StateAttrs {
 
 using OpAttrs = std::variant<NoAttrs, AxisAttrs, AxesAttrs, ReduceAttrs, CastAttrs, ShapeAttrs, PermAttrs, SliceAttrs,
                              ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, AttentionAttrs,
-                             KVAppendAttrs, GELUAttrs, StateAttrs>;
+                             KVAppendAttrs, GELUAttrs, StateAttrs, TopKAttrs, MoEAttrs>;
 
 }  // namespace hfx

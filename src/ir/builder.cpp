@@ -217,7 +217,8 @@ Value* Builder::rope(Value* x, Value* cos, Value* sin, bool interleaved) {
   return emit(OpKind::RoPE, {x, cos, sin}, RoPEAttrs{interleaved});
 }
 
-Value* Builder::attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap) {
+Value* Builder::attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap, Value* sinks) {
+  if (sinks) return emit(OpKind::Attention, {q, k, v, mask, sinks}, AttentionAttrs{scale, softcap});
   return emit(OpKind::Attention, {q, k, v, mask}, AttentionAttrs{scale, softcap});
 }
 

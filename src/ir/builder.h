@@ -41,6 +41,8 @@ class Builder {
   Value* div(Value* a, Value* b) { return binary(OpKind::Div, a, b); }
   Value* pow(Value* a, Value* b) { return binary(OpKind::Pow, a, b); }
   Value* max(Value* a, Value* b) { return binary(OpKind::Max, a, b); }
+  Value* min(Value* a, Value* b) { return binary(OpKind::Min, a, b); }
+  Value* top_k(Value* x, int64_t k, bool indices) { return emit(OpKind::TopK, {x}, TopKAttrs{k, indices}); }
   Value* compare(OpKind op, Value* a, Value* b);  // Equal, Less, LessOrEqual, Greater -> bool
   Value* logical_and(Value* a, Value* b);
   Value* logical_not(Value* x);
@@ -65,9 +67,13 @@ class Builder {
   Value* linear(Value* x, Value* weight, Value* bias = nullptr);
   Value* embedding(Value* weight, Value* ids);
   Value* rms_norm(Value* x, Value* weight, double epsilon);
+  Value* moe(Value* x, Value* logits, Value* gate_up, Value* down, Value* gate_up_bias, Value* down_bias,
+             const MoEAttrs& attrs) {
+    return emit(OpKind::MoE, {x, logits, gate_up, down, gate_up_bias, down_bias}, attrs);
+  }
   Value* layer_norm(Value* x, Value* weight, Value* bias, double epsilon);
   Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);
-  Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap);
+  Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap, Value* sinks = nullptr);
   Value* kv_append(Value* past, Value* fresh, Dim total);
   // Declares state in the graph; returns its index for state_read / state_update.
   int64_t declare_state(StateDecl decl);

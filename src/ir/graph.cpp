@@ -90,6 +90,45 @@ std::shared_ptr<ConstantData> ConstantData::add_scalar(std::shared_ptr<const Con
   return c;
 }
 
+std::shared_ptr<ConstantData> ConstantData::view(std::shared_ptr<const ConstantData> x, std::vector<int64_t> shape) {
+  HFX_CHECK(!shape.empty() && numel_of(shape) == numel_of(x->src_shape), "view of ", shape_string(x->src_shape), " as ",
+            shape_string(shape));
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::View;
+  c->src_dtype = x->src_dtype;
+  c->src_shape = std::move(shape);
+  const size_t in = x->row_elems(), out = c->row_elems();
+  HFX_CHECK(in > 0 && out > 0 && (out % in == 0 || in % out == 0), "view regrouping rows of ", shape_string(x->src_shape));
+  c->args = {std::move(x)};
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::interleave_rows(std::shared_ptr<const ConstantData> a,
+                                                            std::shared_ptr<const ConstantData> b) {
+  HFX_CHECK(a->src_shape.size() == 2 && a->src_shape == b->src_shape && a->src_dtype == b->src_dtype,
+            "interleave of ", shape_string(a->src_shape), " and ", shape_string(b->src_shape));
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::InterleaveRows;
+  c->src_dtype = a->src_dtype;
+  c->src_shape = {2 * a->src_shape[0], a->src_shape[1]};
+  c->args = {std::move(a), std::move(b)};
+  return c;
+}
+
+std::shared_ptr<ConstantData> ConstantData::mxfp4(std::shared_ptr<const ConstantData> blocks,
+                                                  std::shared_ptr<const ConstantData> scales) {
+  HFX_CHECK(blocks->src_dtype == DType::U8 && scales->src_dtype == DType::U8 && blocks->src_shape.size() == 2 &&
+                scales->src_shape.size() == 2 && blocks->src_shape[0] == scales->src_shape[0] &&
+                blocks->src_shape[1] == 16 * scales->src_shape[1],
+            "mxfp4 of ", shape_string(blocks->src_shape), " with scales ", shape_string(scales->src_shape));
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::Mxfp4;
+  c->src_dtype = DType::F32;
+  c->src_shape = {blocks->src_shape[0], 32 * scales->src_shape[1]};
+  c->args = {std::move(blocks), std::move(scales)};
+  return c;
+}
+
 std::shared_ptr<ConstantData> ConstantData::quantize(std::shared_ptr<const ConstantData> x, const WeightQuantization& q,
                                                      bool scales) {
   HFX_CHECK(x->src_shape.size() == 2 && is_float(x->src_dtype) && x->src_shape[1] % q.group_size == 0,
@@ -144,6 +183,9 @@ std::string ConstantData::key() const {
     case Op::SliceRows: return str("rows[", begin, ":", end, "](", inner, ")");
     case Op::Transpose: return "transpose(" + inner + ")";
     case Op::AddScalar: return str("add(", scalar, ")(", inner, ")");
+    case Op::View: return "view" + shape_string(src_shape) + "(" + inner + ")";
+    case Op::InterleaveRows: return "interleave(" + inner + ")";
+    case Op::Mxfp4: return "mxfp4(" + inner + ")";
     case Op::Quantize:
       return str("quantize(", quantized->scheme.bits, ",", quantized->scheme.group_size, quantized->scales ? ",scales" : "",
                  ")(", inner, ")");

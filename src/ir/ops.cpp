@@ -68,6 +68,26 @@ Types rule_reduce(const Inputs& in, const OpAttrs& a) {
   return one(in[0]->dtype, std::move(out));
 }
 
+Types rule_top_k(const Inputs& in, const OpAttrs& a) {
+  const TopKAttrs& t = attrs<TopKAttrs>(a);
+  need(in[0]->rank() >= 1 && in[0]->shape.back().is_static() && t.k >= 1 && t.k <= in[0]->shape.back().value(),
+       "TopK k");
+  Shape out = in[0]->shape;
+  out.back() = Dim(t.k);
+  return one(t.indices ? DType::I64 : in[0]->dtype, std::move(out));
+}
+
+Types rule_moe(const Inputs& in, const OpAttrs& a) {
+  const Value *x = in[0], *logits = in[1], *gate_up = in[2], *down = in[3];
+  need(gate_up->rank() == 3 && down->rank() == 3 && logits->rank() == x->rank(), "MoE ranks");
+  const Dim& experts = gate_up->shape[0];
+  need(logits->shape.back() == experts && down->shape[0] == experts, "MoE experts");
+  need(gate_up->shape[2] == x->shape.back() && down->shape[1] == x->shape.back(), "MoE hidden size");
+  need(gate_up->shape[1].value() == 2 * down->shape[2].value(), "MoE intermediate size");
+  need(attrs<MoEAttrs>(a).top_k >= 1 && attrs<MoEAttrs>(a).top_k <= experts.value(), "MoE top_k");
+  return one(x->dtype, x->shape);
+}
+
 Types rule_cast(const Inputs& in, const OpAttrs& a) { return one(attrs<CastAttrs>(a).to, in[0]->shape); }
 
 Types rule_reshape(const Inputs& in, const OpAttrs& a) { return one(in[0]->dtype, attrs<ShapeAttrs>(a).shape); }
@@ -225,6 +245,7 @@ Types rule_attention(const Inputs& in, const OpAttrs&) {
   const Value *q = in[0], *k = in[1], *v = in[2];
   need(q->rank() == 4 && k->rank() == 4 && v->rank() == 4, "Attention ranks");
   need(q->shape[1].value() % k->shape[1].value() == 0, "Attention heads");
+  need(in.size() < 5 || !in[4] || (in[4]->rank() == 1 && in[4]->shape[0] == q->shape[1]), "Attention sinks");
   Shape out = q->shape;
   out[3] = v->shape[3];
   return one(q->dtype, std::move(out));
@@ -252,6 +273,7 @@ RULE(Mul, rule_binary)
 RULE(Div, rule_binary)
 RULE(Pow, rule_binary)
 RULE(Max, rule_binary)
+RULE(Min, rule_binary)
 RULE(BitwiseAnd, rule_binary)
 RULE(BitShiftRight, rule_binary)
 RULE(Neg, rule_same)
@@ -269,6 +291,8 @@ RULE(MatMul, rule_matmul)
 RULE(Softmax, rule_softmax)
 RULE(ReduceMean, rule_reduce)
 RULE(ReduceMax, rule_reduce)
+RULE(ReduceSum, rule_reduce)
+RULE(TopK, rule_top_k)
 RULE(Cast, rule_cast)
 RULE(Reshape, rule_reshape)
 RULE(Transpose, rule_transpose)
@@ -293,6 +317,7 @@ RULE(Embedding, rule_embedding)
 RULE(QuantizedEmbedding, rule_quantized_embedding)
 RULE(RMSNorm, rule_rms_norm)
 RULE(LayerNorm, rule_layer_norm)
+RULE(MoE, rule_moe)
 RULE(RoPE, rule_rope)
 RULE(Attention, rule_attention)
 RULE(KVAppend, rule_kv_append)

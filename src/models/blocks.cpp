@@ -94,10 +94,65 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   }
   std::tie(k, v) = ctx.cache(k, v);
   const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-  Value* o = b.attention(q, k, v, ctx.mask, scale, s.softcap);
+  Value* sinks = m.weight_if(s.sinks, p + "sinks", {s.heads});
+  Value* o = b.attention(q, k, v, ctx.mask, scale, s.softcap, sinks);
   o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {x->shape[0], x->shape[1], Dim(q_out)});
   const Projection out = own(m, p + s.o, s.o_bias, s.hidden, q_out, s.conv1d);
   return b.linear(o, out.weight, out.bias);
+}
+
+namespace {
+
+// The experts' gate_up [E, 2I, H] (gate and up rows interleaved) and down [E, H, I] weights.
+std::pair<Value*, Value*> expert_weights(ModelBuilder& m, const std::string& p, const MoeSpec& s) {
+  const int64_t e = s.experts, inter = s.intermediate, hidden = s.hidden;
+  std::vector<Value*> gate_up, down;
+  switch (s.layout) {
+    case MoeSpec::Layout::PerExpert:
+      for (int64_t i = 0; i < e; ++i) {
+        const std::string ep = p + "experts." + std::to_string(i) + ".";
+        Value* gate = m.weight(ep + s.gate + ".weight", {inter, hidden});
+        gate_up.push_back(m.interleave_rows(gate, m.weight(ep + s.up + ".weight", {inter, hidden})));
+        down.push_back(m.weight(ep + s.down + ".weight", {hidden, inter}));
+      }
+      break;
+    case MoeSpec::Layout::FusedConcat: {
+      Value* fused = m.view(m.weight(p + "experts.gate_up_proj", {e, 2 * inter, hidden}), {e * 2 * inter, hidden});
+      for (int64_t i = 0; i < e; ++i)
+        gate_up.push_back(m.interleave_rows(m.rows(fused, 2 * i * inter, (2 * i + 1) * inter),
+                                            m.rows(fused, (2 * i + 1) * inter, (2 * i + 2) * inter)));
+      return {m.view(m.stack(gate_up), {e, 2 * inter, hidden}), m.weight(p + "experts.down_proj", {e, hidden, inter})};
+    }
+    case MoeSpec::Layout::FusedInterleavedIn: {  // [E, in, out] per expert: transposed to [out, in]
+      Value* fused = m.view(m.weight(p + "experts.gate_up_proj", {e, hidden, 2 * inter}), {e * hidden, 2 * inter});
+      Value* fused_down = m.view(m.weight(p + "experts.down_proj", {e, inter, hidden}), {e * inter, hidden});
+      for (int64_t i = 0; i < e; ++i) {
+        gate_up.push_back(m.transposed(m.rows(fused, i * hidden, (i + 1) * hidden)));
+        down.push_back(m.transposed(m.rows(fused_down, i * inter, (i + 1) * inter)));
+      }
+      break;
+    }
+    case MoeSpec::Layout::Mxfp4: {  // already [out, in] rows
+      Value* gu = m.mxfp4(p + "experts.gate_up_proj_blocks", p + "experts.gate_up_proj_scales", {e, 2 * inter, hidden / 32});
+      Value* d = m.mxfp4(p + "experts.down_proj_blocks", p + "experts.down_proj_scales", {e, hidden, inter / 32});
+      return {m.view(gu, {e, 2 * inter, hidden}), m.view(d, {e, hidden, inter})};
+    }
+  }
+  return {m.view(m.stack(gate_up), {e, 2 * inter, hidden}), m.view(m.stack(down), {e, hidden, inter})};
+}
+
+}  // namespace
+
+Value* moe_block(ModelBuilder& m, const std::string& p, const MoeSpec& s, Value* x) {
+  Builder& b = m.b();
+  b.set_scope(p.substr(0, p.size() - 1));
+  Value* router_bias = m.weight_if(s.router_bias, p + s.router + ".bias", {s.experts});
+  Value* logits = b.linear(x, m.weight(p + s.router + ".weight", {s.experts, s.hidden}), router_bias);
+  const auto [gate_up, down] = expert_weights(m, p, s);
+  Value* gate_up_bias = m.weight_if(s.expert_bias, p + "experts.gate_up_proj_bias", {s.experts, 2 * s.intermediate});
+  Value* down_bias = m.weight_if(s.expert_bias, p + "experts.down_proj_bias", {s.experts, s.hidden});
+  b.set_scope(p + "experts");
+  return b.moe(x, logits, gate_up, down, gate_up_bias, down_bias, {s.top_k, s.normalize, s.alpha, s.beta, s.limit});
 }
 
 void check_activation(const JsonConfig& c, const std::string& key, const std::string& act) {

@@ -30,6 +30,7 @@ struct AttentionSpec {
   double norm_epsilon = 1e-6;
   double scale = 0;      // 0: 1 / sqrt(head_dim)
   double softcap = 0;    // attention logit softcapping (0: none)
+  bool sinks = false;    // a learned logit per head in the softmax (gpt-oss's self_attn.sinks)
 };
 
 // Stores a layer's fresh keys/values in the cache; returns what attention reads.
@@ -60,6 +61,27 @@ struct MlpSpec {
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj", gate_up;
   bool conv1d = false;  // weights stored [in, out] (GPT-2's Conv1D)
 };
+
+// A sparse mixture-of-experts feed-forward block: a router Linear, then each token through its
+// top-k experts (the IR's MoE op). Expert weights come in one of the Hub's layouts.
+struct MoeSpec {
+  int64_t hidden, intermediate, experts, top_k;
+  bool normalize = true;  // renormalise the top-k routing weights
+  double alpha = 1.0, beta = 0.0, limit = 0.0;  // MoEAttrs' activation
+  enum class Layout {
+    PerExpert,    // experts.{e}.{gate}/{up}/{down}.weight (Mixtral w1/w3/w2, Qwen3-MoE gate/up/down_proj)
+    FusedConcat,  // experts.gate_up_proj [E, 2I, H] (gate rows, then up rows), experts.down_proj [E, H, I]
+    FusedInterleavedIn,  // gpt-oss: experts.gate_up_proj [E, H, 2I] (gate / up columns interleaved), down_proj
+                         // [E, I, H], with _bias tensors
+    Mxfp4,        // gpt-oss on the Hub: the same as *_blocks / *_scales ([out, in] rows), biases as above
+  };
+  Layout layout = Layout::PerExpert;
+  std::string router = "gate", gate = "gate_proj", up = "up_proj", down = "down_proj";
+  bool router_bias = false, expert_bias = false;
+};
+
+// The MoE block with HF names under `prefix` (e.g. "model.layers.0.block_sparse_moe.").
+Value* moe_block(ModelBuilder& m, const std::string& prefix, const MoeSpec& spec, Value* x);
 
 // Rejects an HF activation name the blocks cannot build, naming the config key.
 void check_activation(const JsonConfig& config, const std::string& key, const std::string& activation);

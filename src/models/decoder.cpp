@@ -166,8 +166,18 @@ Value* Decoder::attention(DecoderGraph& g, int64_t i, const std::string& prefix,
   return attention_block(g.m, prefix, spec, x, ctx);
 }
 
-Value* Decoder::mlp(DecoderGraph& g, int64_t, const std::string& prefix, Value* x) const {
-  return gated_mlp(g.m, prefix, g.cfg.mlp, x);
+Value* Decoder::mlp(DecoderGraph& g, int64_t i, const std::string& prefix, Value* x) const {
+  const DecoderConfig& cfg = g.cfg;
+  if (!cfg.moe || !cfg.layer_moe[static_cast<size_t>(i)]) return gated_mlp(g.m, prefix, cfg.mlp, x);
+  MoeSpec spec = *cfg.moe;
+  // Per-expert tensors (the Hub's, and what transformers saves) or fused ones
+  // (save_pretrained(save_original_format=False)), by what the checkpoint holds.
+  const bool per_expert = g.m.has(prefix + "experts.0." + spec.gate + ".weight");
+  if (spec.layout == MoeSpec::Layout::PerExpert && !per_expert && g.m.has(prefix + "experts.gate_up_proj"))
+    spec.layout = MoeSpec::Layout::FusedConcat;
+  if (spec.layout == MoeSpec::Layout::FusedInterleavedIn && g.m.has(prefix + "experts.gate_up_proj_blocks"))
+    spec.layout = MoeSpec::Layout::Mxfp4;  // gpt-oss as the Hub ships it
+  return moe_block(g.m, prefix, spec, x);
 }
 
 Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {

@@ -105,6 +105,10 @@ struct DecoderConfig {
   // logits divided by logits_divisor, then tanh-softcapped at final_softcap (0: none).
   double embedding_scale = 1.0, residual_scale = 1.0, logits_divisor = 1.0, final_softcap = 0.0;
   bool parallel_residual = false;  // x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX)
+  // Mixture-of-experts layers: their block (its layout read from the checkpoint unless fixed),
+  // and which layers have it (the others keep the dense MLP).
+  std::optional<MoeSpec> moe;
+  std::vector<bool> layer_moe;
 };
 
 DecoderConfig parse_decoder_config(const JsonConfig& config, const DecoderDefaults& defaults);

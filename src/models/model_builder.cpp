@@ -26,6 +26,10 @@ void ModelBuilder::check_checkpoint() const {
     } else if (t->shape != shape) {
       problems.push_back(str(t->location(), ": tensor '", name, "' has shape ",
                              shape_string(t->shape), ", expected ", shape_string(shape)));
+    } else if (const auto raw = raw_.find(name); raw != raw_.end()) {
+      if (t->dtype != raw->second)
+        problems.push_back(str(t->location(), ": tensor '", name, "' has dtype ", dtype_name(t->dtype), ", expected ",
+                               dtype_name(raw->second)));
     } else if (!is_float(t->dtype) || t->dtype == DType::F64) {
       problems.push_back(str(t->location(), ": tensor '", name, "' has dtype ",
                              dtype_name(t->dtype), ", expected float32, float16 or bfloat16"));
@@ -69,6 +73,44 @@ Value* ModelBuilder::row_blocks(Value* weight, int64_t stride, int64_t offset, i
     blocks.push_back(ConstantData::slice_rows(weight->constant, i * stride + offset, i * stride + offset + length));
   return builder_.weight_expr(ConstantData::stack(std::move(blocks)), weight->dtype,
                               str(weight->name, "[", offset, "::", stride, "]"));
+}
+
+Value* ModelBuilder::stack(const std::vector<Value*>& weights) {
+  std::vector<std::shared_ptr<const ConstantData>> parts;
+  for (const Value* w : weights) parts.push_back(w->constant);
+  return builder_.weight_expr(ConstantData::stack(std::move(parts)), weights.front()->dtype,
+                              str("stack(", weights.front()->name, ",...)"));
+}
+
+Value* ModelBuilder::view(Value* weight, std::vector<int64_t> shape) {
+  return builder_.weight_expr(ConstantData::view(weight->constant, shape), weight->dtype,
+                              str(weight->name, shape_string(shape)));
+}
+
+Value* ModelBuilder::interleave_rows(Value* a, Value* b) {
+  return builder_.weight_expr(ConstantData::interleave_rows(a->constant, b->constant), a->dtype,
+                              str("interleave(", a->name, ",", b->name, ")"));
+}
+
+Value* ModelBuilder::mxfp4(const std::string& blocks, const std::string& scales, std::vector<int64_t> scales_shape) {
+  std::vector<int64_t> blocks_shape = scales_shape;
+  blocks_shape.push_back(16);
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < scales_shape.size(); ++i) rows *= scales_shape[i];
+  const int64_t groups = scales_shape.back();
+  // Each part as [rows, columns] bytes; a missing or mis-shaped one (check_checkpoint reports it)
+  // as zeros meanwhile.
+  auto raw = [&](const std::string& name, const std::vector<int64_t>& shape, int64_t cols) {
+    expected_[name] = shape;
+    raw_[name] = DType::U8;
+    const TensorView* t = ckpt_.find(name);
+    if (!t || t->shape != shape || t->dtype != DType::U8)
+      return ConstantData::of_bytes(std::vector<std::byte>(static_cast<size_t>(rows * cols)), DType::U8, {rows, cols});
+    return ConstantData::view(ConstantData::of_tensor(*t), {rows, cols});
+  };
+  return builder_.weight_expr(ConstantData::mxfp4(raw(blocks, blocks_shape, groups * 16), raw(scales, scales_shape, groups)),
+                              config_.dtype,
+                              blocks.substr(0, blocks.size() - std::string("_blocks").size()));
 }
 
 Value* ModelBuilder::plus(Value* weight, double scalar) {

@@ -34,6 +34,14 @@ class ModelBuilder {
   // of GPT-NeoX's per-head fused query_key_value).
   Value* row_blocks(Value* weight, int64_t stride, int64_t offset, int64_t length, int64_t count);
   Value* plus(Value* weight, double scalar);
+  // Weights stacked along dim 0, one weight's bytes under another shape, rows of two weights
+  // interleaved (MoE experts: per-expert checkpoints stacked, gate and up rows interleaved).
+  Value* stack(const std::vector<Value*>& weights);
+  Value* view(Value* weight, std::vector<int64_t> shape);
+  Value* interleave_rows(Value* a, Value* b);
+  // MXFP4 blocks [..., G, 16] u8 and E8M0 scales [..., G] u8 (gpt-oss's expert checkpoints) as the
+  // weights they encode, [rows, G * 32] of the graph dtype, rows = the product of the leading dims.
+  Value* mxfp4(const std::string& blocks, const std::string& scales, std::vector<int64_t> scales_shape);
   // Whether the checkpoint holds `name` (for layouts that vary between checkpoints of one family).
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
   // A tensor that may be present but is not read (e.g. lm_head.weight with tied embeddings).
@@ -60,6 +68,7 @@ class ModelBuilder {
   std::unique_ptr<Graph> graph_;
   Builder builder_;
   std::map<std::string, std::vector<int64_t>> expected_;
+  std::map<std::string, DType> raw_;  // declared tensors that are not floats (MXFP4 bytes)
   std::set<std::string> tolerated_;
   std::map<std::string, Value*> weights_;
   std::set<std::string> dim_names_;

@@ -66,6 +66,47 @@ Value* decompose_rms_norm(Builder& b, const Node& n) {
   return b.mul(w->dtype == normed->dtype ? w : b.cast(w, normed->dtype), normed);
 }
 
+// Each token through its top-k experts, gathering only those experts' weights (a token's cost
+// grows with k, not with the number of experts): softmax routing in float32, top-k, optional
+// renormalisation; h = W_gu[e] x (+ b), gate / up interleaved; y = act(g) * (u + beta);
+// out = sum_k w_k (W_d[e] y (+ b)).
+Value* decompose_moe(Builder& b, const Node& n) {
+  const MoEAttrs& a = n.attrs_as<MoEAttrs>();
+  Value* x = n.inputs[0];
+  const DType t = x->dtype;
+  const int64_t k = a.top_k, inter = n.inputs[3]->shape[2].value(), hidden = x->shape.back().value();
+  Value* probs = b.softmax(b.cast(n.inputs[1], DType::F32), -1);
+  Value* weights = b.top_k(probs, k, false);
+  Value* experts = b.top_k(probs, k, true);  // [..., K]
+  if (a.normalize) weights = b.div(weights, b.reduce(OpKind::ReduceSum, weights, {-1}, true));
+  weights = b.cast(weights, t);
+  const Shape lead = experts->shape;  // [..., K]
+  auto with = [&](std::initializer_list<int64_t> dims) {
+    Shape s = lead;
+    for (int64_t d : dims) s.push_back(Dim(d));
+    return s;
+  };
+  const int64_t r = static_cast<int64_t>(x->rank());
+  Value* column = b.unsqueeze(x, {r - 1, r + 1});  // [..., 1, H, 1]
+  Value* h = b.reshape(b.matmul(b.gather(n.inputs[2], experts, 0), column), with({2 * inter}));
+  if (Value* bias = n.input(4)) h = b.add(h, b.gather(bias, experts, 0));
+  Value* pairs = b.reshape(h, with({inter, 2}));
+  Value* gate = b.reshape(b.slice(pairs, -1, 0, 1), with({inter}));
+  Value* up = b.reshape(b.slice(pairs, -1, 1, 2), with({inter}));
+  if (a.limit > 0) {
+    gate = b.min(gate, b.scalar(a.limit, t));
+    up = b.max(b.min(up, b.scalar(a.limit, t)), b.scalar(-a.limit, t));
+  }
+  Value* scaled = a.alpha == 1.0 ? gate : b.mul(gate, b.scalar(a.alpha, t));
+  Value* act = b.mul(gate, b.unary(OpKind::Sigmoid, scaled));
+  Value* y = b.mul(act, a.beta == 0.0 ? up : b.add(up, b.scalar(a.beta, t)));
+  Value* o = b.reshape(b.matmul(b.gather(n.inputs[3], experts, 0), b.unsqueeze(y, {static_cast<int64_t>(lead.size()) + 1})),
+                       with({hidden}));
+  if (Value* bias = n.input(5)) o = b.add(o, b.gather(bias, experts, 0));
+  return b.reduce(OpKind::ReduceSum, b.mul(o, b.unsqueeze(weights, {static_cast<int64_t>(lead.size())})),
+                  {static_cast<int64_t>(lead.size()) - 1}, false);
+}
+
 // torch layer_norm: (x - mean) / sqrt(var + eps) * weight + bias, in float32, cast back once.
 Value* decompose_layer_norm(Builder& b, const Node& n) {
   Value* x = b.cast(n.inputs[0], DType::F32);
@@ -133,7 +174,20 @@ Value* decompose_attention(Builder& b, const Node& n) {
     scores = b.mul(b.unary(OpKind::Tanh, b.div(scores, c)), c);
   }
   if (mask) scores = b.where(mask, scores, b.scalar(std::numeric_limits<float>::lowest(), DType::F32));
-  Value* probs = b.cast(b.softmax(scores, -1), v->dtype);
+  Value* probs;
+  if (Value* sinks = n.input(4)) {
+    // softmax over [scores, sink]: the sink joins the max and the sum, and is then dropped.
+    Shape per_head(static_cast<size_t>(r), Dim(1));
+    per_head[1] = Dim(hkv);
+    if (grouped) per_head[2] = Dim(groups);
+    Value* sink = b.reshape(b.cast(sinks, DType::F32), per_head);
+    Value* top = b.max(b.reduce(OpKind::ReduceMax, scores, {-1}, true), sink);
+    Value* e = b.unary(OpKind::Exp, b.sub(scores, top));
+    Value* total = b.add(b.reduce(OpKind::ReduceSum, e, {-1}, true), b.unary(OpKind::Exp, b.sub(sink, top)));
+    probs = b.cast(b.div(e, total), v->dtype);
+  } else {
+    probs = b.cast(b.softmax(scores, -1), v->dtype);
+  }
   Value* out = b.matmul(probs, v);
   if (grouped) out = b.reshape(out, {out->shape[0], Dim(hq), out->shape[3], out->shape[4]});
   return out;
@@ -170,6 +224,7 @@ Decomposition reference_decomposition(OpKind op) {
     case OpKind::QuantizedEmbedding: return decompose_quantized_embedding;
     case OpKind::RMSNorm: return decompose_rms_norm;
     case OpKind::LayerNorm: return decompose_layer_norm;
+    case OpKind::MoE: return decompose_moe;
     case OpKind::RoPE: return decompose_rope;
     case OpKind::Attention: return decompose_attention;
     case OpKind::SiLU: return decompose_silu;

@@ -40,6 +40,9 @@ ARCHITECTURES = {
     "gpt_neox": "GPTNeoXForCausalLM",
     "gpt2": "GPT2LMHeadModel",
     "phi3": "Phi3ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
 }
 
 
@@ -206,6 +209,28 @@ CASES = [
           dict(num_key_value_heads=4, **longrope(16, 16, attention_factor=1.3)), F),
     _case("phi3", "mqa-partial_rotary0.5-longrope_long-tied",
           dict(num_key_value_heads=1, tie_word_embeddings=True, partial_rotary_factor=0.5, **longrope(8, 4)), G),
+    # mixtral (sparse MoE: 4 experts, top-2, renormalised)
+    _case("mixtral", "gqa-experts4-top2", dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), F, G),
+    _case("mixtral", "mqa-experts3-top1-sliding_window4",
+          dict(num_key_value_heads=1, num_local_experts=3, num_experts_per_tok=1, sliding_window=4), F, G),
+    # qwen3_moe (q/k norm; dense layers between MoE ones; norm_topk_prob)
+    _case("qwen3_moe", "gqa-experts4-top2-norm_topk", dict(num_key_value_heads=2, head_dim=16, num_experts=4,
+                                                         num_experts_per_tok=2, moe_intermediate_size=32,
+                                                         norm_topk_prob=True), F, G),
+    _case("qwen3_moe", "mha-experts5-top3-sparse_step2-mlp_only0",
+          dict(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, num_experts=5, num_experts_per_tok=3,
+               moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[0], norm_topk_prob=False), F, G),
+    _case("qwen3_moe", "gqa-sparse_step2-sliding_window4",
+          dict(num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+               decoder_sparse_step=2, use_sliding_window=True, sliding_window=4), F),
+    # gpt_oss (attention sinks, alternating window, YaRN; biased router, clamped SwiGLU experts)
+    _case("gpt_oss", "gqa-sinks-window4-experts4-top2",
+          dict(num_key_value_heads=2, head_dim=16, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+               sliding_window=4), F, G),
+    _case("gpt_oss", "mqa-swiglu_limit0.3-top1-layer_types",
+          dict(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, intermediate_size=32, num_local_experts=3,
+               num_experts_per_tok=1, swiglu_limit=0.3, sliding_window=4,
+               layer_types=["full_attention", "sliding_attention", "full_attention"]), F, G),
 ]
 
 _BY_NAME = {c.name: c for c in CASES}

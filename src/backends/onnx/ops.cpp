@@ -17,6 +17,7 @@ HFX_ONNX_SAME_NAME(Mul)
 HFX_ONNX_SAME_NAME(Div)
 HFX_ONNX_SAME_NAME(Pow)
 HFX_ONNX_SAME_NAME(Max)
+HFX_ONNX_SAME_NAME(Min)
 HFX_ONNX_SAME_NAME(Neg)
 HFX_ONNX_SAME_NAME(Sqrt)
 HFX_ONNX_SAME_NAME(Reciprocal)
@@ -49,6 +50,16 @@ void lower_reduce(Lowering& l, const char* op, const Node& n, OnnxNames in, cons
 }
 HFX_ONNX_OP(ReduceMean) { lower_reduce(l, "ReduceMean", n, in, out); }
 HFX_ONNX_OP(ReduceMax) { lower_reduce(l, "ReduceMax", n, in, out); }
+HFX_ONNX_OP(ReduceSum) { lower_reduce(l, "ReduceSum", n, in, out); }
+// TopK's two outputs; the one the IR node does not ask for gets a temporary name.
+HFX_ONNX_OP(TopK) {
+  const TopKAttrs& t = n.attrs_as<TopKAttrs>();
+  const std::string unused = l.temp(out + (t.indices ? "/values" : "/indices"));
+  onnx::NodeProto* top = l.node("TopK", {in[0], l.ints({t.k})}, t.indices ? OnnxNames{unused, out} : OnnxNames{out, unused});
+  attr_int(top, "axis", -1);
+  attr_int(top, "largest", 1);
+  attr_int(top, "sorted", 1);
+}
 
 HFX_ONNX_OP(Cast) { attr_int(l.node("Cast", in, {out}), "to", onnx_type(n.attrs_as<CastAttrs>().to)); }
 HFX_ONNX_OP(Reshape) {
@@ -145,6 +156,29 @@ HFX_ONNX_OP(RMSNorm) {
   attr_int(norm, "stash_type", 1);
 }
 
+// onnxruntime's MoE (com.microsoft): softmax routing over the logits, top-k, optional
+// renormalisation, SwiGLU experts over interleaved fc1 rows (the IR's layout), fc2 [E, H, I].
+bool moe_has_contrib_op(const Node&, OnnxOpProfile profile) { return profile_has_contrib_ops(profile); }
+HFX_ONNX_OP_NATIVE(MoE, moe_has_contrib_op) {
+  const MoEAttrs& a = n.attrs_as<MoEAttrs>();
+  const std::string x = l.temp(out + "/tokens"), logits = l.temp(out + "/logits"), flat = l.temp(out + "/flat");
+  const int64_t hidden = n.inputs[0]->shape.back().value(), experts = n.inputs[2]->shape[0].value();
+  l.node("Reshape", {in[0], l.ints({-1, hidden})}, {x});  // [tokens, H], as the CPU kernel takes them
+  l.node("Reshape", {in[1], l.ints({-1, experts})}, {logits});
+  onnx::NodeProto* moe = l.node("MoE", {x, logits, in[2], n.input(4) ? in[4] : "", in[3], n.input(5) ? in[5] : ""},
+                                {flat}, "com.microsoft");
+  attr_int(moe, "k", a.top_k);
+  attr_int(moe, "normalize_routing_weights", a.normalize);
+  attr_string(moe, "activation_type", "swiglu");
+  attr_int(moe, "swiglu_fusion", 1);
+  attr_float(moe, "activation_alpha", static_cast<float>(a.alpha));
+  attr_float(moe, "activation_beta", static_cast<float>(a.beta));
+  if (a.limit > 0) attr_float(moe, "swiglu_limit", static_cast<float>(a.limit));
+  const std::string shape = l.temp(out + "/shape");
+  l.node("Shape", {in[0]}, {shape});
+  l.node("Reshape", {flat, shape}, {out});
+}
+
 // LayerNormalization-17 with stash_type 1 computes in float32 and casts back once, as torch.
 // The ort profile folds the residual Add before it into SkipLayerNormalization.
 HFX_ONNX_OP(LayerNorm) {
@@ -229,6 +263,7 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
   inputs.push_back(cached ? l.name_of(k_append->inputs[0]) : "");
   inputs.push_back(cached ? l.name_of(v_append->inputs[0]) : "");
   inputs.insert(inputs.end(), {seqlens, total, "", "", "", l.additive_mask(mask, q->dtype)});
+  if (n.input(4)) inputs.push_back(l.name_of(n.inputs[4]));  // head_sink
   // The block reshaping the result straight back to [B, S, N * D] takes GQA's output as is.
   const Value* flat_out = l.flat_result(n);
   const std::string flat = flat_out ? flat_out->name : l.temp(out + "/bsh");
@@ -249,8 +284,18 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
   return true;
 }
 
-HFX_ONNX_OP(Attention) {
+// Attention-23 has no sinks; GroupQueryAttention does (head_sink). Attention with sinks is
+// decomposed unless it becomes GroupQueryAttention (the plan's conditions: a mask, and a cache
+// append or no cache).
+bool attention_maps_natively(const Node& n, OnnxOpProfile profile) {
+  if (!n.input(4)) return true;
+  const Node* k = n.inputs[1]->producer;
+  return profile == OnnxOpProfile::OrtGqa && n.input(3) &&
+         ((k && k->op == OpKind::KVAppend) || n.inputs[1]->shape[2] == n.inputs[0]->shape[2]);
+}
+HFX_ONNX_OP_NATIVE(Attention, attention_maps_natively) {
   if (l.profile() == OnnxOpProfile::OrtGqa && lower_group_query_attention(l, n, out)) return;
+  HFX_CHECK(!n.input(4), "attention sinks need GroupQueryAttention (or the decomposition)");
   std::vector<std::string> inputs{in[0], in[1], in[2]};
   if (const Value* mask = n.input(3)) inputs.push_back(l.additive_mask(mask, n.inputs[0]->dtype));
   attention_attrs(l.node("Attention", inputs, {out}), n);

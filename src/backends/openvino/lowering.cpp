@@ -96,12 +96,22 @@ OvPort OvLowering::op(const std::string& type, const std::string& version, const
   return net_.add(type, version, name, std::move(data), inputs, {{dtype, shape, ""}});
 }
 
+OvPort OvLowering::op_outputs(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
+                              const std::vector<OvPort>& inputs, const std::vector<std::pair<DType, Shape>>& outputs,
+                              size_t which) {
+  std::vector<OvNetwork::Output> outs;
+  for (const auto& [dtype, shape] : outputs) outs.push_back({dtype, shape, ""});
+  OvPort p = net_.add(type, version, n.outputs[0]->name, std::move(data), inputs, std::move(outs));
+  p.port += static_cast<int>(which);
+  return p;
+}
+
 void OvLowering::lower(const Node& n) {
   const OvOpRule& rule = ov_rule(n.op);
   if (!rule.lower) fail("internal error: OpenVINO backend cannot lower ", op_name(n.op));
   std::vector<OvPort> in;
   for (size_t i = 0; i < n.inputs.size(); ++i)
-    in.push_back(rule.owned_inputs >> i & 1 ? OvPort{} : port(n.inputs[i]));
+    in.push_back(rule.owned_inputs >> i & 1 || !n.inputs[i] ? OvPort{} : port(n.inputs[i]));
   ports_[n.outputs[0]] = rule.lower(*this, n, in);
 }
 

@@ -64,6 +64,10 @@ class OvLowering {
   // A layer named after n's result (+ suffix and a counter for helper layers).
   OvPort op(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
             const std::vector<OvPort>& inputs, DType dtype, const Shape& shape, const std::string& suffix = "");
+  // A layer with several outputs (types and shapes in order), named after n's result; returns
+  // output `which`'s port.
+  OvPort op_outputs(const std::string& type, const std::string& version, const Node& n, OvNetwork::Attrs data,
+                    const std::vector<OvPort>& inputs, const std::vector<std::pair<DType, Shape>>& outputs, size_t which);
   // The layer that produces n's result.
   OvPort result(const Node& n, const std::string& type, const std::string& version, OvNetwork::Attrs data,
                 const std::vector<OvPort>& inputs) {

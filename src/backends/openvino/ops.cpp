@@ -18,6 +18,7 @@ HFX_OV_ELEMENTWISE(Mul, "Multiply")
 HFX_OV_ELEMENTWISE(Div, "Divide")
 HFX_OV_ELEMENTWISE(Pow, "Power")
 HFX_OV_ELEMENTWISE(Max, "Maximum")
+HFX_OV_ELEMENTWISE(Min, "Minimum")
 HFX_OV_ELEMENTWISE(Equal, "Equal")
 HFX_OV_ELEMENTWISE(Less, "Less")
 HFX_OV_ELEMENTWISE(LessOrEqual, "LessEqual")
@@ -97,6 +98,15 @@ OvPort lower_reduce(OvLowering& l, const char* type, const Node& n, const std::v
 }
 HFX_OV_OP(ReduceMean) { return lower_reduce(l, "ReduceMean", n, in); }
 HFX_OV_OP(ReduceMax) { return lower_reduce(l, "ReduceMax", n, in); }
+HFX_OV_OP(ReduceSum) { return lower_reduce(l, "ReduceSum", n, in); }
+HFX_OV_OP(TopK) {
+  const TopKAttrs& t = n.attrs_as<TopKAttrs>();
+  const Value* x = n.inputs[0];
+  const Shape& shape = n.outputs[0]->shape;
+  return l.op_outputs("TopK", "opset11", n,
+                      {{"axis", "-1"}, {"mode", "max"}, {"sort", "value"}, {"index_element_type", "i64"}},
+                      {in[0], l.i64({t.k}, {})}, {{x->dtype, shape}, {DType::I64, shape}}, t.indices ? 1 : 0);
+}
 
 HFX_OV_OP(Cast) {
   return l.result(n, "Convert", "opset1", {{"destination_type", ov_element_type(n.attrs_as<CastAttrs>().to)}}, in);
@@ -179,7 +189,8 @@ OvPort repeat_kv(OvLowering& l, const Node& n, OvPort kv, const Value* value, in
               value->dtype, four, "/kv_reshape");
 }
 
-bool no_softcap(const Node& n) { return n.attrs_as<AttentionAttrs>().softcap == 0.0; }  // SDPA has none
+// SDPA has no softcap and no sinks.
+bool no_softcap(const Node& n) { return n.attrs_as<AttentionAttrs>().softcap == 0.0 && !n.input(4); }
 
 // ScaledDotProductAttention (opset13) with an additive mask: masked scores get the lowest finite
 // value so fully padded rows stay finite, as in the reference decomposition.
