@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .manifest import ExportManifest, load_manifest
+from .manifest import REBUILD_CACHE_AT, ExportManifest, load_manifest
 from .sampling import Sampler
 
 
@@ -89,6 +89,9 @@ def generate(
     pad = runner.manifest.generation.get("pad_token_id")
     pad = int(pad) if isinstance(pad, int) else (eos[0] if eos else 0)
 
+    # Phi-3 longrope: when the sequence first reaches this length, the cache is rebuilt from the
+    # whole sequence (its keys were rotated with the short factors), as transformers' generate does.
+    rebuild_at = int(runner.manifest.generation.get(REBUILD_CACHE_AT) or 0)
     logits = runner.prefill(input_ids, attention_mask, max_new_tokens)
     finished = np.zeros(input_ids.shape[0], dtype=bool)
     out = []
@@ -100,5 +103,10 @@ def generate(
         finished |= np.isin(tokens, eos)
         if finished.all() or i + 1 == max_new_tokens:
             break
+        if input_ids.shape[1] + i + 1 == rebuild_at and input_ids.shape[1] < rebuild_at:
+            ids = np.concatenate([input_ids, np.stack(out, axis=1)], axis=1)
+            mask = np.concatenate([attention_mask, np.ones((ids.shape[0], i + 1), dtype=np.int64)], axis=1)
+            logits = runner.prefill(ids, mask, max_new_tokens - i - 1)
+            continue
         logits = runner.step(tokens)
     return np.stack(out, axis=1)

@@ -82,6 +82,7 @@ json generation_json(const GenerationConfig& g, const ExportModel& model, const 
   json components = json::array();
   for (const Component& c : model.components) components.push_back(c.name);
   out[key::kComponents] = components;
+  if (model.rebuild_cache_at_length > 0) out[key::kRebuildCacheAt] = model.rebuild_cache_at_length;
   if (g.static_cache()) {
     out[key::kMaxCacheLen] = g.max_cache_len;
     out[key::kBatchSize] = g.batch_size;

@@ -59,6 +59,10 @@ struct MoEAttrs {
   bool normalize = true;
   double alpha = 1.0, beta = 0.0, limit = 0.0;
 };
+struct QuantizedMoEAttrs {
+  MoEAttrs moe;
+  QuantizedLinearAttrs quant;
+};
 struct NormAttrs {
   double epsilon = 1e-6;
 };
@@ -85,6 +89,6 @@ struct StateAttrs {
 
 using OpAttrs = std::variant<NoAttrs, AxisAttrs, AxesAttrs, ReduceAttrs, CastAttrs, ShapeAttrs, PermAttrs, SliceAttrs,
                              ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, AttentionAttrs,
-                             KVAppendAttrs, GELUAttrs, StateAttrs, TopKAttrs, MoEAttrs>;
+                             KVAppendAttrs, GELUAttrs, StateAttrs, TopKAttrs, MoEAttrs, QuantizedMoEAttrs>;
 
 }  // namespace hfx

@@ -88,6 +88,25 @@ Types rule_moe(const Inputs& in, const OpAttrs& a) {
   return one(x->dtype, x->shape);
 }
 
+Types rule_quantized_moe(const Inputs& in, const OpAttrs& a) {
+  const Value *x = in[0], *logits = in[1];
+  const QuantizedMoEAttrs& q = attrs<QuantizedMoEAttrs>(a);
+  need(logits->rank() == x->rank() && logits->shape.back().is_static(), "QuantizedMoE logits");
+  const int64_t experts = logits->shape.back().value(), hidden = x->shape.back().value();
+  const int64_t group = q.quant.group_size, group_bytes = group * q.quant.bits / 8;
+  auto check = [&](const Value* codes, const Value* scales, int64_t in_features, const char* what) {
+    need(codes->rank() == 3 && scales->rank() == 2 && codes->shape[0] == scales->shape[0] &&
+             codes->shape[0].value() % experts == 0 && codes->shape[1].value() * group == in_features &&
+             codes->shape[2].value() == group_bytes && scales->shape[1] == codes->shape[1],
+         what);
+    return codes->shape[0].value() / experts;  // the weight's rows per expert
+  };
+  const int64_t gate_up_rows = check(in[2], in[3], hidden, "QuantizedMoE gate_up");
+  need(check(in[4], in[5], gate_up_rows / 2, "QuantizedMoE down") == hidden, "QuantizedMoE down rows");
+  need(q.moe.top_k >= 1 && q.moe.top_k <= experts, "QuantizedMoE top_k");
+  return one(x->dtype, x->shape);
+}
+
 Types rule_cast(const Inputs& in, const OpAttrs& a) { return one(attrs<CastAttrs>(a).to, in[0]->shape); }
 
 Types rule_reshape(const Inputs& in, const OpAttrs& a) { return one(in[0]->dtype, attrs<ShapeAttrs>(a).shape); }
@@ -318,6 +337,7 @@ RULE(QuantizedEmbedding, rule_quantized_embedding)
 RULE(RMSNorm, rule_rms_norm)
 RULE(LayerNorm, rule_layer_norm)
 RULE(MoE, rule_moe)
+RULE(QuantizedMoE, rule_quantized_moe)
 RULE(RoPE, rule_rope)
 RULE(Attention, rule_attention)
 RULE(KVAppend, rule_kv_append)

@@ -121,7 +121,8 @@ std::pair<Value*, Value*> expert_weights(ModelBuilder& m, const std::string& p, 
       for (int64_t i = 0; i < e; ++i)
         gate_up.push_back(m.interleave_rows(m.rows(fused, 2 * i * inter, (2 * i + 1) * inter),
                                             m.rows(fused, (2 * i + 1) * inter, (2 * i + 2) * inter)));
-      return {m.view(m.stack(gate_up), {e, 2 * inter, hidden}), m.weight(p + "experts.down_proj", {e, hidden, inter})};
+      return {m.view(m.stack(gate_up), {e, 2 * inter, hidden}, p + "experts.gate_up"),
+              m.weight(p + "experts.down_proj", {e, hidden, inter})};
     }
     case MoeSpec::Layout::FusedInterleavedIn: {  // [E, in, out] per expert: transposed to [out, in]
       Value* fused = m.view(m.weight(p + "experts.gate_up_proj", {e, hidden, 2 * inter}), {e * hidden, 2 * inter});
@@ -135,10 +136,11 @@ std::pair<Value*, Value*> expert_weights(ModelBuilder& m, const std::string& p, 
     case MoeSpec::Layout::Mxfp4: {  // already [out, in] rows
       Value* gu = m.mxfp4(p + "experts.gate_up_proj_blocks", p + "experts.gate_up_proj_scales", {e, 2 * inter, hidden / 32});
       Value* d = m.mxfp4(p + "experts.down_proj_blocks", p + "experts.down_proj_scales", {e, hidden, inter / 32});
-      return {m.view(gu, {e, 2 * inter, hidden}), m.view(d, {e, hidden, inter})};
+      return {m.view(gu, {e, 2 * inter, hidden}, p + "experts.gate_up"), m.view(d, {e, hidden, inter}, p + "experts.down")};
     }
   }
-  return {m.view(m.stack(gate_up), {e, 2 * inter, hidden}), m.view(m.stack(down), {e, hidden, inter})};
+  return {m.view(m.stack(gate_up), {e, 2 * inter, hidden}, p + "experts.gate_up"),
+          m.view(m.stack(down), {e, hidden, inter}, p + "experts.down")};
 }
 
 }  // namespace

@@ -123,6 +123,12 @@ DecoderConfig parse_decoder_config(const JsonConfig& c, const DecoderDefaults& d
   cfg.ropes = {d.rope_params ? parse_rope(c, rope, d.rope_params(c)) : parse_rope(c, rope)};
   cfg.layer_rope.assign(static_cast<size_t>(cfg.layers), 0);
   cfg.layer_window = sliding_windows(c, d.window, cfg.layers);
+  if (const auto q = c.object("quantization_config")) {
+    const std::string method = q->string("quant_method", "");
+    if (!d.quant_method || method != d.quant_method)
+      c.invalid("quantization_config", str("pre-quantized checkpoints (quant_method \"", method,
+                                           "\") are not supported for ", cfg.model_type, "; export the float checkpoint"));
+  }
   return cfg;
 }
 
@@ -255,6 +261,10 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   const std::string embed = std::string(defaults_.names.embed) + ".weight";
   if (!cfg.prefix.empty() && !ckpt.find(cfg.prefix + embed) && ckpt.find(embed)) cfg.prefix.clear();
   ExportModel out{cfg.model_type, cfg.architectures, {}, {}};
+  // longrope's factors switch once positions pass the original length: a cache built before
+  // that holds keys rotated with the short factors (transformers rebuilds it there).
+  for (const RopeConfig& rope : cfg.ropes)
+    if (rope.type == "longrope") out.rebuild_cache_at_length = rope.original_max_position_embeddings + 1;
   for (const auto& [name, variant] : components_for(config.generation))
     out.components.push_back({std::string(name), build_graph(ckpt, config, cfg, variant, out.dims)});
   return out;

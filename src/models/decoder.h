@@ -81,6 +81,9 @@ struct DecoderDefaults {
   const char* activation_key = "hidden_act";
   const char* activation = "silu";
   DecoderNames names{};
+  // The pre-quantized checkpoint format the family reads (gpt-oss: "mxfp4"); any other
+  // quantization_config is refused.
+  const char* quant_method = nullptr;
 };
 
 // A decoder's hyper-parameters, read once from config.json.

@@ -82,9 +82,9 @@ Value* ModelBuilder::stack(const std::vector<Value*>& weights) {
                               str("stack(", weights.front()->name, ",...)"));
 }
 
-Value* ModelBuilder::view(Value* weight, std::vector<int64_t> shape) {
-  return builder_.weight_expr(ConstantData::view(weight->constant, shape), weight->dtype,
-                              str(weight->name, shape_string(shape)));
+Value* ModelBuilder::view(Value* weight, std::vector<int64_t> shape, std::string name) {
+  if (name.empty()) name = str(weight->name, shape_string(shape));
+  return builder_.weight_expr(ConstantData::view(weight->constant, shape), weight->dtype, name);
 }
 
 Value* ModelBuilder::interleave_rows(Value* a, Value* b) {

@@ -37,7 +37,7 @@ class ModelBuilder {
   // Weights stacked along dim 0, one weight's bytes under another shape, rows of two weights
   // interleaved (MoE experts: per-expert checkpoints stacked, gate and up rows interleaved).
   Value* stack(const std::vector<Value*>& weights);
-  Value* view(Value* weight, std::vector<int64_t> shape);
+  Value* view(Value* weight, std::vector<int64_t> shape, std::string name = "");
   Value* interleave_rows(Value* a, Value* b);
   // MXFP4 blocks [..., G, 16] u8 and E8M0 scales [..., G] u8 (gpt-oss's expert checkpoints) as the
   // weights they encode, [rows, G * 32] of the graph dtype, rows = the product of the leading dims.

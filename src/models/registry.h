@@ -25,6 +25,9 @@ struct ExportModel {
   std::vector<std::string> architectures;
   std::vector<Component> components;
   std::set<std::string> dims;  // every dim name the graphs' interfaces have (fixed ones included)
+  // A decode loop must rebuild its cache (run the whole sequence again) when the sequence first
+  // reaches this length: Phi-3's longrope switches factors there, as transformers' generate does.
+  int64_t rebuild_cache_at_length = 0;
 };
 
 // Builds the components `config` asks for. The config is the one the graphs are built for, as the

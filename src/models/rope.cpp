@@ -143,13 +143,25 @@ RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::opti
   return r;
 }
 
+namespace {
+
+// max(position_ids) + 1 as transformers computes it over the call's positions, read from the last
+// column: with left padding that column is every row's last real token, so padding (which the
+// static-cache runner parks at the cache's last slots) does not count.
+Value* positions_seen(Builder& b, Value* position_ids) {
+  Value* last = b.slice(position_ids, 1, -1, INT64_MAX);
+  return b.add(b.reduce(OpKind::ReduceMax, last, {}, false), b.const_i64({1}));
+}
+
+}  // namespace
+
 std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids) {
   const auto half = static_cast<int64_t>(rope.inv_freq.size());
   Value* inv_freq;
   if (rope.type == "dynamic") {
     // NTK: base' = base * (factor * L / max_pos - (factor - 1)) ** (dim / (dim - 2)),
     // L = max(max(position_ids) + 1, max_pos), all in float32 as HF.
-    Value* seen = b.add(b.reduce(OpKind::ReduceMax, position_ids, {}, false), b.const_i64({1}));
+    Value* seen = positions_seen(b, position_ids);
     Value* len = b.cast(b.max(seen, b.const_i64({rope.max_position_embeddings})), DType::F32);
     Value* ratio = b.div(b.mul(len, b.scalar(rope.factor, DType::F32)),
                          b.scalar(static_cast<double>(rope.max_position_embeddings), DType::F32));
@@ -164,7 +176,7 @@ std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value
   } else if (rope.type == "longrope") {
     // The long factors once any position of the call reaches past the original length (HF
     // decides per forward on max(position_ids) + 1, over the whole batch).
-    Value* seen = b.add(b.reduce(OpKind::ReduceMax, position_ids, {}, false), b.const_i64({1}));
+    Value* seen = positions_seen(b, position_ids);
     Value* is_long = b.compare(OpKind::Greater, seen, b.const_i64({rope.original_max_position_embeddings}));
     inv_freq = b.where(is_long, b.const_f32(rope.long_inv_freq, {half}), b.const_f32(rope.inv_freq, {half}));
   } else {

@@ -69,18 +69,21 @@ Value* decompose_rms_norm(Builder& b, const Node& n) {
 // Each token through its top-k experts, gathering only those experts' weights (a token's cost
 // grows with k, not with the number of experts): softmax routing in float32, top-k, optional
 // renormalisation; h = W_gu[e] x (+ b), gate / up interleaved; y = act(g) * (u + beta);
-// out = sum_k w_k (W_d[e] y (+ b)).
-Value* decompose_moe(Builder& b, const Node& n) {
-  const MoEAttrs& a = n.attrs_as<MoEAttrs>();
+// out = sum_k w_k (W_d[e] y (+ b)). `gather(i, experts)` yields weight i's (0 gate_up, 1 down)
+// rows for the chosen experts, [..., K, N, K_in].
+template <class Gather>
+Value* moe_reference(Builder& b, const Node& n, const MoEAttrs& a, int64_t inter, Value* gate_up_bias,
+                     Value* down_bias, Gather&& gather) {
   Value* x = n.inputs[0];
   const DType t = x->dtype;
-  const int64_t k = a.top_k, inter = n.inputs[3]->shape[2].value(), hidden = x->shape.back().value();
+  const int64_t k = a.top_k, hidden = x->shape.back().value();
   Value* probs = b.softmax(b.cast(n.inputs[1], DType::F32), -1);
   Value* weights = b.top_k(probs, k, false);
   Value* experts = b.top_k(probs, k, true);  // [..., K]
   if (a.normalize) weights = b.div(weights, b.reduce(OpKind::ReduceSum, weights, {-1}, true));
   weights = b.cast(weights, t);
   const Shape lead = experts->shape;  // [..., K]
+  const auto last = static_cast<int64_t>(lead.size());
   auto with = [&](std::initializer_list<int64_t> dims) {
     Shape s = lead;
     for (int64_t d : dims) s.push_back(Dim(d));
@@ -88,8 +91,8 @@ Value* decompose_moe(Builder& b, const Node& n) {
   };
   const int64_t r = static_cast<int64_t>(x->rank());
   Value* column = b.unsqueeze(x, {r - 1, r + 1});  // [..., 1, H, 1]
-  Value* h = b.reshape(b.matmul(b.gather(n.inputs[2], experts, 0), column), with({2 * inter}));
-  if (Value* bias = n.input(4)) h = b.add(h, b.gather(bias, experts, 0));
+  Value* h = b.reshape(b.matmul(gather(0, experts), column), with({2 * inter}));
+  if (gate_up_bias) h = b.add(h, b.gather(gate_up_bias, experts, 0));
   Value* pairs = b.reshape(h, with({inter, 2}));
   Value* gate = b.reshape(b.slice(pairs, -1, 0, 1), with({inter}));
   Value* up = b.reshape(b.slice(pairs, -1, 1, 2), with({inter}));
@@ -100,11 +103,31 @@ Value* decompose_moe(Builder& b, const Node& n) {
   Value* scaled = a.alpha == 1.0 ? gate : b.mul(gate, b.scalar(a.alpha, t));
   Value* act = b.mul(gate, b.unary(OpKind::Sigmoid, scaled));
   Value* y = b.mul(act, a.beta == 0.0 ? up : b.add(up, b.scalar(a.beta, t)));
-  Value* o = b.reshape(b.matmul(b.gather(n.inputs[3], experts, 0), b.unsqueeze(y, {static_cast<int64_t>(lead.size()) + 1})),
-                       with({hidden}));
-  if (Value* bias = n.input(5)) o = b.add(o, b.gather(bias, experts, 0));
-  return b.reduce(OpKind::ReduceSum, b.mul(o, b.unsqueeze(weights, {static_cast<int64_t>(lead.size())})),
-                  {static_cast<int64_t>(lead.size()) - 1}, false);
+  Value* o = b.reshape(b.matmul(gather(1, experts), b.unsqueeze(y, {last + 1})), with({hidden}));
+  if (down_bias) o = b.add(o, b.gather(down_bias, experts, 0));
+  return b.reduce(OpKind::ReduceSum, b.mul(o, b.unsqueeze(weights, {last})), {last - 1}, false);
+}
+
+Value* decompose_moe(Builder& b, const Node& n) {
+  return moe_reference(b, n, n.attrs_as<MoEAttrs>(), n.inputs[3]->shape[2].value(), n.input(4), n.input(5),
+                       [&](int weight, Value* experts) { return b.gather(n.inputs[2 + weight], experts, 0); });
+}
+
+// The routed experts' codes and scales gathered (their rows regrouped per expert), then
+// dequantized: only those experts' weights are expanded.
+Value* decompose_quantized_moe(Builder& b, const Node& n) {
+  const QuantizedMoEAttrs& q = n.attrs_as<QuantizedMoEAttrs>();
+  const int64_t experts_count = n.inputs[1]->shape.back().value();
+  const int64_t inter = n.inputs[4]->shape[1].value() * q.quant.group_size;
+  const DType t = n.inputs[0]->dtype;
+  return moe_reference(b, n, q.moe, inter, n.input(6), n.input(7), [&](int weight, Value* experts) {
+    Value* codes = n.inputs[2 + 2 * weight];
+    Value* scales = n.inputs[3 + 2 * weight];
+    const int64_t rows = codes->shape[0].value() / experts_count;
+    Value* c = b.reshape(codes, {Dim(experts_count), Dim(rows), codes->shape[1], codes->shape[2]});
+    Value* s = b.reshape(scales, {Dim(experts_count), Dim(rows), scales->shape[1]});
+    return dequantize(b, b.gather(c, experts, 0), b.gather(s, experts, 0), q.quant, t);
+  });
 }
 
 // torch layer_norm: (x - mean) / sqrt(var + eps) * weight + bias, in float32, cast back once.
@@ -225,6 +248,7 @@ Decomposition reference_decomposition(OpKind op) {
     case OpKind::RMSNorm: return decompose_rms_norm;
     case OpKind::LayerNorm: return decompose_layer_norm;
     case OpKind::MoE: return decompose_moe;
+    case OpKind::QuantizedMoE: return decompose_quantized_moe;
     case OpKind::RoPE: return decompose_rope;
     case OpKind::Attention: return decompose_attention;
     case OpKind::SiLU: return decompose_silu;

@@ -52,6 +52,33 @@ QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q) {
     ++report.quantized;
     quantized_weights[w->constant->key()] = {codes, scales};
   }
+  // MoE experts: each weight [E, N, K] quantized as its E * N rows.
+  for (Node* n : graph.order) {
+    if (n->op != OpKind::MoE) continue;
+    const Value *gate_up = n->inputs[2], *down = n->inputs[3];
+    if (!gate_up->constant || !down->constant || !gate_up->constant->from_checkpoint()) continue;
+    const int64_t experts = gate_up->shape[0].value();
+    if (gate_up->shape[2].value() % q.group_size || down->shape[2].value() % q.group_size) {
+      report.kept_float.push_back(gate_up->name);
+      report.kept_float.push_back(down->name);
+      continue;
+    }
+    auto rows_of = [&](const Value* w) {
+      Value* flat = graph.new_value(w->dtype, {Dim(experts * w->shape[1].value()), w->shape[2]}, w->name);
+      flat->constant = ConstantData::view(w->constant, {experts * w->shape[1].value(), w->shape[2].value()});
+      return flat;
+    };
+    const Value* gu = rows_of(gate_up);
+    const Value* d = rows_of(down);
+    const DType t = n->inputs[0]->dtype;
+    Value* gate_up_bias = n->input(4);
+    Value* down_bias = n->input(5);
+    n->inputs = {n->inputs[0], n->inputs[1], derived(graph, *gu, q, false, DType::U8), derived(graph, *gu, q, true, t),
+                 derived(graph, *d, q, false, DType::U8), derived(graph, *d, q, true, t), gate_up_bias, down_bias};
+    n->attrs = QuantizedMoEAttrs{n->attrs_as<MoEAttrs>(), quantized_linear_attrs(q)};
+    n->op = OpKind::QuantizedMoE;
+    report.quantized += 2;
+  }
   // A tied embedding reads the lm_head's codes: the table is stored once, quantized.
   for (Node* n : graph.order) {
     if (n->op != OpKind::Embedding || !n->inputs[0]->is_constant()) continue;

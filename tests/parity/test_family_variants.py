@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import assert_clean_error
@@ -185,6 +186,12 @@ REFUSALS = [
      "partial_rotary_factor"),
     ("granite-gqa-multipliers", lambda c: c.update(logits_scaling=0), "logits_scaling"),
     ("gemma-mqa-head_dim16", lambda c: c.update(hidden_act="relu6"), "hidden_act"),
+    ("mixtral-gqa-experts4-top2", lambda c: c.update(num_experts_per_tok=5), "num_experts_per_tok"),
+    ("mixtral-gqa-experts4-top2", lambda c: c.update(hidden_act="gelu"), "hidden_act"),
+    ("qwen3_moe-gqa-experts4-top2-norm_topk", lambda c: c.update(mlp_only_layers=[7]), "mlp_only_layers"),
+    ("gpt_oss-gqa-sinks-window4-experts4-top2",
+     lambda c: c.update(quantization_config={"quant_method": "gptq", "bits": 4}), "quantization_config"),
+    ("phi3-gqa-sliding_window4", lambda c: c.update(quantization_config={"quant_method": "awq"}), "quantization_config"),
 ]
 
 
@@ -194,3 +201,65 @@ def test_config_refused(name, edit, mention, tmp_path, make_tiny_model, run_hfex
     edit_config(model_dir, edit)
     out = tmp_path / "exports" / "out"
     assert_clean_error(run_hfexport("export", model_dir, "-o", out), out, mention, "config.json")
+
+
+# --------------------------------------------------------------------------------------------
+# Mixture-of-experts checkpoint layouts
+
+
+@pytest.mark.parametrize("name", ["mixtral-gqa-experts4-top2", "qwen3_moe-gqa-experts4-top2-norm_topk"])
+def test_moe_fused_expert_layout(name, tmp_path, make_tiny_model, export_model, support_matrix):
+    """transformers saves Mixtral / Qwen3-MoE experts per expert (as the Hub has them; the other
+    parity cases read those); save_pretrained(save_original_format=False) writes its fused
+    in-memory tensors (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I])."""
+    model_dir, model = tiny_case(make_tiny_model, tmp_path, name)
+    fused_dir = tmp_path / "fused"
+    model.save_pretrained(fused_dir, save_original_format=False)
+    names = load_file(str(fused_dir / "model.safetensors")).keys()
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in names), sorted(names)[:8]
+    c = case(name)
+    check(support_matrix, export_model, c.model_type, "fused-experts", fused_dir, model, tmp_path)
+
+
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)
+
+
+def to_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[..., rows, K] floats -> (blocks [..., rows, K/32, 16] u8, scales [..., rows, K/32] u8): per
+    block of 32, the E8M0 exponent that fits its largest |value| in FP4's 6, codes rounded to the
+    nearest FP4 value, two per byte with the even element in the low nibble."""
+    g = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
+    top = np.abs(g).max(-1, keepdims=True)
+    exp = np.ceil(np.log2(np.maximum(top, 1e-30) / 6.0)).clip(-127, 127)
+    codes = np.abs(g[..., None] / np.exp2(exp)[..., None] - FP4).argmin(-1).astype(np.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return blocks.astype(np.uint8), (exp[..., 0] + 127).astype(np.uint8)
+
+
+def test_gpt_oss_mxfp4_experts(tmp_path, make_tiny_model, export_model, support_matrix):
+    """gpt-oss as the Hub ships it: expert weights as MXFP4 *_blocks / *_scales ([out, in] rows),
+    quantization_config mxfp4. The reference is transformers loading that very checkpoint (it
+    dequantizes MXFP4 on CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir, _ = tiny_case(make_tiny_model, tmp_path, "gpt_oss-gqa-sinks-window4-experts4-top2")
+
+    def hub(tensors):
+        out = {}
+        for k, v in tensors.items():
+            if k.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                blocks, scales = to_mxfp4(v.float().numpy().transpose(0, 2, 1))  # [E, in, out] -> [E, out, in]
+                out[k + "_blocks"] = torch.from_numpy(np.ascontiguousarray(blocks))
+                out[k + "_scales"] = torch.from_numpy(np.ascontiguousarray(scales))
+            else:
+                out[k] = v
+        return out
+
+    rewrite_weights(model_dir, hub)
+    edit_config(model_dir, lambda c: c.update(quantization_config={
+        "quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                            "model.embed_tokens", "lm_head"]}))
+    ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    experts = ref.model.layers[0].mlp.experts
+    assert experts.gate_up_proj.dtype in (torch.float32, torch.bfloat16), type(experts)
+    check(support_matrix, export_model, "gpt_oss", "hub-mxfp4-experts", model_dir, ref.float(), tmp_path)

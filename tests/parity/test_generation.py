@@ -26,7 +26,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import TINY_CONFIG, assert_clean_error, build_tiny_model
+from conftest import TINY_CONFIG, assert_clean_error, build_tiny_model, cli_env
 from tiny_configs import cases, rope
 from transformers import GenerationConfig
 
@@ -820,3 +820,21 @@ def test_openvino_cli_generate_runs_the_cpp_runner(tiny, tmp_path, export_model,
 
     bad = generate("--max-new-tokens", 100000)
     assert_clean_error(bad, None, "exceeds")
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_cli_generate_rebuilds_the_cache_where_longrope_switches(fmt, tiny, tmp_path, export_model, hfexport_bin):
+    """Phi-3 longrope: positions past original_max_position_embeddings switch to the long factors
+    and transformers' generate reruns the whole sequence there; the CLI's loops (the C++ one for
+    OpenVINO, the Python one for ONNX) do the same and generate the same tokens."""
+    tm = tiny("phi3-gqa-longrope_switch_during_generation")
+    ids, _ = tm.prompts(SINGLE)
+    want = tm.reference(SINGLE).tokens[0].tolist()
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", fmt, "--for-generation")
+    assert json.loads((out / "export.json").read_text())["generation"]["rebuild_cache_at_length"] == 17
+    assert SINGLE[0] < 17 < SINGLE[0] + NEW_TOKENS  # the generation crosses it
+    proc = subprocess.run([str(hfexport_bin), "generate", str(out), "--input-ids", ",".join(map(str, ids[0])),
+                           "--max-new-tokens", str(NEW_TOKENS), "--ignore-eos"],
+                          capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [int(t) for t in proc.stdout.split()] == want

@@ -64,7 +64,31 @@ def quantized_reference(model, bits: int, group: int):
             elif isinstance(module, Conv1D) and module.weight.shape[0] % group == 0:
                 w = module.weight.detach().float().numpy().T
                 module.weight.copy_(torch.from_numpy(np.ascontiguousarray(dequantize(w, bits, group).T)))
+            elif type(module).__name__.endswith("Router") and module.weight.shape[1] % group == 0:
+                # MoE routers hold their [E, H] weight directly (not an nn.Linear); the export's is a Linear
+                w = module.weight.detach().float().numpy()
+                module.weight.copy_(torch.from_numpy(dequantize(w, bits, group)))
+            elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter) and module.gate_up_proj.dim() == 3:
+                dequantize_experts(module, bits, group)
     return ref.eval()
+
+
+def dequantize_experts(experts, bits: int, group: int) -> None:
+    """MoE experts' fused [E, out, in] weights (gpt-oss: [E, in, out]), per expert along the input."""
+    transposed = experts.gate_up_proj.shape[1] == experts.down_proj.shape[2]  # gpt-oss: [E, H, 2I], [E, I, H]
+    for p in (experts.gate_up_proj, experts.down_proj):
+        w = p.detach().float().numpy()
+        w = w.transpose(0, 2, 1) if transposed else w
+        deq = np.stack([dequantize(e, bits, group) for e in w])
+        p.copy_(torch.from_numpy(np.ascontiguousarray(deq.transpose(0, 2, 1) if transposed else deq)))
+
+
+def expected_quantized(model) -> int:
+    """Linears the export quantizes: per layer q/k/v (packed) and o, then the MLP's gate/up (packed)
+    and down, or a MoE's router and its two expert weights; plus the head."""
+    layers = model.get_decoder().layers if hasattr(model.get_decoder(), "layers") else model.get_decoder().h
+    moe = sum(any("experts" in name for name, _ in layer.named_modules()) for layer in layers)
+    return 4 * len(layers) + moe + 1
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +140,8 @@ def test_forward_matches_dequantized_transformers(name, bits, profile, tiny, tmp
     }
     # Every Linear is quantized: 2 layers x (packed q/k/v, o, packed gate/up, down) + lm_head.
     assert manifest["components"]["model"]["quantized_linears"] == {
-        "quantized": 9, "kept_float": [], "embeddings": [embedding_name(model)] if is_tied(model) else []}
+        "quantized": expected_quantized(model), "kept_float": [],
+        "embeddings": [embedding_name(model)] if is_tied(model) else []}
 
 
 def is_tied(model) -> bool:
@@ -216,7 +241,7 @@ def test_int8_compute_is_close(tiny, tmp_path, export_model):
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
-@pytest.mark.parametrize("name", ["llama-gqa-rope_default", "qwen2-bias-tied"])
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_greedy_matches_dequantized_transformers(name, mode, tiny, tmp_path, export_model):
     model_dir, model = tiny(name)
     args = [a for a in mode_args(mode, batch=2) if a not in ("--onnx-ops", "standard")]
@@ -239,7 +264,7 @@ def ov_compile(xml: Path):
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("name", ["llama-gqa-rope_default", "qwen2-bias-tied"])
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_openvino_forward_matches_dequantized_transformers(name, bits, tiny, tmp_path, export_model):
     model_dir, model = tiny(name)
     out = export_model(model_dir, tmp_path / "out", "--format", "openvino", "--quantize", f"int{bits}")
@@ -258,8 +283,9 @@ def test_openvino_forward_matches_dequantized_transformers(name, bits, tiny, tmp
     assert compressed, f"no op of the compiled model reads {code_type} weights (decompressed at compile time?)"
 
 
-def test_openvino_greedy_matches_dequantized_transformers(tiny, tmp_path, export_model):
-    model_dir, model = tiny("qwen3-qk_norm")
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_openvino_greedy_matches_dequantized_transformers(name, tiny, tmp_path, export_model):
+    model_dir, model = tiny(name)
     out = export_model(model_dir, tmp_path / "out", "--format", "openvino", "--for-generation", "--quantize", "int4")
     ids, mask = make_prompts(model.config.vocab_size, (9, 5))
     want = hf_generate(quantized_reference(model, 4, 32), ids, mask, NEW_TOKENS)

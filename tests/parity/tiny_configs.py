@@ -209,14 +209,16 @@ CASES = [
           dict(num_key_value_heads=4, **longrope(16, 16, attention_factor=1.3)), F),
     _case("phi3", "mqa-partial_rotary0.5-longrope_long-tied",
           dict(num_key_value_heads=1, tie_word_embeddings=True, partial_rotary_factor=0.5, **longrope(8, 4)), G),
+    # generation crosses the original length (16): the loop rebuilds its cache there, as transformers
+    _case("phi3", "gqa-longrope_switch_during_generation", dict(num_key_value_heads=2, **longrope(16, 16)), G),
     # mixtral (sparse MoE: 4 experts, top-2, renormalised)
-    _case("mixtral", "gqa-experts4-top2", dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), F, G),
+    _case("mixtral", "gqa-experts4-top2", dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), F, G, Q),
     _case("mixtral", "mqa-experts3-top1-sliding_window4",
           dict(num_key_value_heads=1, num_local_experts=3, num_experts_per_tok=1, sliding_window=4), F, G),
     # qwen3_moe (q/k norm; dense layers between MoE ones; norm_topk_prob)
     _case("qwen3_moe", "gqa-experts4-top2-norm_topk", dict(num_key_value_heads=2, head_dim=16, num_experts=4,
                                                          num_experts_per_tok=2, moe_intermediate_size=32,
-                                                         norm_topk_prob=True), F, G),
+                                                         norm_topk_prob=True), F, G, Q),
     _case("qwen3_moe", "mha-experts5-top3-sparse_step2-mlp_only0",
           dict(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, num_experts=5, num_experts_per_tok=3,
                moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[0], norm_topk_prob=False), F, G),
@@ -226,7 +228,7 @@ CASES = [
     # gpt_oss (attention sinks, alternating window, YaRN; biased router, clamped SwiGLU experts)
     _case("gpt_oss", "gqa-sinks-window4-experts4-top2",
           dict(num_key_value_heads=2, head_dim=16, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
-               sliding_window=4), F, G),
+               sliding_window=4), F, G, Q),
     _case("gpt_oss", "mqa-swiglu_limit0.3-top1-layer_types",
           dict(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, intermediate_size=32, num_local_experts=3,
                num_experts_per_tok=1, swiglu_limit=0.3, sliding_window=4,

@@ -86,6 +86,44 @@ TEST(WeightExpr, EachTransformStreamsItsResult) {
   EXPECT_EQ(written(stack, DType::F32, true, s.dir), transposed(stacked, 3, 6));
 }
 
+// The MoE expert transforms: rows regrouped under another shape (both ways), two weights' rows
+// interleaved, and MXFP4 bytes decoded (E2M1 codes, low nibble first, scale 2^(e - 127)).
+TEST(WeightExpr, ViewInterleaveAndMxfp4) {
+  Source s;
+  const auto grouped = ConstantData::view(s.leaf("w"), {2, 2, 6});  // [4, 6] as [2, 2, 6]
+  EXPECT_EQ(written(grouped, DType::F32, false, s.dir), s.w);
+  const auto split = ConstantData::view(grouped, {8, 3});  // and rows split
+  EXPECT_EQ(written(ConstantData::slice_rows(split, 3, 6), DType::F32, false, s.dir),
+            std::vector<float>(s.w.begin() + 9, s.w.begin() + 18));
+  std::vector<float> interleaved;
+  for (size_t r = 0; r < 4; ++r) {
+    const std::vector<float>& src = r % 2 ? s.u : s.w;
+    const size_t row = r / 2;
+    interleaved.insert(interleaved.end(), src.begin() + static_cast<long>(row * 6), src.begin() + static_cast<long>(row * 6 + 6));
+  }
+  const auto pair = ConstantData::interleave_rows(ConstantData::slice_rows(s.leaf("w"), 0, 2), s.leaf("u"));
+  EXPECT_EQ(written(pair, DType::F32, false, s.dir), interleaved);
+
+  TempDir dir;
+  std::vector<uint8_t> blocks(2 * 16), exps{127, 129};  // two rows of one block: scales 1 and 4
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  test::SafetensorsWriter()
+      .add("b", "U8", {2, 16}, std::string(reinterpret_cast<const char*>(blocks.data()), blocks.size()))
+      .add("s", "U8", {2, 1}, std::string(reinterpret_cast<const char*>(exps.data()), exps.size()))
+      .write(dir / "fp4.safetensors");
+  SafetensorsFile file(dir / "fp4.safetensors");
+  const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  std::vector<float> want;
+  for (size_t r = 0; r < 2; ++r)
+    for (size_t j = 0; j < 16; ++j) {
+      want.push_back(fp4[j] * (r ? 4.0f : 1.0f));
+      want.push_back(fp4[15 - j] * (r ? 4.0f : 1.0f));
+    }
+  const auto decoded = ConstantData::mxfp4(ConstantData::of_tensor(*file.find("b")), ConstantData::of_tensor(*file.find("s")));
+  EXPECT_EQ(decoded->src_shape, (std::vector<int64_t>{2, 32}));
+  EXPECT_EQ(written(decoded, DType::F32, false, dir), want);
+}
+
 TEST(WeightExpr, QuantizesTheExpressionsRows) {
   Source s;
   WeightQuantization q;

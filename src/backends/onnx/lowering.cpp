@@ -302,10 +302,10 @@ OnnxOpRule* rules() {
 
 }  // namespace
 
-bool register_onnx_rule(OpKind op, OnnxRule lower, OnnxNative native) {
+bool register_onnx_rule(OpKind op, OnnxRule lower, OnnxNative native, uint32_t owned_inputs) {
   OnnxOpRule& rule = rules()[static_cast<size_t>(op)];
   HFX_CHECK(rule.lower == nullptr, "ONNX lowering of ", op_name(op), " registered twice");
-  rule = {lower, native};
+  rule = {lower, native, owned_inputs};
   return true;
 }
 
@@ -320,12 +320,10 @@ void Lowering::lower(const Node& n) {
   if (fused_.count(&n)) return;
   const OnnxOpRule& rule = onnx_rule(n.op);
   if (!rule.lower) fail("internal error: ONNX backend cannot lower ", op_name(n.op));
-  // Linear and the embeddings read their weight in a stored layout of their own; name only the rest.
-  const bool own_weight = n.op == OpKind::Linear || n.op == OpKind::Embedding || n.op == OpKind::QuantizedEmbedding;
-  const size_t weight_index = n.op == OpKind::Linear ? 1 : 0;
+  // Inputs the rule stores in a layout of its own (a transposed weight, a view) are not named here.
   OnnxNames in;
   for (size_t i = 0; i < n.inputs.size(); ++i)
-    in.push_back(!n.inputs[i] || (own_weight && i == weight_index) ? "" : name_of(n.inputs[i]));
+    in.push_back(!n.inputs[i] || (rule.owned_inputs >> i & 1) ? "" : name_of(n.inputs[i]));
   rule.lower(*this, n, in, n.outputs[0]->name);
 }
 

@@ -40,17 +40,20 @@ using OnnxNative = bool (*)(const Node& n, OnnxOpProfile profile);
 struct OnnxOpRule {
   OnnxRule lower = nullptr;
   OnnxNative native = nullptr;
+  uint32_t owned_inputs = 0;  // bit i: the rule stores input i in a layout of its own; in[i] is empty
 };
 // The op's rule (lower == nullptr: the backend has none; a high-level op is then decomposed).
 const OnnxOpRule& onnx_rule(OpKind op);
-bool register_onnx_rule(OpKind op, OnnxRule lower, OnnxNative native = nullptr);
+bool register_onnx_rule(OpKind op, OnnxRule lower, OnnxNative native = nullptr, uint32_t owned_inputs = 0);
 
 // HFX_ONNX_OP(Softmax) { l.node(...); }   registers the lowering of OpKind::Softmax.
-#define HFX_ONNX_OP_NATIVE(Op, native)                                                                      \
+#define HFX_ONNX_OP_RULE(Op, native, owned_inputs)                                                          \
   static void onnx_lower_##Op(Lowering& l, const Node& n, const OnnxNames& in, const std::string& out);     \
-  [[maybe_unused]] static const bool onnx_registered_##Op = register_onnx_rule(OpKind::Op, onnx_lower_##Op, native); \
+  [[maybe_unused]] static const bool onnx_registered_##Op =                                                 \
+      register_onnx_rule(OpKind::Op, onnx_lower_##Op, native, owned_inputs);                                \
   static void onnx_lower_##Op([[maybe_unused]] Lowering& l, [[maybe_unused]] const Node& n,                 \
                               [[maybe_unused]] const OnnxNames& in, [[maybe_unused]] const std::string& out)
+#define HFX_ONNX_OP_NATIVE(Op, native) HFX_ONNX_OP_RULE(Op, native, 0)
 #define HFX_ONNX_OP(Op) HFX_ONNX_OP_NATIVE(Op, nullptr)
 
 class Lowering {

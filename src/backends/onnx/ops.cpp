@@ -79,7 +79,7 @@ HFX_ONNX_OP(ScatterElements) {
 HFX_ONNX_OP(ShapeOf) { l.node("Shape", in, {out}); }
 
 // MatMul against the weight stored transposed ([in, out]) at export time.
-HFX_ONNX_OP(Linear) {
+HFX_ONNX_OP_RULE(Linear, nullptr, 0b10) {
   const std::string w = l.constant_name(n.inputs[1], true);
   if (!n.input(2)) {
     l.node("MatMul", {in[0], w}, {out});
@@ -110,7 +110,7 @@ HFX_ONNX_OP_NATIVE(QuantizedLinear, has_contrib_ops) {
 // onnxruntime's GatherBlockQuantized reads a tied embedding from the lm_head's MatMulNBits codes,
 // viewed as [V, H * bits / 8] (the same bytes, stored once); no zero points: the default is the
 // symmetric midpoint, as for MatMulNBits.
-HFX_ONNX_OP_NATIVE(QuantizedEmbedding, has_contrib_ops) {
+HFX_ONNX_OP_RULE(QuantizedEmbedding, has_contrib_ops, 0b1) {
   const Value* codes = n.inputs[0];
   const QuantizedLinearAttrs& q = n.attrs_as<QuantizedLinearAttrs>();
   const int64_t rows = codes->shape[0].value(), row_bytes = codes->shape[1].value() * codes->shape[2].value();
@@ -122,7 +122,7 @@ HFX_ONNX_OP_NATIVE(QuantizedEmbedding, has_contrib_ops) {
   attr_int(g, "bits", q.bits);
 }
 
-HFX_ONNX_OP(Embedding) {
+HFX_ONNX_OP_RULE(Embedding, nullptr, 0b1) {
   const Value* w = n.inputs[0];
   if (!l.stored_transposed(w)) {
     attr_int(l.node("Gather", {l.constant_name(w, false), in[1]}, {out}), "axis", 0);
@@ -174,6 +174,45 @@ HFX_ONNX_OP_NATIVE(MoE, moe_has_contrib_op) {
   attr_float(moe, "activation_alpha", static_cast<float>(a.alpha));
   attr_float(moe, "activation_beta", static_cast<float>(a.beta));
   if (a.limit > 0) attr_float(moe, "swiglu_limit", static_cast<float>(a.limit));
+  const std::string shape = l.temp(out + "/shape");
+  l.node("Shape", {in[0]}, {shape});
+  l.node("Reshape", {flat, shape}, {out});
+}
+
+// onnxruntime's QMoE: the experts' codes and scales as [E, N, K * bits / 8] and [E, N, K / g]
+// views of the IR's stacked rows (default zero point 2^(bits - 1), as the IR's codes).
+// onnxruntime's CPU QMoE has no float-activation kernel for 8-bit experts: with float compute
+// those are decomposed.
+bool qmoe_computes_as_asked(const Node& n, OnnxOpProfile profile) {
+  const QuantizedLinearAttrs& q = n.attrs_as<QuantizedMoEAttrs>().quant;
+  return profile_has_contrib_ops(profile) && (q.bits == 4 || q.int8_compute);
+}
+HFX_ONNX_OP_RULE(QuantizedMoE, qmoe_computes_as_asked, 0b111100) {
+  const QuantizedMoEAttrs& q = n.attrs_as<QuantizedMoEAttrs>();
+  const MoEAttrs& a = q.moe;
+  const int64_t hidden = n.inputs[0]->shape.back().value(), experts = n.inputs[1]->shape.back().value();
+  auto view = [&](int i) {
+    const Value* v = n.inputs[static_cast<size_t>(i)];
+    const int64_t rows = v->shape[0].value() / experts;
+    const int64_t cols = v->rank() == 3 ? v->shape[1].value() * v->shape[2].value() : v->shape[1].value();
+    return l.reshaped_constant(v, {experts, rows, cols});
+  };
+  const std::string x = l.temp(out + "/tokens"), logits = l.temp(out + "/logits"), flat = l.temp(out + "/flat");
+  l.node("Reshape", {in[0], l.ints({-1, hidden})}, {x});
+  l.node("Reshape", {in[1], l.ints({-1, experts})}, {logits});
+  onnx::NodeProto* moe = l.node("QMoE", {x, logits, view(2), view(3), n.input(6) ? in[6] : "", view(4), view(5),
+                                         n.input(7) ? in[7] : ""},
+                                {flat}, "com.microsoft");
+  attr_int(moe, "k", a.top_k);
+  attr_int(moe, "normalize_routing_weights", a.normalize);
+  attr_string(moe, "activation_type", "swiglu");
+  attr_int(moe, "swiglu_fusion", 1);
+  attr_float(moe, "activation_alpha", static_cast<float>(a.alpha));
+  attr_float(moe, "activation_beta", static_cast<float>(a.beta));
+  if (a.limit > 0) attr_float(moe, "swiglu_limit", static_cast<float>(a.limit));
+  attr_int(moe, "expert_weight_bits", q.quant.bits);
+  attr_int(moe, "block_size", q.quant.group_size);
+  if (q.quant.int8_compute) attr_int(moe, "accuracy_level", 4);
   const std::string shape = l.temp(out + "/shape");
   l.node("Shape", {in[0]}, {shape});
   l.node("Reshape", {flat, shape}, {out});

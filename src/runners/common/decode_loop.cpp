@@ -9,15 +9,23 @@
 
 namespace hfx {
 
-std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& o, const std::vector<int64_t>& eos) {
+std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& o, const std::vector<int64_t>& eos,
+                              int64_t rebuild_cache_at) {
   Sampler sample(o);
   std::vector<int64_t> out;
   std::vector<float> logits = session.prefill(o.input_ids);
+  const auto prompt = static_cast<int64_t>(o.input_ids.size());
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     const int64_t token = sample(logits.data(), logits.size());
     out.push_back(token);
     const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
     if (stop || step + 1 == o.max_new_tokens) break;
+    if (prompt < rebuild_cache_at && prompt + step + 1 == rebuild_cache_at) {
+      std::vector<int64_t> sequence = o.input_ids;
+      sequence.insert(sequence.end(), out.begin(), out.end());
+      logits = session.prefill(sequence);
+      continue;
+    }
     logits = session.step(token);
   }
   return out;
@@ -39,7 +47,9 @@ int runner_main(int argc, char** argv, std::string_view format, const SessionFac
     manifest.generation();  // throws unless exported --for-generation
     const std::vector<int64_t> eos = options.ignore_eos ? std::vector<int64_t>{} : manifest.eos_token_ids();
     const std::unique_ptr<DecodeSession> session = open(manifest, options);
-    const std::vector<int64_t> tokens = generate(*session, options, eos);
+    const nlohmann::json& gen = manifest.generation();
+    const int64_t rebuild_at = gen.value(manifest::key::kRebuildCacheAt, int64_t{0});
+    const std::vector<int64_t> tokens = generate(*session, options, eos, rebuild_at);
     for (size_t i = 0; i < tokens.size(); ++i) std::cout << (i ? " " : "") << tokens[i];
     std::cout << "\n";
     return 0;

@@ -21,9 +21,11 @@ class DecodeSession {
   virtual std::vector<float> step(int64_t token) = 0;
 };
 
-// The new tokens: at most max_new_tokens, ending at the first eos unless ignore_eos.
+// The new tokens: at most max_new_tokens, ending at the first eos unless ignore_eos. When the
+// sequence first reaches `rebuild_cache_at` (the manifest's rebuild_cache_at_length; 0: never),
+// the whole sequence is run again from an empty cache, as transformers' generate does for longrope.
 std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& options,
-                              const std::vector<int64_t>& eos_token_ids);
+                              const std::vector<int64_t>& eos_token_ids, int64_t rebuild_cache_at = 0);
 
 // Refuses a prompt + new tokens longer than the export's sequence bound (total_sequence).
 void check_sequence_bound(const Manifest& manifest, const GenerateOptions& options);
