@@ -56,7 +56,7 @@ def main(path: str = "support_matrix.json") -> None:
         out = []
         for f, p, m in COLUMNS:
             c = cells.get((t, f, p, m))
-            out.append("–" if not c else (f"✗ {c['failed']}/{c['n']}" if c["failed"] else f"{c['err']:.0e}"))
+            out.append("–" if not c else (f"✗ {c['failed']}/{c['n']}" if c["failed"] else f"{c['err']:.1e}"))
         print(f"| {t} | " + " | ".join(out) + " |")
     passed = sum(r["result"] == "pass" for r in rows)
     print(f"\n{passed}/{len(rows)} rows pass.")
