@@ -240,7 +240,7 @@ def test_int8_compute_is_close(tiny, tmp_path, export_model):
 # generation
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["dynamic", "multi-token", "static"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_greedy_matches_dequantized_transformers(name, mode, tiny, tmp_path, export_model):
     model_dir, model = tiny(name)

@@ -1,5 +1,7 @@
 #include "backends/onnx/genai_config.h"
 
+#include <set>
+
 #include <string>
 
 #include "io/manifest.h"
@@ -25,9 +27,19 @@ json first_id(const json& generation, const char* k) {
   return json();
 }
 
+// The model types onnxruntime-genai 0.18 loads and runs our decode graph under (measured by
+// tests/parity/test_onnxruntime_genai.py): it refuses gpt_neox, olmo2, starcoder2 and the MoE
+// families, and its gpt2 model wants other inputs. The others get no genai_config.json.
+bool genai_runs(const std::string& model_type) {
+  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "gemma",
+                                               "gemma2", "gemma3_text", "phi3", "granite", "smollm3"};
+  return kTypes.count(model_type) > 0;
+}
+
 }  // namespace
 
 std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
+  if (!genai_runs(m.at(key::kSource).value("model_type", ""))) return std::nullopt;
   const json& gen = m.value(key::kGeneration, json());
   const json& components = m.at(key::kComponents);
   if (!gen.is_object() || gen.value(key::kCache, "") != manifest::cache::kDynamic ||
