@@ -182,6 +182,13 @@ void read_rows(const ConstantData& c, size_t first, size_t count, DType dtype, s
         read_rows(*c.args[r % 2], r / 2, 1, dtype, out + (r - first) * row_bytes);
       return;
     }
+    case Op::StridedRows: {
+      const size_t row_bytes = elems * out_size;
+      for (size_t r = first; r < first + count; ++r)
+        read_rows(*c.args[0], static_cast<size_t>(c.begin + c.end * static_cast<int64_t>(r)), 1, dtype,
+                  out + (r - first) * row_bytes);
+      return;
+    }
     case Op::Mxfp4: {
       // E2M1 values by their 4-bit code (sign in bit 3); two per byte, the low nibble first; each
       // block of 32 scaled by 2^(e - 127) for its E8M0 exponent e.

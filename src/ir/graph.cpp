@@ -115,6 +115,21 @@ std::shared_ptr<ConstantData> ConstantData::interleave_rows(std::shared_ptr<cons
   return c;
 }
 
+std::shared_ptr<ConstantData> ConstantData::strided_rows(std::shared_ptr<const ConstantData> x, int64_t offset,
+                                                         int64_t stride) {
+  HFX_CHECK(!x->src_shape.empty() && stride > 0 && 0 <= offset && offset < stride && x->src_shape[0] % stride == 0,
+            "rows ", offset, "::", stride, " of ", shape_string(x->src_shape));
+  auto c = std::make_shared<ConstantData>();
+  c->op = Op::StridedRows;
+  c->src_dtype = x->src_dtype;
+  c->src_shape = x->src_shape;
+  c->src_shape[0] /= stride;
+  c->begin = offset;
+  c->end = stride;
+  c->args = {std::move(x)};
+  return c;
+}
+
 std::shared_ptr<ConstantData> ConstantData::mxfp4(std::shared_ptr<const ConstantData> blocks,
                                                   std::shared_ptr<const ConstantData> scales) {
   HFX_CHECK(blocks->src_dtype == DType::U8 && scales->src_dtype == DType::U8 && blocks->src_shape.size() == 2 &&
@@ -185,6 +200,7 @@ std::string ConstantData::key() const {
     case Op::AddScalar: return str("add(", scalar, ")(", inner, ")");
     case Op::View: return "view" + shape_string(src_shape) + "(" + inner + ")";
     case Op::InterleaveRows: return "interleave(" + inner + ")";
+    case Op::StridedRows: return str("rows[", begin, "::", end, "](", inner, ")");
     case Op::Mxfp4: return "mxfp4(" + inner + ")";
     case Op::Quantize:
       return str("quantize(", quantized->scheme.bits, ",", quantized->scheme.group_size, quantized->scales ? ",scales" : "",

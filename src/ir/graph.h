@@ -76,6 +76,7 @@ struct ConstantData {
     AddScalar,  // args[0] + scalar, in float32 (Gemma's RMSNorm scales 1 + w)
     View,       // args[0]'s bytes under another shape (regrouped rows: [E * R, C] as [E, R, C])
     InterleaveRows,  // rows args[0][0], args[1][0], args[0][1], ... (MoE gate / up rows interleaved)
+    StridedRows,     // rows begin, begin + end, begin + 2 end, ... of args[0] (`end` is the stride: de-interleaving)
     Mxfp4,      // MXFP4 blocks args[0] ([R, G * 16] u8) with E8M0 scales args[1] ([R, G] u8) as float32 [R, G * 32]
     Quantize,   // the codes ([N, K/g, g*bits/8] uint8) or scales ([N, K/g]) of args[0]'s [N, K]
                 // blockwise quantization (core/quantize.h)
@@ -105,6 +106,8 @@ struct ConstantData {
   static std::shared_ptr<ConstantData> view(std::shared_ptr<const ConstantData> x, std::vector<int64_t> shape);
   static std::shared_ptr<ConstantData> interleave_rows(std::shared_ptr<const ConstantData> a,
                                                        std::shared_ptr<const ConstantData> b);
+  static std::shared_ptr<ConstantData> strided_rows(std::shared_ptr<const ConstantData> x, int64_t offset,
+                                                    int64_t stride);
   static std::shared_ptr<ConstantData> mxfp4(std::shared_ptr<const ConstantData> blocks,
                                              std::shared_ptr<const ConstantData> scales);
   static std::shared_ptr<ConstantData> quantize(std::shared_ptr<const ConstantData> x, const WeightQuantization& q,

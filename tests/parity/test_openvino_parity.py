@@ -67,3 +67,26 @@ def test_openvino_bf16_checkpoint(tmp_path, make_tiny_model, export_model, suppo
                                                      dtype=torch.float32).eval()
     run_case("qwen3", "bf16-checkpoint-to-fp32", model_dir, reference, tmp_path / "out", export_model,
              support_matrix)
+
+
+@pytest.mark.parametrize("name,moe_layers", [("mixtral-gqa-experts4-top2", 2),
+                                             ("qwen3_moe-mha-experts5-top3-sparse_step2-mlp_only0", 2)])
+def test_openvino_cpu_plugin_runs_moe_sparsely(name, moe_layers, tmp_path, make_tiny_model, export_model):
+    """The MoE block is the tiled form OpenVINO's CPU plugin rewrites into sparse GatherMatmul
+    nodes (each token through its top-k experts only): three per MoE layer, no Tile of the tokens
+    left, and the logits still transformers'."""
+    from collections import Counter
+
+    from tiny_configs import case
+
+    c = case(name)
+    model_dir, model = make_tiny_model(tmp_path / "hf", c.model_type, {**BASE, **c.overrides})
+    out = export_model(model_dir, tmp_path / "out", "--format", "openvino")
+    compiled = ov.Core().compile_model(str(out / "openvino_model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    types = Counter(op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops())
+    assert types["GatherMatmul"] == 3 * moe_layers, dict(types)
+    assert types["Tile"] == 0, dict(types)
+    inputs = make_inputs(model.config.vocab_size)
+    ids, mask, pos = inputs
+    got = compiled({"input_ids": ids, "attention_mask": mask, "position_ids": pos})["logits"]
+    assert masked_max_abs_diff(got, hf_logits(model, inputs), inputs[1]) <= FP32_TOL

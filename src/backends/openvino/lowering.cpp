@@ -86,6 +86,16 @@ OvPort OvLowering::compressed_weight(const Value* v) {
                                          u4 ? "U4" : "");
 }
 
+OvPort OvLowering::derived_weight(const Value* w, std::shared_ptr<const ConstantData> data, const std::string& name) {
+  stored_as_.push_back(*w);
+  Value& v = stored_as_.back();
+  v.name = name;
+  v.shape = Shape(data->src_shape.begin(), data->src_shape.end());
+  v.constant = std::move(data);
+  v.producer = nullptr;
+  return port(&v);
+}
+
 OvPort OvLowering::i64(const std::vector<int64_t>& data, std::vector<int64_t> shape) {
   return port(b_.const_i64(data, std::move(shape)));
 }

@@ -73,6 +73,8 @@ class OvLowering {
                 const std::vector<OvPort>& inputs) {
     return op(type, version, n, std::move(data), inputs, n.outputs[0]->dtype, n.outputs[0]->shape);
   }
+  // A constant derived from weight `w` (same dtype, compression as w's), e.g. another layout of it.
+  OvPort derived_weight(const Value* w, std::shared_ptr<const ConstantData> data, const std::string& name);
   // A quantized weight's codes as u4/u8 [N, groups, group] or its scales as [N, groups, 1]: the
   // layout the CPU plugin's weight-compression pattern keeps compressed. (port() gives the IR's
   // layout: u8 [N, groups, group * bits / 8] bytes, scales [N, groups].)

@@ -156,6 +156,80 @@ HFX_OV_OP(ScatterElements) {
                   {in[0], in[1], in[2], l.i64({n.attrs_as<AxisAttrs>().axis}, {})});
 }
 
+// MoE as the "tiled" block OpenVINO's CPU plugin rewrites into three sparse GatherMatmul nodes
+// (ConvertTiledMoeBlockToGatherMatmuls: each token through its top-k experts only): the tokens
+// tiled over the experts, gate / up / down MatMuls against [E, out, in] constants (transpose_b),
+// a one-input Swish, and the routing weights scattered into a dense [E, T, 1] map multiplied in
+// before a ReduceSum over the experts. Forms the pass does not match (gpt-oss's clamped SwiGLU and
+// biases) are decomposed.
+bool moe_fuses_in_cpu_plugin(const Node& n) {
+  const MoEAttrs& a = n.attrs_as<MoEAttrs>();
+  return a.alpha == 1.0 && a.beta == 0.0 && a.limit == 0.0 && !n.input(4) && !n.input(5) && n.inputs[2]->is_constant() &&
+         n.inputs[3]->is_constant();
+}
+HFX_OV_OP_RULE(MoE, moe_fuses_in_cpu_plugin, 0b100) {  // gate_up is read as two halves
+  const MoEAttrs& a = n.attrs_as<MoEAttrs>();
+  const Value *x = n.inputs[0], *gate_up = n.inputs[2], *down = n.inputs[3];
+  const DType t = x->dtype;
+  const int64_t hidden = x->shape.back().value(), experts = gate_up->shape[0].value();
+  const int64_t inter = down->shape[2].value();
+  Dim tokens = x->shape[0];
+  for (size_t i = 1; i + 1 < x->rank(); ++i)
+    tokens = tokens.is_static() && x->shape[i].is_static() ? Dim(tokens.value() * x->shape[i].value())
+             : tokens.is_static() ? x->shape[i] : tokens;
+  const Shape th{tokens, Dim(hidden)}, te{tokens, Dim(experts)}, tk{tokens, Dim(a.top_k)};
+  const Shape eth{Dim(experts), tokens, Dim(hidden)}, eti{Dim(experts), tokens, Dim(inter)};
+  auto matmul = [&](OvPort lhs, OvPort w, const Shape& shape) {
+    return l.op("MatMul", "opset1", n, {{"transpose_a", "false"}, {"transpose_b", "true"}}, {lhs, w}, t, shape, "/matmul");
+  };
+  // Gate and up rows of the interleaved [E, 2I, H] weight, as two [E, I, H] constants.
+  auto half = [&](int64_t offset, const char* name) {
+    auto rows = ConstantData::view(gate_up->constant, {experts * 2 * inter, hidden});
+    auto picked = ConstantData::view(ConstantData::strided_rows(rows, offset, 2), {experts, inter, hidden});
+    return l.derived_weight(gate_up, picked, gate_up->name + name);
+  };
+  const OvPort x2 = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {in[0], l.i64({-1, hidden}, {2})}, t, th, "/tokens");
+  // Routing in float32, as the reference: softmax, top-k, renormalised, scattered to [E, T, 1].
+  OvPort logits = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {in[1], l.i64({-1, experts}, {2})},
+                       n.inputs[1]->dtype, te, "/logits");
+  if (n.inputs[1]->dtype != DType::F32)
+    logits = l.op("Convert", "opset1", n, {{"destination_type", "f32"}}, {logits}, DType::F32, te, "/logits_f32");
+  const OvPort probs = l.op("SoftMax", "opset8", n, {{"axis", "-1"}}, {logits}, DType::F32, te, "/probs");
+  const OvNetwork::Attrs topk{{"axis", "-1"}, {"mode", "max"}, {"sort", "value"}, {"index_element_type", "i64"}};
+  OvPort weights = l.op_outputs("TopK", "opset11", n, topk, {probs, l.i64({a.top_k}, {})},
+                                {{DType::F32, tk}, {DType::I64, tk}}, 0);
+  const OvPort chosen{weights.layer, weights.port + 1};
+  if (a.normalize) {
+    const OvPort sum = l.op("ReduceSum", "opset1", n, {{"keep_dims", "true"}}, {weights, l.i64({-1}, {1})}, DType::F32,
+                            {tokens, Dim(1)}, "/weight_sum");
+    weights = l.op("Divide", "opset1", n, kOvNumpy, {weights, sum}, DType::F32, tk, "/weights");
+  }
+  if (t != DType::F32)
+    weights = l.op("Convert", "opset1", n, {{"destination_type", ov_element_type(t)}}, {weights}, t, tk, "/weights_t");
+  const OvPort shape = l.op("ShapeOf", "opset3", n, {{"output_type", "i64"}}, {logits}, DType::I64, {Dim(2)}, "/logits_shape");
+  const OvPort zeros = l.op("Broadcast", "opset3", n, {{"mode", "numpy"}}, {l.scalar(0.0, t), shape}, t, te, "/zeros");
+  OvPort routing = l.op("ScatterElementsUpdate", "opset12", n, {{"reduction", "none"}, {"use_init_val", "true"}},
+                        {zeros, chosen, weights, l.i64({1}, {})}, t, te, "/routing");
+  routing = l.op("Transpose", "opset1", n, {}, {routing, l.i64({1, 0}, {2})}, t, {Dim(experts), tokens}, "/routing_et");
+  routing = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {routing, l.i64({experts, -1}, {2})}, t,
+                 {Dim(experts), tokens}, "/routing_e");
+  routing = l.op("Unsqueeze", "opset1", n, {}, {routing, l.i64({-1}, {})}, t, {Dim(experts), tokens, Dim(1)}, "/routing_et1");
+  // Every token against every expert's weights: the pattern the plugin turns into gathered GEMMs.
+  OvPort tiled = l.op("Tile", "opset1", n, {}, {x2, l.i64({experts, 1}, {2})}, t, th, "/tiled");
+  tiled = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {tiled, l.i64({experts, -1, hidden}, {3})}, t, eth,
+               "/tiled_e");
+  const OvPort gate = l.op("Swish", "opset4", n, {}, {matmul(tiled, half(0, ".gate"), eti)}, t, eti, "/swish");
+  const OvPort up = matmul(tiled, half(1, ".up"), eti);
+  const OvPort h = l.op("Multiply", "opset1", n, kOvNumpy, {gate, up}, t, eti, "/glu");
+  OvPort out = matmul(h, in[3], eth);
+  out = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {out, l.i64({experts, -1, hidden}, {3})}, t, eth, "/out_e");
+  out = l.op("Multiply", "opset1", n, kOvNumpy, {out, routing}, t, eth, "/weighted");
+  out = l.op("ReduceSum", "opset1", n, {{"keep_dims", "false"}}, {out, l.i64({0}, {1})}, t, th, "/sum");
+  const OvPort x_shape = l.op("ShapeOf", "opset3", n, {{"output_type", "i64"}}, {in[0]}, DType::I64,
+                              {Dim(static_cast<int64_t>(x->rank()))}, "/shape");
+  return l.result(n, "Reshape", "opset1", {{"special_zero", "false"}}, {out, x_shape});
+}
+
 HFX_OV_OP(GELU) {
   const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
   return l.result(n, "Gelu", "opset7", {{"approximation_mode", tanh ? "TANH" : "ERF"}}, in);
