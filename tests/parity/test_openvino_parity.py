@@ -69,12 +69,14 @@ def test_openvino_bf16_checkpoint(tmp_path, make_tiny_model, export_model, suppo
              support_matrix)
 
 
-@pytest.mark.parametrize("name,moe_layers", [("mixtral-gqa-experts4-top2", 2),
-                                             ("qwen3_moe-mha-experts5-top3-sparse_step2-mlp_only0", 2)])
-def test_openvino_cpu_plugin_runs_moe_sparsely(name, moe_layers, tmp_path, make_tiny_model, export_model):
+@pytest.mark.parametrize("name,gemms", [("mixtral-gqa-experts4-top2", 3 * 2),
+                                        ("qwen3_moe-mha-experts5-top3-sparse_step2-mlp_only0", 3 * 2),
+                                        ("gpt_oss-gqa-sinks-window4-experts4-top2", 2 * 2),
+                                        ("gpt_oss-mqa-swiglu_limit0.3-top1-layer_types", 2 * 3)])
+def test_openvino_cpu_plugin_runs_moe_sparsely(name, gemms, tmp_path, make_tiny_model, export_model):
     """The MoE block is the tiled form OpenVINO's CPU plugin rewrites into sparse GatherMatmul
-    nodes (each token through its top-k experts only): three per MoE layer, no Tile of the tokens
-    left, and the logits still transformers'."""
+    nodes (each token through its top-k experts only): three per SwiGLU MoE layer, two per gpt-oss
+    one (fused gate_up), no Tile of the tokens left, and the logits still transformers'."""
     from collections import Counter
 
     from tiny_configs import case
@@ -84,7 +86,7 @@ def test_openvino_cpu_plugin_runs_moe_sparsely(name, moe_layers, tmp_path, make_
     out = export_model(model_dir, tmp_path / "out", "--format", "openvino")
     compiled = ov.Core().compile_model(str(out / "openvino_model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     types = Counter(op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops())
-    assert types["GatherMatmul"] == 3 * moe_layers, dict(types)
+    assert types["GatherMatmul"] == gemms, dict(types)
     assert types["Tile"] == 0, dict(types)
     inputs = make_inputs(model.config.vocab_size)
     ids, mask, pos = inputs

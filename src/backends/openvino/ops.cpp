@@ -156,18 +156,27 @@ HFX_OV_OP(ScatterElements) {
                   {in[0], in[1], in[2], l.i64({n.attrs_as<AxisAttrs>().axis}, {})});
 }
 
-// MoE as the "tiled" block OpenVINO's CPU plugin rewrites into three sparse GatherMatmul nodes
+// MoE as the "tiled" block OpenVINO's CPU plugin rewrites into sparse GatherMatmul nodes
 // (ConvertTiledMoeBlockToGatherMatmuls: each token through its top-k experts only): the tokens
 // tiled over the experts, gate / up / down MatMuls against [E, out, in] constants (transpose_b),
-// a one-input Swish, and the routing weights scattered into a dense [E, T, 1] map multiplied in
-// before a ReduceSum over the experts. Forms the pass does not match (gpt-oss's clamped SwiGLU and
-// biases) are decomposed.
-bool moe_fuses_in_cpu_plugin(const Node& n) {
+// a one-input Swish (or gpt-oss's biased, clamped form over the fused gate_up), and the routing
+// weights scattered into a dense [E, T, 1] map multiplied in before a ReduceSum over the experts.
+// Other forms are decomposed.
+// The plugin's two forms: SwiGLU without biases (three GEMMs, gate and up apart), and gpt-oss's
+// clamped SwiGLU over the fused interleaved gate_up with biases (two GEMMs).
+bool moe_is_plain_swiglu(const Node& n) {
   const MoEAttrs& a = n.attrs_as<MoEAttrs>();
-  return a.alpha == 1.0 && a.beta == 0.0 && a.limit == 0.0 && !n.input(4) && !n.input(5) && n.inputs[2]->is_constant() &&
-         n.inputs[3]->is_constant();
+  return a.alpha == 1.0 && a.beta == 0.0 && a.limit == 0.0 && !n.input(4) && !n.input(5);
 }
-HFX_OV_OP_RULE(MoE, moe_fuses_in_cpu_plugin, 0b100) {  // gate_up is read as two halves
+bool moe_is_clamped_swiglu(const Node& n) {
+  const MoEAttrs& a = n.attrs_as<MoEAttrs>();
+  return a.limit > 0.0 && a.beta == 1.0 && n.input(4) && n.input(5) && n.inputs[4]->is_constant() &&
+         n.inputs[5]->is_constant();
+}
+bool moe_fuses_in_cpu_plugin(const Node& n) {
+  return (moe_is_plain_swiglu(n) || moe_is_clamped_swiglu(n)) && n.inputs[2]->is_constant() && n.inputs[3]->is_constant();
+}
+HFX_OV_OP_RULE(MoE, moe_fuses_in_cpu_plugin, 0b110100) {  // gate_up (halves) and biases are read as views
   const MoEAttrs& a = n.attrs_as<MoEAttrs>();
   const Value *x = n.inputs[0], *gate_up = n.inputs[2], *down = n.inputs[3];
   const DType t = x->dtype;
@@ -218,10 +227,38 @@ HFX_OV_OP_RULE(MoE, moe_fuses_in_cpu_plugin, 0b100) {  // gate_up is read as two
   OvPort tiled = l.op("Tile", "opset1", n, {}, {x2, l.i64({experts, 1}, {2})}, t, th, "/tiled");
   tiled = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {tiled, l.i64({experts, -1, hidden}, {3})}, t, eth,
                "/tiled_e");
-  const OvPort gate = l.op("Swish", "opset4", n, {}, {matmul(tiled, half(0, ".gate"), eti)}, t, eti, "/swish");
-  const OvPort up = matmul(tiled, half(1, ".up"), eti);
-  const OvPort h = l.op("Multiply", "opset1", n, kOvNumpy, {gate, up}, t, eti, "/glu");
+  OvPort h;
+  if (moe_is_plain_swiglu(n)) {
+    const OvPort gate = l.op("Swish", "opset4", n, {}, {matmul(tiled, half(0, ".gate"), eti)}, t, eti, "/swish");
+    const OvPort up = matmul(tiled, half(1, ".up"), eti);
+    h = l.op("Multiply", "opset1", n, kOvNumpy, {gate, up}, t, eti, "/glu");
+  } else {  // gpt-oss: biased fused gate_up, gate / up as its even / odd columns
+    const Shape et2i{Dim(experts), tokens, Dim(2 * inter)};
+    auto bias = [&](size_t i, int64_t width, const char* name) {
+      const Value* b = n.inputs[i];
+      return l.derived_weight(b, ConstantData::view(b->constant, {experts, 1, width}), b->name + name);
+    };
+    OvPort gu = matmul(tiled, l.port(gate_up), et2i);
+    gu = l.op("Add", "opset1", n, kOvNumpy, {gu, bias(4, 2 * inter, ".e1")}, t, et2i, "/gate_up");
+    auto columns = [&](int64_t start) {
+      return l.op("Slice", "opset8", n, {}, {gu, l.i64({start}, {1}), l.i64({2 * inter}, {1}), l.i64({2}, {1}), l.i64({2}, {1})},
+                  t, eti, "/cols");
+    };
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%.9g", a.limit);
+    OvPort up = l.op("Clamp", "opset1", n, {{"min", std::string("-") + limit}, {"max", limit}}, {columns(1)}, t, eti, "/up");
+    up = l.op("Add", "opset1", n, kOvNumpy, {up, l.scalar(a.beta, t)}, t, eti, "/up1");
+    OvPort gate = l.op("Minimum", "opset1", n, kOvNumpy, {columns(0), l.scalar(a.limit, t)}, t, eti, "/gate");
+    gate = l.op("Swish", "opset4", n, {}, {gate, l.scalar(a.alpha, t)}, t, eti, "/swish");
+    h = l.op("Multiply", "opset1", n, kOvNumpy, {up, gate}, t, eti, "/glu");
+  }
   OvPort out = matmul(h, in[3], eth);
+  if (moe_is_clamped_swiglu(n))
+    out = l.op("Add", "opset1", n, kOvNumpy, {out, [&] {
+                 const Value* b = n.inputs[5];
+                 return l.derived_weight(b, ConstantData::view(b->constant, {experts, 1, hidden}), b->name + ".e1");
+               }()},
+               t, eth, "/down_bias");
   out = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {out, l.i64({experts, -1, hidden}, {3})}, t, eth, "/out_e");
   out = l.op("Multiply", "opset1", n, kOvNumpy, {out, routing}, t, eth, "/weighted");
   out = l.op("ReduceSum", "opset1", n, {{"keep_dims", "false"}}, {out, l.i64({0}, {1})}, t, th, "/sum");
