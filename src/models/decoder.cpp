@@ -102,6 +102,17 @@ std::optional<std::vector<bool>> sliding_layers(const JsonConfig& c, int64_t lay
   return out;
 }
 
+std::vector<bool> patterned_windows(const JsonConfig& c, DecoderConfig& cfg, int64_t fallback, int64_t pattern) {
+  std::optional<int64_t> window;
+  if (!(c.json().contains("sliding_window") && c.json().at("sliding_window").is_null()))
+    window = c.positive("sliding_window", fallback);
+  std::vector<bool> sliding(static_cast<size_t>(cfg.layers));
+  for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = (static_cast<int64_t>(i) + 1) % pattern != 0;
+  if (const auto marked = sliding_layers(c, cfg.layers)) sliding = *marked;
+  for (size_t i = 0; i < sliding.size(); ++i) cfg.layer_window[i] = sliding[i] ? window : std::nullopt;
+  return sliding;
+}
+
 DecoderConfig parse_decoder_config(const JsonConfig& c, const DecoderDefaults& d) {
   DecoderConfig cfg;
   cfg.model_type = c.string("model_type", "");

@@ -115,6 +115,9 @@ struct DecoderConfig {
 };
 
 DecoderConfig parse_decoder_config(const JsonConfig& config, const DecoderDefaults& defaults);
+// Gemma-2/3 and gpt-oss: `sliding_window` (default `fallback`; null: none) on the layers
+// layer_types marks, else on every layer but each `pattern`-th; returns which layers slide.
+std::vector<bool> patterned_windows(const JsonConfig& config, DecoderConfig& cfg, int64_t fallback, int64_t pattern);
 // Which layers `layer_types` marks "sliding_attention" (none when the key is absent); other
 // entries than "full_attention" are refused.
 std::optional<std::vector<bool>> sliding_layers(const JsonConfig& config, int64_t layers);

@@ -27,13 +27,7 @@ class Gemma2Decoder : public Decoder {
     DecoderConfig cfg = Decoder::parse(c);
     parse_gemma2_common(c, cfg, 30.0);
     cfg.attention.softcap = gemma_softcap(c, "attn_logit_softcapping", 50.0);
-    std::optional<int64_t> window;
-    if (!(c.json().contains("sliding_window") && c.json().at("sliding_window").is_null()))
-      window = c.positive("sliding_window", 4096);
-    std::vector<bool> sliding(static_cast<size_t>(cfg.layers));
-    for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = (i + 1) % 2 != 0;
-    if (const auto marked = sliding_layers(c, cfg.layers)) sliding = *marked;
-    for (size_t i = 0; i < sliding.size(); ++i) cfg.layer_window[i] = sliding[i] ? window : std::nullopt;
+    patterned_windows(c, cfg, 4096, 2);
     return cfg;
   }
 };

@@ -50,17 +50,8 @@ class Gemma3TextDecoder : public Decoder {
     parse_gemma2_common(c, cfg, 0.0);
     cfg.attention.qk_norm_offset = true;
     cfg.ropes = gemma3_ropes(c, {cfg.attention.head_dim, cfg.max_positions, false, 1.0, defaults_.rope_theta});
-    std::optional<int64_t> window;
-    if (!(c.json().contains("sliding_window") && c.json().at("sliding_window").is_null()))
-      window = c.positive("sliding_window", 4096);
-    const int64_t pattern = c.positive("sliding_window_pattern", 6);
-    std::vector<bool> sliding(static_cast<size_t>(cfg.layers));
-    for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = (static_cast<int64_t>(i) + 1) % pattern != 0;
-    if (const auto marked = sliding_layers(c, cfg.layers)) sliding = *marked;
-    for (size_t i = 0; i < sliding.size(); ++i) {
-      cfg.layer_window[i] = sliding[i] ? window : std::nullopt;
-      cfg.layer_rope[i] = sliding[i] ? kLocalRope : kGlobalRope;
-    }
+    const std::vector<bool> sliding = patterned_windows(c, cfg, 4096, c.positive("sliding_window_pattern", 6));
+    for (size_t i = 0; i < sliding.size(); ++i) cfg.layer_rope[i] = sliding[i] ? kLocalRope : kGlobalRope;
     return cfg;
   }
 };

@@ -52,12 +52,7 @@ class GptOssDecoder : public Decoder {
     }
     cfg.moe = moe;
     cfg.layer_moe.assign(static_cast<size_t>(cfg.layers), true);
-    std::optional<int64_t> window;
-    if (c.has("sliding_window") || !c.json().contains("sliding_window")) window = c.positive("sliding_window", 128);
-    std::vector<bool> sliding(static_cast<size_t>(cfg.layers));
-    for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = (i + 1) % 2 != 0;
-    if (const auto marked = sliding_layers(c, cfg.layers)) sliding = *marked;
-    for (size_t i = 0; i < sliding.size(); ++i) cfg.layer_window[i] = sliding[i] ? window : std::nullopt;
+    patterned_windows(c, cfg, 128, 2);
     return cfg;
   }
 };

@@ -156,17 +156,19 @@ HFX_ONNX_OP(RMSNorm) {
   attr_int(norm, "stash_type", 1);
 }
 
-// onnxruntime's MoE (com.microsoft): softmax routing over the logits, top-k, optional
-// renormalisation, SwiGLU experts over interleaved fc1 rows (the IR's layout), fc2 [E, H, I].
-bool moe_has_contrib_op(const Node&, OnnxOpProfile profile) { return profile_has_contrib_ops(profile); }
-HFX_ONNX_OP_NATIVE(MoE, moe_has_contrib_op) {
-  const MoEAttrs& a = n.attrs_as<MoEAttrs>();
+// onnxruntime's MoE / QMoE (com.microsoft) over `weights` (fc1, its bias, fc2, its bias, in the
+// op's input order): the tokens as [T, H] and the logits as [T, E], as the CPU kernels take them;
+// softmax routing, top-k, optional renormalisation, SwiGLU experts over interleaved fc1 rows (the
+// IR's layout). `more_attrs` adds an op's own attributes (QMoE's bits and block size).
+template <class MoreAttrs>
+void lower_moe_contrib(Lowering& l, const Node& n, const OnnxNames& in, const std::string& out, const char* op,
+                       const MoEAttrs& a, OnnxNames weights, MoreAttrs&& more_attrs) {
+  const int64_t hidden = n.inputs[0]->shape.back().value(), experts = n.inputs[1]->shape.back().value();
   const std::string x = l.temp(out + "/tokens"), logits = l.temp(out + "/logits"), flat = l.temp(out + "/flat");
-  const int64_t hidden = n.inputs[0]->shape.back().value(), experts = n.inputs[2]->shape[0].value();
-  l.node("Reshape", {in[0], l.ints({-1, hidden})}, {x});  // [tokens, H], as the CPU kernel takes them
+  l.node("Reshape", {in[0], l.ints({-1, hidden})}, {x});
   l.node("Reshape", {in[1], l.ints({-1, experts})}, {logits});
-  onnx::NodeProto* moe = l.node("MoE", {x, logits, in[2], n.input(4) ? in[4] : "", in[3], n.input(5) ? in[5] : ""},
-                                {flat}, "com.microsoft");
+  weights.insert(weights.begin(), {x, logits});
+  onnx::NodeProto* moe = l.node(op, weights, {flat}, "com.microsoft");
   attr_int(moe, "k", a.top_k);
   attr_int(moe, "normalize_routing_weights", a.normalize);
   attr_string(moe, "activation_type", "swiglu");
@@ -174,48 +176,41 @@ HFX_ONNX_OP_NATIVE(MoE, moe_has_contrib_op) {
   attr_float(moe, "activation_alpha", static_cast<float>(a.alpha));
   attr_float(moe, "activation_beta", static_cast<float>(a.beta));
   if (a.limit > 0) attr_float(moe, "swiglu_limit", static_cast<float>(a.limit));
+  more_attrs(moe);
   const std::string shape = l.temp(out + "/shape");
   l.node("Shape", {in[0]}, {shape});
   l.node("Reshape", {flat, shape}, {out});
 }
 
-// onnxruntime's QMoE: the experts' codes and scales as [E, N, K * bits / 8] and [E, N, K / g]
-// views of the IR's stacked rows (default zero point 2^(bits - 1), as the IR's codes).
-// onnxruntime's CPU QMoE has no float-activation kernel for 8-bit experts: with float compute
-// those are decomposed.
+bool moe_has_contrib_op(const Node&, OnnxOpProfile profile) { return profile_has_contrib_ops(profile); }
+HFX_ONNX_OP_NATIVE(MoE, moe_has_contrib_op) {
+  lower_moe_contrib(l, n, in, out, "MoE", n.attrs_as<MoEAttrs>(),
+                    {in[2], n.input(4) ? in[4] : "", in[3], n.input(5) ? in[5] : ""}, [](onnx::NodeProto*) {});
+}
+
+// QMoE reads the experts' codes and scales as [E, N, K * bits / 8] and [E, N, K / g] views of the
+// IR's stacked rows (default zero point 2^(bits - 1), as the IR's codes). Its CPU kernel has no
+// float-activation path for 8-bit experts: with float compute those are decomposed.
 bool qmoe_computes_as_asked(const Node& n, OnnxOpProfile profile) {
   const QuantizedLinearAttrs& q = n.attrs_as<QuantizedMoEAttrs>().quant;
   return profile_has_contrib_ops(profile) && (q.bits == 4 || q.int8_compute);
 }
 HFX_ONNX_OP_RULE(QuantizedMoE, qmoe_computes_as_asked, 0b111100) {
   const QuantizedMoEAttrs& q = n.attrs_as<QuantizedMoEAttrs>();
-  const MoEAttrs& a = q.moe;
-  const int64_t hidden = n.inputs[0]->shape.back().value(), experts = n.inputs[1]->shape.back().value();
+  const int64_t experts = n.inputs[1]->shape.back().value();
   auto view = [&](int i) {
     const Value* v = n.inputs[static_cast<size_t>(i)];
     const int64_t rows = v->shape[0].value() / experts;
     const int64_t cols = v->rank() == 3 ? v->shape[1].value() * v->shape[2].value() : v->shape[1].value();
     return l.reshaped_constant(v, {experts, rows, cols});
   };
-  const std::string x = l.temp(out + "/tokens"), logits = l.temp(out + "/logits"), flat = l.temp(out + "/flat");
-  l.node("Reshape", {in[0], l.ints({-1, hidden})}, {x});
-  l.node("Reshape", {in[1], l.ints({-1, experts})}, {logits});
-  onnx::NodeProto* moe = l.node("QMoE", {x, logits, view(2), view(3), n.input(6) ? in[6] : "", view(4), view(5),
-                                         n.input(7) ? in[7] : ""},
-                                {flat}, "com.microsoft");
-  attr_int(moe, "k", a.top_k);
-  attr_int(moe, "normalize_routing_weights", a.normalize);
-  attr_string(moe, "activation_type", "swiglu");
-  attr_int(moe, "swiglu_fusion", 1);
-  attr_float(moe, "activation_alpha", static_cast<float>(a.alpha));
-  attr_float(moe, "activation_beta", static_cast<float>(a.beta));
-  if (a.limit > 0) attr_float(moe, "swiglu_limit", static_cast<float>(a.limit));
-  attr_int(moe, "expert_weight_bits", q.quant.bits);
-  attr_int(moe, "block_size", q.quant.group_size);
-  if (q.quant.int8_compute) attr_int(moe, "accuracy_level", 4);
-  const std::string shape = l.temp(out + "/shape");
-  l.node("Shape", {in[0]}, {shape});
-  l.node("Reshape", {flat, shape}, {out});
+  lower_moe_contrib(l, n, in, out, "QMoE", q.moe,
+                    {view(2), view(3), n.input(6) ? in[6] : "", view(4), view(5), n.input(7) ? in[7] : ""},
+                    [&](onnx::NodeProto* moe) {
+                      attr_int(moe, "expert_weight_bits", q.quant.bits);
+                      attr_int(moe, "block_size", q.quant.group_size);
+                      if (q.quant.int8_compute) attr_int(moe, "accuracy_level", 4);
+                    });
 }
 
 // LayerNormalization-17 with stash_type 1 computes in float32 and casts back once, as torch.
