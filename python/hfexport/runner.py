@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -72,10 +72,12 @@ def generate(
     eos_token_ids: Sequence[int] | None = None,
     ignore_eos: bool = False,
     step_logits: list[np.ndarray] | None = None,
+    on_tokens: Callable[[np.ndarray], None] | None = None,
 ) -> np.ndarray:
     """Returns the new tokens [batch, n <= max_new_tokens]. Rows that produced an eos keep emitting
     the pad id (the manifest's pad_token_id, else the first eos id), as transformers does; the loop
-    stops when every row has finished. Each step's logits are appended to `step_logits` if given."""
+    stops when every row has finished. Each step's logits are appended to `step_logits` if given;
+    `on_tokens` gets each step's tokens [batch] as they are chosen (streaming)."""
     input_ids = np.asarray(input_ids, dtype=np.int64)
     if input_ids.ndim == 1:
         input_ids = input_ids[None]
@@ -100,7 +102,10 @@ def generate(
             step_logits.append(logits)
         tokens = np.where(finished, pad, sampler(logits))
         out.append(tokens)
-        finished |= np.isin(tokens, eos)
+        newly_done = np.isin(tokens, eos)
+        if on_tokens is not None and not (finished | newly_done).all():
+            on_tokens(tokens)
+        finished |= newly_done
         if finished.all() or i + 1 == max_new_tokens:
             break
         if input_ids.shape[1] + i + 1 == rebuild_at and input_ids.shape[1] < rebuild_at:

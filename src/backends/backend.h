@@ -74,6 +74,9 @@ class Backend {
   virtual ExportConfig graph_config(const ExportConfig& config) const { return config; }
   virtual std::vector<Pass> passes(const ExportConfig& config) const = 0;
   virtual std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const = 0;
+  // The runtimes (Python package name -> version) this build's tests ran this format's exports on;
+  // the manifest records them, and a runner warns when it runs under another minor version.
+  virtual nlohmann::json tested_runtimes() const { return nlohmann::json::object(); }
   // Files a runtime of this format reads beside the export (onnxruntime-genai's config), from the
   // finished manifest and the checkpoint's config.json; written before the export is committed.
   virtual void write_runtime_files(const nlohmann::json& manifest, const JsonConfig& hf_config,

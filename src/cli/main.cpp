@@ -91,6 +91,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"format", "--format"},
     {"dtype", "--dtype"},
     {"dims", "--dim"},
+    {"inputs", "--inputs"},
     {"generation.enabled", "--for-generation"},
     {"generation.multi_token_decode", "--multi-token-decode"},
     {"generation.cache_implementation", "--static-cache"},
@@ -159,7 +160,7 @@ void parse_dim(const std::string& text, hfx::ExportConfig& config) {
 struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
   std::string format, dtype, quantize, quantize_compute, onnx_ops;
-  std::vector<std::string> dims, decompose;
+  std::vector<std::string> dims, decompose, inputs;
   bool overwrite = false, verbose = false;
   bool for_generation = false, multi_token = false, static_cache = false;
   int64_t max_cache_len = 0, batch_size = 1, group_size = 0;
@@ -179,6 +180,7 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
     c.dtype = *parsed;
   }
   for (const std::string& d : f.dims) parse_dim(d, c);
+  if (given("--inputs")) c.inputs = f.inputs;
   if (f.for_generation) c.generation.enabled = true;
   if (f.multi_token) c.generation.multi_token_decode = true;
   if (f.static_cache) c.generation.cache_implementation = "static";
@@ -212,6 +214,10 @@ int main(int argc, char** argv) {
   exp->add_option("--format", flags.format, "onnx | openvino");
   exp->add_option("--dtype", flags.dtype, "float32 | float16 | bfloat16 (weights and compute)");
   exp->add_option("--dim", flags.dims, "bounds of a named dim, NAME=MIN:MAX or NAME=SIZE (repeatable)");
+  exp->add_option("--inputs", flags.inputs,
+                  "the plain forward's inputs, e.g. input_ids,attention_mask (the rest derived as the model's "
+                  "forward does; default: input_ids,attention_mask,position_ids)")
+      ->delimiter(',');
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");

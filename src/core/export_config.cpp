@@ -81,7 +81,7 @@ WeightQuantization parse_quantization(const Fields& q) {
 
 ExportConfig ExportConfig::from_json(const json& j, const std::string& where) {
   const Fields f(j, where);
-  f.only({"format", "export_format", "dtype", "dynamic", "dims", "generation", "quantization", "backend"});
+  f.only({"format", "export_format", "dtype", "dynamic", "dims", "inputs", "generation", "quantization", "backend"});
   ExportConfig c;
   // AutoExportConfig.from_dict spells it export_format.
   c.format = f.string("format", f.string("export_format", c.format));
@@ -96,6 +96,14 @@ ExportConfig ExportConfig::from_json(const json& j, const std::string& where) {
     const Fields r(range, dims.where() + "." + name);
     r.only({"min", "max"});
     c.dims[name] = {r.integer("min", 1), r.integer("max", INT64_MAX)};
+  }
+  if (f.has("inputs")) {
+    const json& names = f.at("inputs");
+    if (!names.is_array()) fail(where, ": 'inputs' must be a list of input names");
+    for (const json& name : names) {
+      if (!name.is_string()) fail(where, ": 'inputs' must be a list of input names");
+      c.inputs.push_back(name.get<std::string>());
+    }
   }
   const Fields g = f.object("generation");
   g.only({"enabled", "cache_implementation", "max_cache_len", "multi_token_decode", "batch_size"});
@@ -119,7 +127,7 @@ json ExportConfig::to_json() const {
   for (const auto& [name, r] : dims) dims_json[name] = {{"min", r.min}, {"max", r.max}};
   json q = {{"weights", nullptr}, {"group_size", quantization.group_size}, {"compute", compute_name(quantization.compute)}};
   if (const char* w = quantization_weights(quantization.bits)) q["weights"] = w;
-  return {{"format", format},
+  json out = {{"format", format},
           {"dtype", std::string(dtype_name(dtype))},
           {"dynamic", dynamic},
           {"dims", dims_json},
@@ -131,6 +139,8 @@ json ExportConfig::to_json() const {
             {"batch_size", generation.batch_size}}},
           {"quantization", q},
           {"backend", backend}};
+  if (!inputs.empty()) out["inputs"] = inputs;  // absent when unset: earlier manifests stay as they were
+  return out;
 }
 
 void ExportConfig::validate(const FieldSpelling& spell) const {
@@ -152,6 +162,11 @@ void ExportConfig::validate(const FieldSpelling& spell) const {
     fail(group, " and ", spell("quantization.compute"), " apply only with ", spell("quantization.weights"));
   check_weight_quantization(q, spell("quantization.weights"), group);
 
+  if (!inputs.empty()) {
+    const std::set<std::string> unique(inputs.begin(), inputs.end());
+    if (unique.size() != inputs.size()) fail(spell("inputs"), ": an input is named twice");
+    if (g.enabled) fail(spell("inputs"), " applies only to the plain forward (generation components take every input)");
+  }
   for (const auto& [name, r] : dims)
     if (r.min < 0 || r.min > r.max)
       fail(spell("dims"), ": '", name, "' needs 0 <= min <= max, got [", r.min, ", ", r.max, "]");

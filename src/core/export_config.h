@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/quantize.h"
@@ -46,6 +47,9 @@ struct ExportConfig {
   // overriding the frontend's defaults; min == max makes the dim static.
   std::map<std::string, DimRange> dims;
   GenerationConfig generation;
+  // The plain forward's graph inputs, by name (a frontend derives the ones left out, as the source
+  // model's forward does); empty: every input the frontend has.
+  std::vector<std::string> inputs;
   WeightQuantization quantization;
   nlohmann::json backend = nlohmann::json::object();  // the format's own options
 

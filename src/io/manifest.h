@@ -38,6 +38,7 @@ inline constexpr const char* kComponents = "components";
 inline constexpr const char* kFile = "file";
 inline constexpr const char* kDataFiles = "data_files";
 inline constexpr const char* kInputs = "inputs";
+inline constexpr const char* kTestedWith = "tested_with";  // runtime package -> version the tests ran
 inline constexpr const char* kOutputs = "outputs";
 inline constexpr const char* kDims = "dims";
 inline constexpr const char* kQuantization = "quantization";

@@ -1,12 +1,30 @@
 #include "models/decoder_io.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace hfx {
 
 namespace {
 constexpr int64_t kMaxBatch = 4096;
+constexpr const char* kInputNames[] = {"input_ids", "attention_mask", "position_ids"};
+
+// Which of the decoder's inputs the graph takes: all by default, else the configured ones.
+struct TakenInputs {
+  bool attention_mask = true, position_ids = true;
+};
+
+TakenInputs taken_inputs(const std::vector<std::string>& names) {
+  if (names.empty()) return {};
+  for (const std::string& name : names)
+    if (std::find(std::begin(kInputNames), std::end(kInputNames), name) == std::end(kInputNames))
+      fail("inputs: '", name, "' is not an input of this model (it takes input_ids, attention_mask, position_ids)");
+  auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  if (!has("input_ids")) fail("inputs: must include input_ids");
+  return {has("attention_mask"), has("position_ids")};
 }
+}  // namespace
 
 DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_positions, const CacheShape& cache)
     : b_(m.b()), variant_(v), cache_(cache), batch_(1), query_(1) {
@@ -16,7 +34,10 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   batch_ = fixed ? Dim(v.batch) : m.dim("batch", 1, kMaxBatch);
   if (!v.single_token) query_ = m.dim("sequence", 1, max_len);
   input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
-  if (fixed) {
+  const TakenInputs taken = taken_inputs(m.config().inputs);
+  if (v.cache == CacheKind::None && !taken.attention_mask) {
+    attention_mask_ = nullptr;  // every token attends (causally)
+  } else if (fixed) {
     total_ = m.dim("cache", 1, v.max_cache_len);
     attention_mask_ = b.input("attention_mask", DType::Bool, {batch_, Dim(1), query_, *total_});
   } else if (v.has_past) {
@@ -26,7 +47,16 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   } else {
     attention_mask_ = b.input("attention_mask", DType::I64, {batch_, query_});
   }
-  position_ids_ = b.input("position_ids", DType::I64, {batch_, query_});
+  position_ids_ = v.cache == CacheKind::None && !taken.position_ids ? arange_positions()
+                                                                      : b.input("position_ids", DType::I64, {batch_, query_});
+}
+
+// What the model's forward uses without position_ids: 0..query-1 in every row (it does not look at
+// the mask; generate derives positions from it instead, and passes them).
+Value* DecoderIO::arange_positions() {
+  Value* queries = b_.gather(b_.shape_of(input_ids_), b_.const_i64({1}), 0);
+  Value* row = b_.unsqueeze(b_.range(b_.const_i64({0}), queries, b_.const_i64({1}), query_), {0});
+  return b_.expand(row, b_.shape_of(input_ids_), {batch_, query_});
 }
 
 Value* DecoderIO::mask(std::optional<int64_t> window) {
@@ -45,12 +75,13 @@ Value* DecoderIO::mask(std::optional<int64_t> window) {
 Value* DecoderIO::computed_mask(std::optional<int64_t> window) {
   Value* zero = b_.const_i64({0});
   Value* one = b_.const_i64({1});
-  Value* keys = b_.gather(b_.shape_of(attention_mask_), one, 0);
   Value* queries = b_.gather(b_.shape_of(input_ids_), one, 0);
+  Value* keys = attention_mask_ ? b_.gather(b_.shape_of(attention_mask_), one, 0) : queries;
   Value* rows = b_.unsqueeze(b_.range(b_.sub(keys, queries), keys, one, query_), {1});
-  Value* cols = b_.unsqueeze(b_.range(zero, keys, one, attention_mask_->shape[1]), {0});
+  Value* cols = b_.unsqueeze(b_.range(zero, keys, one, attention_mask_ ? attention_mask_->shape[1] : query_), {0});
   Value* keep = b_.compare(OpKind::LessOrEqual, cols, rows);
   if (window) keep = b_.logical_and(keep, b_.compare(OpKind::Greater, cols, b_.sub(rows, b_.const_i64({*window}))));
+  if (!attention_mask_) return b_.unsqueeze(keep, {0, 1});
   Value* padding = b_.unsqueeze(b_.compare(OpKind::Greater, attention_mask_, zero), {1, 2});
   return b_.logical_and(b_.unsqueeze(keep, {0, 1}), padding);
 }

@@ -48,6 +48,7 @@ class DecoderIO {
   Value* computed_mask(std::optional<int64_t> window);
   Value* static_mask(std::optional<int64_t> window);
   Value* update_one(const std::string& name, Value* fresh);
+  Value* arange_positions();
 
   Builder& b_;
   DecoderVariant variant_;
@@ -55,7 +56,7 @@ class DecoderIO {
   Dim batch_, query_;
   std::optional<Dim> past_, total_;
   Value* input_ids_;
-  Value* attention_mask_;
+  Value* attention_mask_;  // null when the graph does not take one
   Value* position_ids_;
   std::map<std::optional<int64_t>, Value*> masks_;
 };

@@ -74,6 +74,14 @@ class OpenVinoBackend final : public Backend {
             true};
   }
 
+  nlohmann::json tested_runtimes() const override {
+#ifdef HFX_TESTED_OPENVINO
+    return {{"openvino", HFX_TESTED_OPENVINO}};
+#else
+    return nlohmann::json::object();
+#endif
+  }
+
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
     for (const auto& [key, value] : config.backend.items())
       if (key != "decompose") fail(spell("backend"), ": unknown OpenVINO option '", key, "' (known: decompose)");

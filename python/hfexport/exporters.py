@@ -1,0 +1,827 @@
+"""transformers.exporters' API over hfexport's C++ core: `OnnxExporter().export(model, inputs,
+config)` and `export_for_generation(...)`, `AutoHfExporter`, `decompose_for_generation`, and the
+`ExportedModel` they return (`save` / `save_pretrained` / `from_pretrained`, callable, `generate`).
+
+`model` is a PreTrainedModel or a checkpoint directory. A live model's weights go to the core as
+the addresses of its own tensors (no copy): the core reads them while it writes the export."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .configs import (AutoExportConfig, ConfigError, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
+                      config_class_for, dims_from_dynamic_shapes, static_dims)
+from .forward import open_graph
+from .manifest import DECODE, FILE_NAME, MODEL, PREFILL, load_manifest
+from .versions import check_runtime_versions
+
+logger = logging.getLogger("hfexport")
+
+DECODER_INPUTS = ("input_ids", "attention_mask", "position_ids")
+CACHE_KWARGS = ("past_key_values", "cache")
+# Files of a model directory that an export carries along for text in / text out.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")
+_TORCH_DTYPE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64",
+                      "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
+# Largest |eager - exported| logit difference accepted, relative to the logits' scale.
+TOLERANCE = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 5e-2}
+
+
+def core():
+    """The compiled core (hfexport._core)."""
+    try:
+        from . import _core
+    except ImportError as e:
+        raise ImportError("hfexport's compiled core (hfexport._core) is missing: install hfexport with "
+                          "`pip install .` from its checkout (it needs pybind11 and the Python headers)") from e
+    return _core
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _tensor_inputs(inputs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The tensor-valued kwargs (a tokenizer's BatchEncoding included); flags such as use_cache
+    are not graph inputs."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping) and not hasattr(inputs, "items"):
+        raise TypeError(f"inputs must be a dict of forward kwargs, got {type(inputs).__name__}")
+    return {k: v for k, v in dict(inputs).items() if v is not None and _is_tensor(v)}
+
+
+def _positions_from_mask(mask: np.ndarray, query: int) -> np.ndarray:
+    """position_ids as generate derives them from the mask, for the last `query` columns."""
+    return np.clip(np.cumsum(mask, -1) - 1, 0, None)[:, -query:].astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------------
+# A live model's tensors, handed over without copying
+
+
+def _tensor_buffers(model) -> tuple[list[tuple], list[Any]]:
+    """(name, dtype code, shape, address, bytes) per state_dict tensor, and the tensors to keep
+    alive while the core reads them. Only a non-contiguous view is copied (to be contiguous)."""
+    entries, keep = [], []
+    for name, t in model.state_dict().items():
+        if t.device.type != "cpu":
+            raise ConfigError(f"model tensor '{name}' is on {t.device}: hfexport reads CPU tensors "
+                              "(move the model with .to('cpu'))")
+        code = _TORCH_DTYPE_CODES.get(str(t.dtype).removeprefix("torch."))
+        if code is None:
+            raise ConfigError(f"model tensor '{name}' has dtype {t.dtype}, which no checkpoint holds")
+        if not t.is_contiguous():
+            t = t.contiguous()
+        keep.append(t)
+        entries.append((name, code, list(t.shape), t.data_ptr(), t.numel() * t.element_size()))
+    return entries, keep
+
+
+def _write_companion_files(model, tokenizer, directory: Path) -> None:
+    """config.json and generation_config.json as save_pretrained writes them, and the tokenizer's
+    files (the given tokenizer's, else those beside the checkpoint the model came from)."""
+    model.config.save_pretrained(directory)
+    can_generate = getattr(model, "can_generate", lambda: False)()
+    if can_generate and getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+        return
+    source = Path(str(getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "") or ""))
+    if source.is_dir():
+        for name in TOKENIZER_FILES:
+            if (source / name).is_file():
+                shutil.copyfile(source / name, directory / name)
+
+
+def _is_model_path(model: Any) -> bool:
+    return isinstance(model, (str, os.PathLike))
+
+
+# ------------------------------------------------------------------------------------------------
+# The exported model
+
+
+class ModelOutput(dict):
+    """What an exported graph returns, by name; `.logits` like a transformers output."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class ExportedComponent:
+    """One exported graph of an export: `save(path)` writes it as one self-contained program."""
+
+    def __init__(self, owner: "ExportedModel", name: str):
+        self.owner, self.name = owner, name
+        self._graph = None
+
+    @property
+    def entry(self) -> dict:
+        return self.owner.manifest["components"][self.name]
+
+    @property
+    def path(self) -> Path:
+        return self.owner.directory / self.entry["file"]
+
+    @property
+    def metadata(self) -> dict:
+        return self.entry
+
+    @property
+    def program(self):
+        """The backend's own model object (onnx.ModelProto without its weights; openvino.Model)."""
+        return SAVERS[self.owner.export_format].load(self.path)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes this graph to `path` and its weights beside it (`model.onnx` + `model.onnx.data`;
+        `model.xml` + `model.bin`), replacing files of those names."""
+        SAVERS[self.owner.export_format].save(self.path, self.entry, Path(path))
+
+    def __call__(self, **kwargs) -> ModelOutput:
+        return self.owner._run_component(self.name, kwargs)
+
+    def __repr__(self) -> str:
+        return f"ExportedComponent({self.name!r}, file={self.entry['file']!r})"
+
+
+def _replace_file(src: Path, dst: Path) -> None:
+    """Copies src over dst through a temporary sibling (a reader of the old dst keeps its file)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.hfexport-tmp")
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+class OnnxSaver:
+    @staticmethod
+    def load(path: Path):
+        import onnx
+
+        return onnx.load(str(path), load_external_data=False)
+
+    @staticmethod
+    def save(src: Path, entry: dict, dst: Path) -> None:
+        data_files = entry.get("data_files") or []
+        if dst.suffix != ".onnx":
+            raise ValueError(f"{dst}: an ONNX program is saved as a .onnx file")
+        if not data_files:
+            _replace_file(src, dst)
+            return
+        # The weights go beside the graph under its own name, so programs saved to one folder keep
+        # their own weights.
+        import onnx
+
+        data_name = dst.name + ".data"
+        model = onnx.load(str(src), load_external_data=False)
+        for tensor in model.graph.initializer:
+            for kv in tensor.external_data:
+                if kv.key == "location":
+                    kv.value = data_name
+        _replace_file(src.parent / data_files[0], dst.with_name(data_name))
+        tmp = dst.with_name(f".{dst.name}.hfexport-tmp")
+        onnx.save(model, str(tmp))
+        os.replace(tmp, dst)
+
+
+class OpenVinoSaver:
+    @staticmethod
+    def load(path: Path):
+        import openvino as ov
+
+        return ov.Core().read_model(str(path))
+
+    @staticmethod
+    def save(src: Path, entry: dict, dst: Path) -> None:
+        if dst.suffix != ".xml":
+            raise ValueError(f"{dst}: an OpenVINO program is saved as a .xml file (its weights as the .bin beside it)")
+        for data in entry.get("data_files") or []:
+            _replace_file(src.parent / data, dst.with_suffix(".bin"))
+        _replace_file(src, dst)
+
+
+SAVERS = {"onnx": OnnxSaver, "openvino": OpenVinoSaver}
+
+
+class ExportedModel(Mapping):
+    """An export: its components by name (`exported["decode"]`, `.components`), callable like
+    the model for a single-graph export, `generate` for a generation export, and
+    `save_pretrained` / `from_pretrained` as in transformers 5.24."""
+
+    def __init__(self, directory: str | os.PathLike, components: list[str] | None = None,
+                 temporary: str | None = None, **runner_options):
+        self.directory = Path(directory)
+        self._manifest = load_manifest(self.directory)
+        self.manifest = self._manifest.data
+        # prefill before decode: the order a loop runs them
+        names = components or sorted(self.manifest["components"], key=lambda n: (n != PREFILL, n))
+        self.components = {name: ExportedComponent(self, name) for name in names}
+        self.runner_options = runner_options
+        self._decode_runner = None
+        self._codec = None
+        if temporary is not None:  # an export nobody saved yet: its files go with the object
+            weakref.finalize(self, shutil.rmtree, temporary, True)
+        check_runtime_versions(self.manifest)
+
+    # -- Mapping over components --------------------------------------------------------------
+    def __getitem__(self, name: str) -> ExportedComponent:
+        return self.components[name]
+
+    def __iter__(self):
+        return iter(self.components)
+
+    def __len__(self) -> int:
+        return len(self.components)
+
+    def __repr__(self) -> str:
+        return f"ExportedModel(format={self.export_format!r}, components={list(self.components)})"
+
+    @property
+    def export_format(self) -> str:
+        return self.manifest["format"]
+
+    @property
+    def config(self):
+        """The source model's config (transformers' AutoConfig when installed, else the dict)."""
+        path = self.directory / "config.json"
+        if not path.is_file():
+            return None
+        try:
+            from transformers import AutoConfig
+
+            return AutoConfig.from_pretrained(self.directory)
+        except ImportError:
+            return json.loads(path.read_text())
+
+    def _single(self) -> ExportedComponent:
+        if len(self.components) != 1:
+            raise ValueError(f"this export has {len(self.components)} components ({list(self.components)}): "
+                             "take one from .components[name]")
+        return next(iter(self.components.values()))
+
+    @property
+    def program(self):
+        return self._single().program
+
+    def save(self, path: str | os.PathLike) -> None:
+        """transformers.exporters' `onnx_program.save("model.onnx")`, for a single-graph export."""
+        self._single().save(path)
+
+    # -- files -------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        """Writes every file of the export (graphs, weights, export.json, config.json, tokenizer)
+        into `save_directory`, created if missing; each file replaces its old copy atomically."""
+        target = Path(save_directory)
+        if target.resolve() == self.directory.resolve():
+            return
+        target.mkdir(parents=True, exist_ok=True)
+        files = [p for p in self.directory.iterdir() if p.is_file() and p.name != FILE_NAME]
+        for path in files:
+            _replace_file(path, target / path.name)
+        _replace_file(self.directory / FILE_NAME, target / FILE_NAME)  # last: the export is complete
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **runner_options) -> "ExportedModel":
+        path = Path(pretrained_model_name_or_path)
+        if not (path / FILE_NAME).is_file():
+            raise ValueError(f"{path}: not an hfexport export (no {FILE_NAME}); the Hub is not reachable from here, "
+                             "pass a local directory")
+        return cls(path, **runner_options)
+
+    def record(self, key: str, value: Any) -> None:
+        """Adds `key` to export.json (the export's own files only)."""
+        self.manifest[key] = value
+        path = self.directory / FILE_NAME
+        tmp = path.with_name(FILE_NAME + ".tmp")
+        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
+        os.replace(tmp, path)
+
+    # -- running -----------------------------------------------------------------------------
+    def __call__(self, **kwargs) -> ModelOutput:
+        return self._run_component(self._single().name, kwargs)
+
+    def _run_component(self, name: str, kwargs: Mapping[str, Any]) -> ModelOutput:
+        component = self.components[name]
+        if component._graph is None:
+            component._graph = open_graph(self.export_format, component.path, self.manifest, **self.runner_options)
+        graph = component._graph
+        feeds, as_torch = self._feeds(name, graph.input_names, kwargs)
+        outputs = graph(feeds)
+        out = ModelOutput()
+        for key, value in outputs.items():
+            out[key] = _as_torch(value) if as_torch else value
+        present = [outputs[n] for n in sorted(outputs) if n.startswith("present.")]
+        if present:
+            out["past_key_values"] = [(present[i], present[i + 1]) for i in range(0, len(present), 2)]
+        return out
+
+    def _feeds(self, name: str, input_names: list[str], kwargs: Mapping[str, Any]) -> tuple[dict, bool]:
+        """The graph's inputs from forward kwargs: unknown ones dropped with a warning, position_ids
+        derived from the mask when a generation component is called without them, a transformers
+        cache unpacked into past_key_values.{i}.key/value."""
+        as_torch = any(hasattr(v, "detach") for v in kwargs.values())
+        cache = next((kwargs[k] for k in CACHE_KWARGS if kwargs.get(k) is not None), None)
+        tensors = {k: _to_numpy(v) for k, v in _tensor_inputs(kwargs).items() if k not in CACHE_KWARGS}
+        feeds = {}
+        for key in input_names:
+            if key in tensors:
+                feeds[key] = tensors[key].astype(np.int64) if key in DECODER_INPUTS else tensors[key]
+        dropped = [k for k in tensors if k not in feeds]
+        if dropped:
+            logger.warning("hfexport: dropping inputs the export does not take: %s", dropped)
+        if "input_ids" not in feeds:
+            raise ValueError(f"component '{name}' needs input_ids")
+        batch, query = feeds["input_ids"].shape
+        if "attention_mask" in input_names and "attention_mask" not in feeds:
+            past = _cache_length(cache)
+            feeds["attention_mask"] = np.ones((batch, past + query), np.int64)
+        if "position_ids" in input_names and "position_ids" not in feeds:
+            feeds["position_ids"] = _positions_from_mask(feeds["attention_mask"], query)
+        past_inputs = [n for n in input_names if n.startswith("past_key_values.")]
+        if past_inputs:
+            if cache is None:
+                raise ValueError(f"component '{name}' reads a KV cache: pass past_key_values")
+            layers = _cache_layers(cache)
+            for n in past_inputs:
+                _, layer, kind = n.split(".")
+                k, v = layers[int(layer)]
+                feeds[n] = _to_numpy(k if kind == "key" else v)
+        missing = [n for n in input_names if n not in feeds and n != "beam_idx"]
+        if missing:
+            raise ValueError(f"component '{name}' cannot be called with these inputs: it also takes {missing} "
+                             "(use generate() for the static-cache loop)")
+        return feeds, as_torch
+
+    # -- generation --------------------------------------------------------------------------
+    @property
+    def codec(self):
+        if self._codec is None:
+            from .text import TextCodec
+
+            self._codec = TextCodec(self.directory)
+        return self._codec
+
+    def _runner(self):
+        if self._decode_runner is None:
+            from .runner import open_runner
+
+            self._decode_runner = open_runner(self.directory)
+        return self._decode_runner
+
+    def generate(self, input_ids=None, attention_mask=None, *, max_new_tokens: int | None = None,
+                 do_sample: bool | None = None, temperature: float | None = None, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, generation_config=None,
+                 chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None, **kwargs):
+        """Like model.generate: prompt ids [batch, seq] (left-padded, with attention_mask) in,
+        prompt + new ids out (rows that finished padded with pad_token_id). A string (or a list of
+        strings) is tokenized with the export's tokenizer (`chat=True`: through its chat template,
+        with an optional `system` message) and the new text is returned instead. `streamer(text)`
+        is called with the text of each step as it becomes final."""
+        from .runner import generate as run_loop
+        from .sampling import Sampler
+        from .text import TextStream
+
+        unknown = [k for k in kwargs if k not in ("pad_token_id", "eos_token_id", "use_cache", "return_dict_in_generate")]
+        if unknown:
+            raise TypeError(f"generate() got unsupported arguments {unknown}")
+        prompts = input_ids
+        text_in = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and len(prompts) > 0
+                                               and all(isinstance(t, str) for t in prompts))
+        if text_in:
+            input_ids, attention_mask = self._encode_texts(prompts, chat, system)
+        elif input_ids is None:
+            raise ValueError("generate() needs input_ids or a prompt string")
+        as_torch = hasattr(input_ids, "detach")
+        ids = _to_numpy(input_ids).astype(np.int64)
+        if ids.ndim == 1:
+            ids = ids[None]
+        mask = None if attention_mask is None else _to_numpy(attention_mask).astype(np.int64)
+        settings = self._generation_settings(generation_config, max_new_tokens, do_sample, temperature, top_k, top_p)
+        sampler = Sampler(settings["do_sample"], settings["temperature"], settings["top_k"], settings["top_p"], seed)
+        eos = kwargs.get("eos_token_id")
+        eos = [eos] if isinstance(eos, int) else eos
+        stream = TextStream(self.codec) if (streamer is not None and text_in and len(ids) == 1) else None
+        on_tokens = None
+        if stream is not None:
+            def on_tokens(tokens):
+                text = stream.feed(int(tokens[0]))
+                if text:
+                    streamer(text)
+        new = run_loop(self._runner(), ids, mask, max_new_tokens=settings["max_new_tokens"], sampler=sampler,
+                       eos_token_ids=eos, ignore_eos=ignore_eos, on_tokens=on_tokens)
+        if text_in:
+            texts = [self.codec.decode(row) for row in new]
+            return texts[0] if isinstance(prompts, str) else texts
+        out = np.concatenate([ids, new.astype(np.int64)], axis=1)
+        return _as_torch(out) if as_torch else out
+
+    def _encode_texts(self, prompts, chat: bool, system: str | None):
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        rows = [self.codec.encode_prompt(p, chat=chat, system=system) for p in prompts]
+        width = max(len(r) for r in rows)
+        pad = self.manifest.get("generation", {}).get("pad_token_id")
+        if not isinstance(pad, int):
+            eos = self.manifest.get("generation", {}).get("eos_token_id") or [0]
+            pad = int(eos[0])
+        ids = np.full((len(rows), width), pad, np.int64)
+        mask = np.zeros((len(rows), width), np.int64)
+        for i, r in enumerate(rows):  # left padding, as decoder-only generation needs
+            ids[i, width - len(r):] = r
+            mask[i, width - len(r):] = 1
+        return ids, mask
+
+    def _generation_settings(self, generation_config, max_new_tokens, do_sample, temperature, top_k, top_p) -> dict:
+        """Explicit arguments, else generation_config's, else the export's generation_config.json,
+        else transformers' defaults."""
+        saved = {}
+        path = self.directory / "generation_config.json"
+        if path.is_file():
+            saved = json.loads(path.read_text())
+        given = generation_config.to_dict() if hasattr(generation_config, "to_dict") else dict(generation_config or {})
+        defaults = {"max_new_tokens": 20, "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
+        explicit = {"max_new_tokens": max_new_tokens, "do_sample": do_sample, "temperature": temperature,
+                    "top_k": top_k, "top_p": top_p}
+        out = {}
+        for key, default in defaults.items():
+            for source in (explicit, given, saved):
+                if source.get(key) is not None:
+                    out[key] = source[key]
+                    break
+            else:
+                out[key] = default
+        return out
+
+
+def _cache_length(cache) -> int:
+    if cache is None:
+        return 0
+    if hasattr(cache, "get_seq_length"):
+        return int(cache.get_seq_length())
+    return int(_to_numpy(cache[0][0]).shape[2])
+
+
+def _cache_layers(cache) -> list[tuple[Any, Any]]:
+    """[(keys, values)] per layer of a transformers Cache or a legacy tuple of pairs."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(k, v) for k, v in cache]
+
+
+def _as_torch(value: np.ndarray):
+    try:
+        import torch
+    except ImportError:
+        return value
+    return torch.from_numpy(np.ascontiguousarray(value))
+
+
+# ------------------------------------------------------------------------------------------------
+# Generation stages (decompose_for_generation)
+
+
+def _stage_module(model, stage: str, multi_token_decode: bool, generation_config):
+    import torch
+
+    class GenerationStage(torch.nn.Module):
+        """One stage of `model`'s generation (prefill or decode): runs eagerly as the model does;
+        exporting it exports that stage's graph."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.stage = stage
+            self.multi_token_decode = multi_token_decode
+            self.generation_config = generation_config
+            self.config = model.config
+
+        def forward(self, **kwargs):
+            return self.model(**kwargs)
+
+    return GenerationStage()
+
+
+def decompose_for_generation(model, inputs: Mapping[str, Any], generation_config=None,
+                             multi_token_decode: bool = False) -> dict[str, tuple[Any, dict]]:
+    """Runs `model.generate(**inputs, max_new_tokens=2)` once and captures the forward kwargs of
+    its prefill and first decode step: `{"prefill": (submodel, kwargs), "decode": (submodel,
+    kwargs)}` (only "decode" with `multi_token_decode`). Each submodel runs eagerly
+    (`submodel(**kwargs)`), and `exporter.export(submodel, kwargs, config)` exports that stage."""
+    import torch
+
+    calls: list[dict] = []
+    original = model.forward
+
+    def capture(*args, **kwargs):
+        calls.append(copy.deepcopy(kwargs))  # the cache changes in place after the call
+        return original(*args, **kwargs)
+
+    model.forward = capture
+    try:
+        with torch.no_grad():
+            generate_kwargs = dict(inputs)
+            if generation_config is not None:
+                generate_kwargs["generation_config"] = generation_config
+            model.generate(**generate_kwargs, max_new_tokens=2, min_new_tokens=2, do_sample=False)
+    finally:
+        del model.forward
+    if len(calls) < 2:
+        raise RuntimeError(f"model.generate made {len(calls)} forward calls; a prefill and a decode step were expected")
+    if multi_token_decode:
+        return {DECODE: (_stage_module(model, DECODE, True, generation_config), calls[1])}
+    return {PREFILL: (_stage_module(model, PREFILL, False, generation_config), calls[0]),
+            DECODE: (_stage_module(model, DECODE, False, generation_config), calls[1])}
+
+
+# ------------------------------------------------------------------------------------------------
+# Exporters
+
+
+def _generation_options(generation_config, multi_token_decode: bool, batch: int) -> dict:
+    cache = "dynamic"
+    max_cache_len = 0
+    if generation_config is not None:
+        get = generation_config.get if isinstance(generation_config, Mapping) else (
+            lambda key, default=None: getattr(generation_config, key, default))
+        cache = get("cache_implementation", None) or "dynamic"
+        max_cache_len = int(get("max_cache_len", 0) or 0)
+    if cache not in ("dynamic", "static"):
+        raise ConfigError(f"generation_config: cache_implementation '{cache}' is not supported (dynamic, static)")
+    out = {"enabled": True, "cache_implementation": cache, "multi_token_decode": bool(multi_token_decode)}
+    if cache == "static":
+        if max_cache_len <= 0:
+            raise ConfigError("generation_config: a static cache needs max_cache_len")
+        out["max_cache_len"] = max_cache_len
+        out["batch_size"] = batch
+    return out
+
+
+class HfExporter:
+    export_format: str
+    config_class: type[ExportConfigMixin]
+
+    def __init__(self, **options):
+        """`options`: `tokenizer` (its files go into the export, for text in / text out), `verbose`."""
+        unknown = [k for k in options if k not in ("tokenizer", "verbose")]
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unknown options {unknown} (tokenizer, verbose)")
+        self.tokenizer = options.get("tokenizer")
+        self.verbose = bool(options.get("verbose", False))
+
+    def _config(self, config) -> ExportConfigMixin:
+        if config is None:
+            return self.config_class()
+        if isinstance(config, Mapping):
+            config = dict(config)
+            config.setdefault("export_format", self.config_class().export_format)
+            return self.config_class.from_dict(config)
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__} or a dict, "
+                            f"got {type(config).__name__}")
+        return config
+
+    def core_config(self, config: ExportConfigMixin, inputs: Mapping[str, Any] | None,
+                    generation: dict | None = None) -> dict:
+        """The core's export config for `config` and the sample inputs (what export.json records)."""
+        tensors = _tensor_inputs(inputs)
+        shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+        out: dict[str, Any] = {"format": config.export_format, "dtype": config.core_dtype()}
+        if generation is not None:
+            config.check_generation()
+            out["generation"] = generation
+        if config.dynamic_shapes is not None:
+            dims = dims_from_dynamic_shapes(config.dynamic_shapes, shapes if generation is None else {})
+            dynamic = True
+        elif config.dynamic or generation is not None or not shapes:
+            dims, dynamic = {}, True
+        else:
+            dims, dynamic = static_dims(shapes), False
+        out["dynamic"] = dynamic
+        if dims:
+            out["dims"] = dims
+        if generation is None and tensors:
+            if any(k in tensors for k in CACHE_KWARGS):
+                raise ConfigError("export(): the inputs hold a KV cache: export the generation components with "
+                                  "export_for_generation (or a decompose_for_generation stage)")
+            names = [k for k in tensors]
+            if sorted(names) != sorted(DECODER_INPUTS):
+                out["inputs"] = [n for n in DECODER_INPUTS if n in names] + [n for n in names if n not in DECODER_INPUTS]
+        quantization = config.core_quantization()
+        if quantization:
+            out["quantization"] = quantization
+        backend = config.core_backend(generation is not None)
+        if backend:
+            out["backend"] = backend
+        return json.loads(core().normalize_config(json.dumps(out)))
+
+    def _write(self, model, core_config: dict) -> tuple[Path, str]:
+        """Runs the core's export into a fresh temporary directory: (export dir, the temp root)."""
+        root = tempfile.mkdtemp(prefix="hfexport-")
+        out = Path(root) / "export"
+        try:
+            if _is_model_path(model):
+                core().export_checkpoint(str(model), str(out), json.dumps(core_config), False, self.verbose)
+            else:
+                self._write_live(model, out, core_config, Path(root))
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return out, root
+
+    def _write_live(self, model, out: Path, core_config: dict, root: Path) -> None:
+        if not hasattr(model, "config") or not hasattr(model, "state_dict"):
+            raise TypeError(f"model must be a PreTrainedModel or a checkpoint directory, got {type(model).__name__}")
+        companion = root / "companion"
+        companion.mkdir()
+        _write_companion_files(model, self.tokenizer, companion)
+        generation = companion / "generation_config.json"
+        entries, keep = _tensor_buffers(model)
+        core().export_tensors((companion / "config.json").read_text(),
+                              generation.read_text() if generation.is_file() else None, entries, str(companion),
+                              str(out), json.dumps(core_config), False, self.verbose, type(model).__name__)
+        del keep  # the core is done reading them
+
+    # -- the API -----------------------------------------------------------------------------
+    def export(self, model, inputs: Mapping[str, Any] | None = None, config=None, *,
+               verify: bool | None = None) -> ExportedModel:
+        """One graph taking exactly `inputs`' tensors (input_ids, and optionally attention_mask and
+        position_ids; those left out are derived as the model's forward derives them). With inputs,
+        the eager model and the export run on them and the largest logit difference is recorded
+        in export.json (`verification`; a warning above tolerance). `verify` defaults to True for
+        a live model, False for a checkpoint path (it would load the model in transformers)."""
+        if getattr(model, "stage", None) in (PREFILL, DECODE) and hasattr(model, "multi_token_decode"):
+            return self._export_stage(model, inputs, config, verify)
+        config = self._config(config)
+        directory, root = self._write(model, self.core_config(config, inputs))
+        exported = ExportedModel(directory, temporary=root)
+        if inputs and (verify if verify is not None else not _is_model_path(model)):
+            _verify_forward(exported, model, inputs)
+        return exported
+
+    def export_for_generation(self, model, inputs: Mapping[str, Any] | None = None, config=None, *,
+                              generation_config=None, multi_token_decode: bool = False,
+                              verify: bool | None = None) -> ExportedModel:
+        """The graphs a decode loop needs: `prefill` + `decode`, or one `decode` with
+        multi_token_decode or a static cache (generation_config.cache_implementation="static" with
+        max_cache_len), or as the format's op profile makes them. `inputs` are generate kwargs."""
+        config = self._config(config)
+        batch = int(_tensor_inputs(inputs)["input_ids"].shape[0]) if "input_ids" in _tensor_inputs(inputs) else 1
+        generation = _generation_options(generation_config, multi_token_decode, batch)
+        directory, root = self._write(model, self.core_config(config, inputs, generation))
+        exported = ExportedModel(directory, temporary=root)
+        if inputs and (verify if verify is not None else not _is_model_path(model)):
+            _verify_generation(exported, model, inputs)
+        return exported
+
+    def _export_stage(self, stage, inputs, config, verify) -> ExportedModel:
+        """A decompose_for_generation stage: the generation export of its mode, keeping the graph
+        that serves the stage (the format's one graph when it has no separate prefill)."""
+        config = self._config(config)
+        batch = int(_tensor_inputs(inputs)["input_ids"].shape[0]) if inputs and "input_ids" in inputs else 1
+        generation = _generation_options(stage.generation_config, stage.multi_token_decode, batch)
+        directory, root = self._write(stage.model, self.core_config(config, None, generation))
+        names = list(load_manifest(directory).data["components"])
+        name = stage.stage if stage.stage in names else DECODE
+        exported = ExportedModel(directory, components=[name], temporary=root)
+        if inputs and verify is not False:
+            _verify_stage(exported, name, stage, inputs)
+        return exported
+
+
+class OnnxExporter(HfExporter):
+    export_format = "onnx"
+    config_class = OnnxConfig
+
+
+class OpenVINOExporter(HfExporter):
+    export_format = "openvino"
+    config_class = OpenVINOConfig
+
+
+EXPORTERS: dict[str, type[HfExporter]] = {"onnx": OnnxExporter, "openvino": OpenVINOExporter}
+
+
+class AutoHfExporter:
+    """`AutoHfExporter.from_config(config)`: the exporter of the config's format."""
+
+    @classmethod
+    def from_config(cls, export_config, **kwargs) -> HfExporter:
+        if isinstance(export_config, Mapping):
+            export_config = AutoExportConfig.from_dict(export_config)
+        if not isinstance(export_config, ExportConfigMixin):
+            raise TypeError(f"AutoHfExporter.from_config takes an export config or a dict, got "
+                            f"{type(export_config).__name__}")
+        config_class_for(export_config.export_format)
+        return EXPORTERS[export_config.export_format](**kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Built-in parity verification
+
+
+def _tolerance(exported: ExportedModel) -> float | None:
+    """None for quantized weights: they differ from the float model by design."""
+    if exported.manifest.get("quantization"):
+        return None
+    return TOLERANCE.get(exported.manifest.get("dtype", "float32"), 1e-4)
+
+
+def _record(exported: ExportedModel, reference: np.ndarray, ours: np.ndarray, what: str, inputs,
+            real: np.ndarray | None = None) -> None:
+    """`real`: [batch, seq] of the positions compared (a pad position attends to nothing: its
+    logits mean nothing in either model)."""
+    import torch
+
+    if real is not None:
+        reference, ours = reference[real], ours[real]
+    scale = max(1.0, float(np.abs(reference).max()))
+    diff = float(np.abs(reference.astype(np.float64) - ours.astype(np.float64)).max())
+    tolerance = _tolerance(exported)
+    passed = None if tolerance is None else diff <= tolerance * scale
+    exported.record("verification", {
+        "compared": what, "reference": f"transformers eager (torch {torch.__version__})",
+        "inputs": {k: list(v.shape) for k, v in _tensor_inputs(inputs).items()},
+        "max_abs_diff": diff, "logits_scale": scale, "tolerance": tolerance, "passed": passed})
+    if passed is False:
+        logger.warning("hfexport: the export's %s differ from the eager model's by %.3g (tolerance %.3g x %.3g)",
+                       what, diff, tolerance, scale)
+
+
+def _eager(model):
+    """The eager model for a checkpoint path (loaded in float32), else the model itself."""
+    if not _is_model_path(model):
+        return model
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(model), dtype="float32").eval()
+
+
+def _verify_forward(exported: ExportedModel, model, inputs) -> None:
+    import torch
+
+    with torch.no_grad():
+        reference = _to_numpy(_eager(model)(**inputs).logits).astype(np.float32)
+    mask = _tensor_inputs(inputs).get("attention_mask")
+    real = None if mask is None else _to_numpy(mask).astype(bool)
+    _record(exported, reference, _to_numpy(exported(**inputs)["logits"]), "logits at unpadded positions"
+            if real is not None else "logits", inputs, real)
+
+
+def _verify_generation(exported: ExportedModel, model, inputs) -> None:
+    """The first step's logits: the eager forward's last position vs the decode loop's prefill."""
+    import torch
+
+    tensors = {k: _to_numpy(v) for k, v in _tensor_inputs(inputs).items()}
+    ids = tensors["input_ids"].astype(np.int64)
+    mask = tensors.get("attention_mask", np.ones_like(ids)).astype(np.int64)
+    with torch.no_grad():
+        eager = _eager(model)
+        positions = torch.from_numpy(_positions_from_mask(mask, ids.shape[1]))
+        logits = eager(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                       position_ids=positions).logits
+    reference = _to_numpy(logits[:, -1]).astype(np.float32)
+    ours = exported._runner().prefill(ids, mask, 1)
+    exported._decode_runner = None  # a fresh loop for the caller
+    _record(exported, reference, ours, "first-step logits", inputs)
+
+
+def _verify_stage(exported: ExportedModel, name: str, stage, inputs) -> None:
+    import torch
+
+    try:
+        ours = exported._run_component(name, inputs)["logits"]
+    except ValueError as e:  # a graph only the loop can drive (static cache, shared buffer)
+        exported.record("verification", {"compared": None, "skipped": str(e)})
+        return
+    with torch.no_grad():
+        reference = stage(**copy.deepcopy(dict(inputs))).logits
+    _record(exported, _to_numpy(reference[:, -1]).astype(np.float32), _to_numpy(ours)[:, -1], "last-position logits",
+            inputs)
