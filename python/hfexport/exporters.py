@@ -345,9 +345,9 @@ class ExportedModel(Mapping):
         return out
 
     def _feeds(self, name: str, input_names: list[str], kwargs: Mapping[str, Any]) -> tuple[dict, bool]:
-        """The graph's inputs from forward kwargs: unknown ones dropped with a warning, position_ids
-        derived from the mask when a generation component is called without them, a transformers
-        cache unpacked into past_key_values.{i}.key/value."""
+        """The graph's inputs from forward kwargs: unknown ones dropped with a warning, a missing
+        attention_mask or position_ids filled in as the model's forward does (all ones; past_length +
+        0..query-1), a transformers cache unpacked into past_key_values.{i}.key/value."""
         as_torch = any(hasattr(v, "detach") for v in kwargs.values())
         cache = next((kwargs[k] for k in CACHE_KWARGS if kwargs.get(k) is not None), None)
         tensors = {k: _to_numpy(v) for k, v in _tensor_inputs(kwargs).items() if k not in CACHE_KWARGS}
@@ -365,7 +365,9 @@ class ExportedModel(Mapping):
             past = _cache_length(cache)
             feeds["attention_mask"] = np.ones((batch, past + query), np.int64)
         if "position_ids" in input_names and "position_ids" not in feeds:
-            feeds["position_ids"] = _positions_from_mask(feeds["attention_mask"], query)
+            # What the model's forward uses without them (and how a cache it built was rotated).
+            past = _cache_length(cache)
+            feeds["position_ids"] = np.broadcast_to(np.arange(past, past + query, dtype=np.int64), (batch, query)).copy()
         past_inputs = [n for n in input_names if n.startswith("past_key_values.")]
         if past_inputs:
             if cache is None:

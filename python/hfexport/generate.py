@@ -1,6 +1,8 @@
 """`hfexport generate OUT_DIR --input-ids 1,2,3 [...]`: greedy (or sampled) generation on an
-export; prints the new token ids, space-separated, on one line. The C++ `hfexport` program hands
-this subcommand to `python -m hfexport.generate`."""
+export; prints the new token ids, space-separated, on one line. With `--prompt TEXT` (and
+`--chat`, `--system TEXT`) the prompt is tokenized with the export's own tokenizer (through its
+chat template with --chat) and the new text is streamed as it is generated, up to eos. The C++
+`hfexport` program hands this subcommand to `python -m hfexport.generate` (text mode always)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,11 @@ def parse_ids(text: str) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="hfexport generate", description=__doc__)
     p.add_argument("out_dir")
-    p.add_argument("--input-ids", required=True, help="comma-separated prompt token ids")
+    prompt = p.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--input-ids", help="comma-separated prompt token ids")
+    prompt.add_argument("--prompt", help="prompt text, tokenized with the export's tokenizer")
+    p.add_argument("--chat", action="store_true", help="render --prompt through the tokenizer's chat template")
+    p.add_argument("--system", help="a system message before the prompt (with --chat)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at eos tokens")
     p.add_argument("--do-sample", action="store_true")
@@ -42,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     args = p.parse_args(argv)
+    if args.input_ids is not None and (args.chat or args.system is not None):
+        p.error("--chat and --system apply to --prompt")
     try:
         sampler = Sampler(args.do_sample, args.temperature, args.top_k, args.top_p, args.seed)
         runner = open_runner(args.out_dir)
+        if args.prompt is not None:
+            return generate_text(runner, args, sampler)
         ids = parse_ids(args.input_ids)
         vocab_limit = runner.manifest.component(DECODE)["outputs"][0]["shape"][-1]
         if ids.min() < 0 or ids.max() >= vocab_limit:
@@ -55,6 +65,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hfexport: error: {e}", file=sys.stderr)
         return 1
     print(" ".join(str(int(t)) for t in tokens[0]))
+    return 0
+
+
+def generate_text(runner, args, sampler: Sampler) -> int:
+    """Streams the text of the new tokens to stdout as each becomes final; a newline at the end."""
+    from .text import TextCodec, TextStream
+
+    codec = TextCodec(args.out_dir)
+    ids = np.array([codec.encode_prompt(args.prompt, chat=args.chat, system=args.system)], dtype=np.int64)
+    if ids.shape[1] == 0:
+        raise GenerationError("--prompt: the text tokenizes to no tokens")
+    stream = TextStream(codec)
+
+    def show(tokens: np.ndarray) -> None:
+        text = stream.feed(int(tokens[0]))
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    generate(runner, ids, max_new_tokens=args.max_new_tokens, sampler=sampler, ignore_eos=args.ignore_eos,
+             on_tokens=show)
+    rest = stream.text()[stream.emitted:]  # an incomplete character at the very end
+    sys.stdout.write(rest + "\n")
+    sys.stdout.flush()
     return 0
 
 

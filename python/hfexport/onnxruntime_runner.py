@@ -19,6 +19,7 @@ import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .runner import DecodeRunner, GenerationError, left_padded_positions
+from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
@@ -67,6 +68,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         onnxruntime's defaults (faster prefill, a weight copy per session). With sharing, the shared
         initializers are added to `session_options`: do not reuse that object for another runner."""
         self.manifest = manifest
+        check_runtime_versions(manifest.data, ["onnxruntime"])
         gen = manifest.generation
         self.static = manifest.cache == CACHE_STATIC
         self.shared = bool(gen.get(SHARES_BUFFER)) and not self.static

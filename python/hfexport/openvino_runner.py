@@ -9,11 +9,13 @@ import openvino as ov
 
 from .manifest import CACHE_STATEFUL, DECODE, ExportManifest
 from .runner import DecodeRunner, GenerationError, left_padded_positions
+from .versions import check_runtime_versions
 
 
 class OpenVinoRunner(DecodeRunner):
     def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
         self.manifest = manifest
+        check_runtime_versions(manifest.data, ["openvino"])
         if manifest.cache != CACHE_STATEFUL:
             raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
         path = manifest.file_of(DECODE)

@@ -68,6 +68,7 @@ class TextCodec:
 
     def render_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         import jinja2
+        import jinja2.ext
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         def raise_exception(message):

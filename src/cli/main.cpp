@@ -47,9 +47,12 @@ constexpr std::pair<std::string_view, std::string_view> kNativeRunners[] = {
 
 // The native runner for the export named in the generate arguments, if one is installed.
 std::string native_runner(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)  // text in / text out: the tokenizer is Python's
+    if (std::string_view(argv[i]) == "--prompt") return {};
   for (int i = 2; i < argc; ++i) {
     if (argv[i][0] == '-') {
-      if (std::string_view(argv[i]) != "--ignore-eos" && std::string_view(argv[i]) != "--do-sample") ++i;
+      const std::string_view flag = argv[i];
+      if (flag != "--ignore-eos" && flag != "--do-sample" && flag != "--chat") ++i;
       continue;
     }
     std::string format;

@@ -39,6 +39,26 @@ void check_sequence_bound(const Manifest& manifest, const GenerateOptions& o) {
          limit);
 }
 
+namespace {
+// "2026.4.1-20251-abc" -> "2026.4"
+std::string minor_version(std::string_view v) {
+  const size_t first = v.find('.');
+  if (first == std::string_view::npos) return std::string(v);
+  const size_t second = v.find_first_of(".-+", first + 1);
+  return std::string(v.substr(0, second));
+}
+}  // namespace
+
+std::string runtime_drift_warning(const Manifest& manifest, std::string_view package, std::string_view installed) {
+  const auto& tested = manifest.data().value("tested_with", nlohmann::json::object());
+  const auto it = tested.find(std::string(package));
+  if (it == tested.end() || !it->is_string()) return {};
+  const std::string version = it->get<std::string>();
+  if (minor_version(version) == minor_version(installed)) return {};
+  return str("hfexport: warning: this export was tested with ", package, " ", version, ", but ", package, " ",
+             installed, " is running: results may differ");
+}
+
 int runner_main(int argc, char** argv, std::string_view format, const SessionFactory& open) {
   try {
     const GenerateOptions options = parse_generate_args(argc, argv);

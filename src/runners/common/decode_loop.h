@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/manifest.h"
@@ -29,6 +31,10 @@ std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& opt
 
 // Refuses a prompt + new tokens longer than the export's sequence bound (total_sequence).
 void check_sequence_bound(const Manifest& manifest, const GenerateOptions& options);
+
+// The warning for running `package` at version `installed` on an export the manifest says was
+// tested with another minor version of it (tested_with); empty when they agree or nothing is recorded.
+std::string runtime_drift_warning(const Manifest& manifest, std::string_view package, std::string_view installed);
 
 using SessionFactory = std::function<std::unique_ptr<DecodeSession>(const Manifest&, const GenerateOptions&)>;
 

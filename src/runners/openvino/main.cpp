@@ -1,5 +1,6 @@
 // hfexport-openvino-generate: the decode loop for stateful OpenVINO exports, on OpenVINO's C++ API.
 // `hfexport generate OUT_DIR ...` hands OpenVINO exports to this program when it is installed.
+#include <iostream>
 #include <numeric>
 #include <openvino/openvino.hpp>
 
@@ -21,6 +22,8 @@ class OpenVinoSession final : public DecodeSession {
   explicit OpenVinoSession(const Manifest& manifest) {
     if (manifest.cache() != manifest::cache::kStateful)
       fail(manifest.file_of(manifest::component::kDecode).parent_path().string(), ": not a stateful OpenVINO export");
+    const std::string warning = runtime_drift_warning(manifest, "openvino", ov::get_openvino_version().buildNumber);
+    if (!warning.empty()) std::cerr << warning << "\n";
     ov::Core core;
     // f32 inference and KV cache: the parity contract is transformers' float32 logits.
     compiled_ = core.compile_model(manifest.file_of(manifest::component::kDecode).string(), "CPU",
