@@ -70,7 +70,8 @@ def main() -> int:
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-python-api-"))
     model = qwen3_0_6b(args.layers)
-    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    unique = {t.data_ptr(): t for t in model.state_dict().values()}  # tied embeddings counted once
+    weights = sum(t.numel() * t.element_size() for t in unique.values())
     inputs = {"input_ids": torch.randint(0, 151936, (1, 16)), "attention_mask": torch.ones(1, 16, dtype=torch.long)}
     print(f"Qwen3-0.6B shape, {args.layers} layers, float32: {weights / 2**30:.2f} GiB of weights")
 

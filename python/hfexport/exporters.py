@@ -326,6 +326,17 @@ class ExportedModel(Mapping):
         os.replace(tmp, path)
 
     # -- running -----------------------------------------------------------------------------
+    def to(self, device=None, **runner_options) -> "ExportedModel":
+        """Where the graphs run: the CPU (hfexport's runners); `runner_options` go to the runtime
+        (`providers` / `session_options` for onnxruntime, `config` for OpenVINO)."""
+        if device not in (None, "cpu", "CPU") and str(device) != "cpu":
+            raise ValueError(f"device {device!r}: hfexport's runners run on the CPU")
+        self.runner_options = runner_options
+        for component in self.components.values():
+            component._graph = None
+        self._decode_runner = None
+        return self
+
     def __call__(self, **kwargs) -> ModelOutput:
         return self._run_component(self._single().name, kwargs)
 

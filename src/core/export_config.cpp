@@ -81,7 +81,8 @@ WeightQuantization parse_quantization(const Fields& q) {
 
 ExportConfig ExportConfig::from_json(const json& j, const std::string& where) {
   const Fields f(j, where);
-  f.only({"format", "export_format", "dtype", "dynamic", "dims", "inputs", "generation", "quantization", "backend"});
+  f.only(
+      {"format", "export_format", "dtype", "dynamic", "dims", "inputs", "generation", "quantization", "backend"});
   ExportConfig c;
   // AutoExportConfig.from_dict spells it export_format.
   c.format = f.string("format", f.string("export_format", c.format));
@@ -165,7 +166,8 @@ void ExportConfig::validate(const FieldSpelling& spell) const {
   if (!inputs.empty()) {
     const std::set<std::string> unique(inputs.begin(), inputs.end());
     if (unique.size() != inputs.size()) fail(spell("inputs"), ": an input is named twice");
-    if (g.enabled) fail(spell("inputs"), " applies only to the plain forward (generation components take every input)");
+    if (g.enabled)
+      fail(spell("inputs"), " applies only to the plain forward (generation components take every input)");
   }
   for (const auto& [name, r] : dims)
     if (r.min < 0 || r.min > r.max)

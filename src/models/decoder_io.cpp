@@ -47,8 +47,8 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   } else {
     attention_mask_ = b.input("attention_mask", DType::I64, {batch_, query_});
   }
-  position_ids_ = v.cache == CacheKind::None && !taken.position_ids ? arange_positions()
-                                                                      : b.input("position_ids", DType::I64, {batch_, query_});
+  const bool derive_positions = v.cache == CacheKind::None && !taken.position_ids;
+  position_ids_ = derive_positions ? arange_positions() : b.input("position_ids", DType::I64, {batch_, query_});
 }
 
 // What the model's forward uses without position_ids: 0..query-1 in every row (it does not look at

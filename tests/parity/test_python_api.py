@@ -542,3 +542,10 @@ def test_bad_export_requests_are_named_and_leave_nothing(tiny, inputs, tmp_path)
     with pytest.raises(TypeError, match="OnnxConfig"):
         OnnxExporter().export(model, inputs, OpenVINOConfig())
     assert set(Path(tempfile.gettempdir()).glob("hfexport-*")) <= before  # no new (earlier exports may go)
+
+
+def test_checkpoint_path_export_verifies_on_request(tiny, inputs):
+    path, _, _ = tiny
+    exported = OnnxExporter().export(str(path), inputs, OnnxConfig(dynamic=True), verify=True)
+    assert exported.manifest["verification"]["passed"]
+    assert "verification" not in OnnxExporter().export(path, inputs, OnnxConfig(dynamic=True)).manifest

@@ -106,11 +106,12 @@ TEST(ExportConfig, InputsRoundTripAndRules) {
   EXPECT_EQ(ExportConfig::from_json(c.to_json()).inputs, c.inputs);
   const ExportConfig unset;
   EXPECT_FALSE(unset.to_json().contains("inputs"));  // absent, as before the field existed
-  EXPECT_NE(error_of([] { ExportConfig::from_json(json::parse(R"({"inputs": "input_ids"})")); }).find("'inputs' must be a list"),
-            std::string::npos);
+  const std::string not_a_list = error_of([] { ExportConfig::from_json(json::parse(R"({"inputs": "input_ids"})")); });
+  EXPECT_NE(not_a_list.find("'inputs' must be a list"), std::string::npos);
   auto twice = ExportConfig::from_json(json::parse(R"({"inputs": ["input_ids", "input_ids"]})"));
   EXPECT_NE(error_of([&] { twice.validate(); }).find("named twice"), std::string::npos);
-  auto generation = ExportConfig::from_json(json::parse(R"({"inputs": ["input_ids"], "generation": {"enabled": true}})"));
+  auto generation =
+      ExportConfig::from_json(json::parse(R"({"inputs": ["input_ids"], "generation": {"enabled": true}})"));
   EXPECT_NE(error_of([&] { generation.validate(); }).find("applies only to the plain forward"), std::string::npos);
 }
 

@@ -114,7 +114,8 @@ TEST(RunnerVersions, WarnsOnlyWhenTheMinorVersionDiffers) {
   const Manifest m(nlohmann::json{{"format", "openvino"}, {"components", nlohmann::json::object()},
                                   {"tested_with", {{"openvino", "2026.4.1"}}}});
   EXPECT_EQ(runtime_drift_warning(m, "openvino", "2026.4.0-20363-abc"), "");
-  EXPECT_HAS(runtime_drift_warning(m, "openvino", "2026.3.0-1-abc"), "tested with openvino 2026.4.1, but openvino 2026.3.0-1-abc");
+  EXPECT_HAS(runtime_drift_warning(m, "openvino", "2026.3.0-1-abc"),
+             "tested with openvino 2026.4.1, but openvino 2026.3.0-1-abc");
   EXPECT_EQ(runtime_drift_warning(m, "onnxruntime", "1.0.0"), "");  // nothing recorded for it
 }
 
