@@ -310,12 +310,13 @@ class ExportedModel(Mapping):
         _replace_file(self.directory / FILE_NAME, target / FILE_NAME)  # last: the export is complete
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **runner_options) -> "ExportedModel":
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *, device=None,
+                        **runner_options) -> "ExportedModel":
+        """Opens what save_pretrained wrote (a local directory); `device` and `runner_options` as for `to`."""
         path = Path(pretrained_model_name_or_path)
         if not (path / FILE_NAME).is_file():
-            raise ValueError(f"{path}: not an hfexport export (no {FILE_NAME}); the Hub is not reachable from here, "
-                             "pass a local directory")
-        return cls(path, **runner_options)
+            raise ValueError(f"{path}: not an hfexport export (no {FILE_NAME}); pass a local directory")
+        return cls(path).to(device, **runner_options)
 
     def record(self, key: str, value: Any) -> None:
         """Adds `key` to export.json (the export's own files only)."""
@@ -329,7 +330,7 @@ class ExportedModel(Mapping):
     def to(self, device=None, **runner_options) -> "ExportedModel":
         """Where the graphs run: the CPU (hfexport's runners); `runner_options` go to the runtime
         (`providers` / `session_options` for onnxruntime, `config` for OpenVINO)."""
-        if device not in (None, "cpu", "CPU") and str(device) != "cpu":
+        if device is not None and str(device).lower() != "cpu":
             raise ValueError(f"device {device!r}: hfexport's runners run on the CPU")
         self.runner_options = runner_options
         for component in self.components.values():

@@ -302,8 +302,10 @@ def test_save_pretrained_from_pretrained_and_call(tiny, inputs, tmp_path):
     exported.save_pretrained(tmp_path / "exported")
     assert {"export.json", "model.onnx", "model.onnx.data", "config.json", "tokenizer.json"} <= {
         p.name for p in (tmp_path / "exported").iterdir()}
-    loaded = ExportedModel.from_pretrained(tmp_path / "exported")
+    loaded = ExportedModel.from_pretrained(tmp_path / "exported", device="cpu")
     assert list(loaded.components) == ["model"]
+    with pytest.raises(ValueError, match="cuda"):
+        ExportedModel.from_pretrained(tmp_path / "exported", device="cuda")
     outputs = loaded(**inputs, token_type_ids=torch.zeros_like(inputs["input_ids"]))  # unknown kwargs are dropped
     assert_close_where_real(outputs.logits.numpy(), eager_logits(model, inputs), inputs["attention_mask"])
     assert loaded.config.model_type == "qwen3"
@@ -549,3 +551,43 @@ def test_checkpoint_path_export_verifies_on_request(tiny, inputs):
     exported = OnnxExporter().export(str(path), inputs, OnnxConfig(dynamic=True), verify=True)
     assert exported.manifest["verification"]["passed"]
     assert "verification" not in OnnxExporter().export(path, inputs, OnnxConfig(dynamic=True)).manifest
+
+
+# --------------------------------------------------------------------------------------------
+# Every family from a live model: state_dict layouts (tied weights, buffers, fused experts)
+
+
+def _first_case_of_each_family():
+    from tiny_configs import cases
+
+    seen, out = set(), []
+    for c in cases("forward"):
+        if c.model_type not in seen:
+            seen.add(c.model_type)
+            out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("case", _first_case_of_each_family(), ids=lambda c: c.name)
+def test_every_family_exports_from_a_live_model(case, tmp_path):
+    from conftest import build_tiny_model
+
+    _, model = build_tiny_model(tmp_path / "ckpt", case.model_type, case.config)
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7], [0, 0, 4, 8, 12, 6]])
+    inputs = {"input_ids": ids, "attention_mask": (ids != 0).long()}
+    exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+    verification = exported.manifest["verification"]
+    assert verification["passed"] and verification["max_abs_diff"] <= TOL, verification
+
+
+def test_bfloat16_live_model_exports_in_float32(tiny, inputs):
+    """A bf16 model's weights are read as bf16 and widened by the core (no copy in Python)."""
+    path, _, _ = tiny
+    from transformers import AutoModelForCausalLM
+
+    bf16 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    exported = OnnxExporter().export(bf16, inputs, OnnxConfig(dynamic=True), verify=False)
+    assert exported.manifest["source"]["dtype"] == "bfloat16" and exported.manifest["dtype"] == "float32"
+    with torch.no_grad():
+        ref = bf16.float()(**inputs).logits.numpy()  # the same bf16 values, computed in float32
+    assert_close_where_real(exported(**inputs).logits.numpy(), ref, inputs["attention_mask"])
