@@ -591,3 +591,15 @@ def test_bfloat16_live_model_exports_in_float32(tiny, inputs):
     with torch.no_grad():
         ref = bf16.float()(**inputs).logits.numpy()  # the same bf16 values, computed in float32
     assert_close_where_real(exported(**inputs).logits.numpy(), ref, inputs["attention_mask"])
+
+
+def test_verification_above_tolerance_warns(tiny, inputs, caplog, monkeypatch):
+    from hfexport import exporters
+
+    _, model, _ = tiny
+    monkeypatch.setitem(exporters.TOLERANCE, "float32", 0.0)  # any rounding difference is now too much
+    with caplog.at_level("WARNING", logger="hfexport"):
+        exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+    verification = exported.manifest["verification"]
+    assert verification["passed"] is False and verification["max_abs_diff"] > 0
+    assert any("differ from the eager model" in r.message for r in caplog.records)
