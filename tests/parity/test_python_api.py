@@ -603,3 +603,16 @@ def test_verification_above_tolerance_warns(tiny, inputs, caplog, monkeypatch):
     verification = exported.manifest["verification"]
     assert verification["passed"] is False and verification["max_abs_diff"] > 0
     assert any("differ from the eager model" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("module, names", [
+    ("configs", ["OnnxConfig", "OpenVINOConfig", "ExportConfigMixin"]), ("auto", ["AutoExportConfig", "AutoHfExporter"]),
+    ("base", ["ExportedModel", "ExportedComponent", "HfExporter"]), ("utils", ["decompose_for_generation"]),
+    ("exporter_onnx", ["OnnxExporter"]), ("exporter_openvino", ["OpenVINOExporter"])])
+def test_transformers_exporters_module_paths(module, names):
+    """`from transformers.exporters.<module> import X` becomes `from hfexport.<module> import X`."""
+    import importlib
+
+    loaded = importlib.import_module(f"hfexport.{module}")
+    for name in names:
+        assert getattr(loaded, name) is getattr(hfexport, name)
