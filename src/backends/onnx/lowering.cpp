@@ -217,6 +217,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
       if (in) consumers_[in].push_back(n);
     appends_ += n->op == OpKind::KVAppend;
   }
+  plan_splits(graph);
   if (!profile_has_contrib_ops(profile_)) return;
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
   for (const Node* n : graph.order) {
@@ -235,6 +236,42 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
     }
   }
   if (profile_ == OnnxOpProfile::OrtGqa) plan_gqa_layouts(graph);
+}
+
+// A packed Linear's result is read by one Slice per original Linear, each a static range of the
+// last axis; when they tile it exactly, one Split produces them all (one pass instead of several).
+void Lowering::plan_splits(const Graph& graph) {
+  std::set<const Value*> seen;
+  for (const Node* n : graph.order) {
+    if (n->op != OpKind::Slice || !seen.insert(n->inputs[0]).second) continue;
+    const Value* packed = n->inputs[0];
+    const Dim last = packed->shape.empty() ? Dim(int64_t{0}) : packed->shape.back();
+    const auto& readers = consumers(packed);
+    if (!last.is_static() || readers.size() < 2) continue;
+    std::vector<const Node*> parts;
+    for (const Node* r : readers) {
+      const int64_t axis = r->op == OpKind::Slice ? r->attrs_as<SliceAttrs>().axis : 0;
+      const bool last_axis = r->op == OpKind::Slice && (axis == -1 || axis == static_cast<int64_t>(packed->rank()) - 1);
+      if (!last_axis) break;
+      parts.push_back(r);
+    }
+    if (parts.size() != readers.size()) continue;
+    auto bounds = [&](const Node* r) {
+      const SliceAttrs& a = r->attrs_as<SliceAttrs>();
+      return std::make_pair(a.start, std::min(a.end, last.value()));
+    };
+    std::sort(parts.begin(), parts.end(), [&](const Node* a, const Node* b) { return bounds(a) < bounds(b); });
+    int64_t covered = 0;
+    for (const Node* r : parts) {
+      const auto [start, end] = bounds(r);
+      if (start != covered || end <= start) break;
+      covered = end;
+    }
+    if (covered != last.value()) continue;
+    split_groups_[n] = parts;
+    for (const Node* r : parts)
+      if (r != n) fused_.insert(r);
+  }
 }
 
 const std::vector<const Node*>& Lowering::consumers(const Value* v) const {

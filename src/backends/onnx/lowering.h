@@ -107,6 +107,12 @@ class Lowering {
     const auto it = gqa_flat_results_.find(&attention);
     return it == gqa_flat_results_.end() ? nullptr : it->second;
   }
+  // Slices that together tile one value along its last axis (a packed Linear's parts), in tile
+  // order, keyed by the first of them in graph order: it emits one Split for all (the rest are fused).
+  const std::vector<const Node*>* split_group(const Node& slice) const {
+    const auto it = split_groups_.find(&slice);
+    return it == split_groups_.end() ? nullptr : &it->second;
+  }
   // Whether `n` was absorbed into a later fused op (decided in the constructor).
   bool fused(const Node* n) const { return fused_.count(n) != 0; }
   // ort profile: a residual Add feeding RMSNorm becomes SkipSimplifiedLayerNormalization.
@@ -117,6 +123,7 @@ class Lowering {
  private:
   const std::vector<const Node*>& consumers(const Value* v) const;
   void plan_gqa_layouts(const Graph& graph);
+  void plan_splits(const Graph& graph);
 
   onnx::GraphProto& g_;
   OnnxOpProfile profile_;
@@ -131,6 +138,7 @@ class Lowering {
   std::set<const Node*> gqa_attentions_, bsh_ropes_;
   std::map<const Value*, std::string> bsh_names_;
   std::map<const Node*, const Value*> gqa_flat_results_;
+  std::map<const Node*, std::vector<const Node*>> split_groups_;
   int counter_ = 0;
   int appends_ = 0, fused_appends_ = 0;
   bool uses_contrib_ = false;

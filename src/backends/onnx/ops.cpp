@@ -68,6 +68,18 @@ HFX_ONNX_OP(Reshape) {
 HFX_ONNX_OP(Transpose) { attr_ints(l.node("Transpose", in, {out}), "perm", n.attrs_as<PermAttrs>().perm); }
 HFX_ONNX_OP(Slice) {
   const SliceAttrs& s = n.attrs_as<SliceAttrs>();
+  if (const auto* parts = l.split_group(n)) {  // it and its sibling slices tile the value: one Split
+    std::vector<int64_t> sizes;
+    std::vector<std::string> outs;
+    const int64_t last = n.inputs[0]->shape.back().value();
+    for (const Node* p : *parts) {
+      const SliceAttrs& a = p->attrs_as<SliceAttrs>();
+      sizes.push_back(std::min(a.end, last) - a.start);
+      outs.push_back(p->outputs[0]->name);
+    }
+    attr_int(l.node("Split", {in[0], l.ints(sizes)}, outs), "axis", s.axis);
+    return;
+  }
   l.node("Slice", {in[0], l.ints({s.start}), l.ints({s.end}), l.ints({s.axis})}, {out});
 }
 HFX_ONNX_OP(Concat) { attr_int(l.node("Concat", in, {out}), "axis", n.attrs_as<ConcatAttrs>().axis); }
