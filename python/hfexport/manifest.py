@@ -24,6 +24,7 @@ CACHE_STATEFUL = "stateful"  # the cache lives in the runtime
 # generation keys
 SHARES_BUFFER = "past_present_share_buffer"  # bind each decode past/present pair to one full-length buffer
 REBUILD_CACHE_AT = "rebuild_cache_at_length"  # run the whole sequence again when it first reaches this length
+CACHE_KEY_POSITIONS = "cache_key_positions"  # "slots": keys rotated by cache slot (the attention's own RoPE)
 LOGITS = "logits"  # "all" query positions' logits, or the "last" one's only
 
 

@@ -51,6 +51,8 @@ struct WrittenComponent {
   // Each past/present pair may be bound to one buffer of the cache's full capacity, which the
   // graph updates in place (onnxruntime's GroupQueryAttention owns every append).
   bool cache_shares_buffer = false;
+  // The attention rotates the keys it stores by cache slot (not by position_ids).
+  bool cache_keys_rotated_by_slot = false;
 };
 
 // Stores one export: components are written one after another; weights they share are stored

@@ -69,7 +69,7 @@ json eos_token_ids(const Checkpoint& ckpt) {
 }
 
 json generation_json(const GenerationConfig& g, const ExportModel& model, const Checkpoint& ckpt,
-                     const json& cache_pairs, bool stateful, bool shares_buffer) {
+                     const json& cache_pairs, bool stateful, bool shares_buffer, bool keys_by_slot) {
   const std::string_view cache = stateful ? manifest::cache::kStateful
                                  : g.static_cache() ? manifest::cache::kStatic
                                                     : manifest::cache::kDynamic;
@@ -83,6 +83,7 @@ json generation_json(const GenerationConfig& g, const ExportModel& model, const 
   for (const Component& c : model.components) components.push_back(c.name);
   out[key::kComponents] = components;
   if (model.rebuild_cache_at_length > 0) out[key::kRebuildCacheAt] = model.rebuild_cache_at_length;
+  if (keys_by_slot) out[key::kCacheKeyPositions] = "slots";
   if (g.static_cache()) {
     out[key::kMaxCacheLen] = g.max_cache_len;
     out[key::kBatchSize] = g.batch_size;
@@ -195,7 +196,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   json components = json::object();
   json dims = json::object();
   json cache_pairs = json::array();
-  bool stateful = false, shares_buffer = false;
+  bool stateful = false, shares_buffer = false, keys_by_slot = false;
   std::string quantized_compute;  // as the backend resolved it
   const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
   for (Component& c : model.components) {
@@ -216,6 +217,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                                                     {"embeddings", report.quantization.embeddings}};
     if (c.name == manifest::component::kDecode) {
       shares_buffer = w.cache_shares_buffer;
+      keys_by_slot = w.cache_keys_rotated_by_slot;
       for (const StatePair& state : c.graph->state_pairs) {
         if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
         else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
@@ -232,7 +234,8 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   manifest[key::kDims] = dims;
   if (json tested = backend->tested_runtimes(); !tested.empty()) manifest[key::kTestedWith] = std::move(tested);
   if (config.generation.enabled)
-    manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer);
+    manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer,
+                                                   keys_by_slot);
   backend->write_runtime_files(manifest, ckpt.config(), out.path());
   Manifest(std::move(manifest)).save(out.path());
   for (const char* name : kCompanionFiles) {

@@ -56,6 +56,9 @@ inline constexpr const char* kBatchSize = "batch_size";
 // true: bind each decode past/present pair to one buffer of the full cache length, updated in
 // place (onnxruntime-genai's name for it).
 inline constexpr const char* kSharesBuffer = "past_present_share_buffer";
+// "slots": the cache's keys are rotated by their cache slot (the attention applies RoPE itself:
+// for a left-padded row, slot = position + padding); absent: by position, as the model computes them.
+inline constexpr const char* kCacheKeyPositions = "cache_key_positions";
 // "all": logits for every query position; "last": the last position's only ([batch, 1, vocab]).
 inline constexpr const char* kLogits = "logits";
 }  // namespace key

@@ -69,6 +69,10 @@ struct NormAttrs {
 struct RoPEAttrs {
   bool interleaved = false;  // rotate pairs (x0, x1) rather than halves
 };
+struct RoPETableAttrs {
+  double scaling = 1.0;  // HF's attention_scaling (yarn, longrope)
+  bool sine = false;     // the sin table (else cos)
+};
 struct AttentionAttrs {
   double scale = 1.0;
   double softcap = 0.0;  // tanh logit softcapping (0: none)
@@ -88,7 +92,7 @@ struct StateAttrs {
 };
 
 using OpAttrs = std::variant<NoAttrs, AxisAttrs, AxesAttrs, ReduceAttrs, CastAttrs, ShapeAttrs, PermAttrs, SliceAttrs,
-                             ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, AttentionAttrs,
+                             ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, RoPETableAttrs, AttentionAttrs,
                              KVAppendAttrs, GELUAttrs, StateAttrs, TopKAttrs, MoEAttrs, QuantizedMoEAttrs>;
 
 }  // namespace hfx

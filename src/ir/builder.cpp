@@ -217,6 +217,10 @@ Value* Builder::rope(Value* x, Value* cos, Value* sin, bool interleaved) {
   return emit(OpKind::RoPE, {x, cos, sin}, RoPEAttrs{interleaved});
 }
 
+Value* Builder::rope_table(Value* positions, Value* inv_freq, double scaling, bool sine) {
+  return emit(OpKind::RoPETable, {positions, inv_freq}, RoPETableAttrs{scaling, sine});
+}
+
 Value* Builder::attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap, Value* sinks) {
   if (sinks) return emit(OpKind::Attention, {q, k, v, mask, sinks}, AttentionAttrs{scale, softcap});
   return emit(OpKind::Attention, {q, k, v, mask}, AttentionAttrs{scale, softcap});

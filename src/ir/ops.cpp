@@ -260,6 +260,12 @@ Types rule_rope(const Inputs& in, const OpAttrs& a) {
   return rule_same(in, a);
 }
 
+Types rule_rope_table(const Inputs& in, const OpAttrs&) {
+  need(in[0]->rank() == 2 && in[0]->dtype == DType::I64 && in[1]->rank() == 1 && in[1]->dtype == DType::F32,
+       "RoPETable operands");
+  return one(DType::F32, {in[0]->shape[0], in[0]->shape[1], Dim(2 * in[1]->shape[0].value())});
+}
+
 Types rule_attention(const Inputs& in, const OpAttrs&) {
   const Value *q = in[0], *k = in[1], *v = in[2];
   need(q->rank() == 4 && k->rank() == 4 && v->rank() == 4, "Attention ranks");
@@ -339,6 +345,7 @@ RULE(LayerNorm, rule_layer_norm)
 RULE(MoE, rule_moe)
 RULE(QuantizedMoE, rule_quantized_moe)
 RULE(RoPE, rule_rope)
+RULE(RoPETable, rule_rope_table)
 RULE(Attention, rule_attention)
 RULE(KVAppend, rule_kv_append)
 RULE(StateRead, rule_state)

@@ -179,8 +179,10 @@ std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value
     Value* seen = positions_seen(b, position_ids);
     Value* is_long = b.compare(OpKind::Greater, seen, b.const_i64({rope.original_max_position_embeddings}));
     inv_freq = b.where(is_long, b.const_f32(rope.long_inv_freq, {half}), b.const_f32(rope.inv_freq, {half}));
-  } else {
+  } else {  // a static table: one op, which a backend may fuse into its attention
     inv_freq = b.const_f32(rope.inv_freq, {half});
+    return {b.rope_table(position_ids, inv_freq, rope.attention_scaling, false),
+            b.rope_table(position_ids, inv_freq, rope.attention_scaling, true)};
   }
   Value* pos = b.unsqueeze(b.cast(position_ids, DType::F32), {-1});  // [B, S, 1]
   Value* freqs = b.mul(pos, inv_freq);                               // [B, S, R/2]

@@ -169,6 +169,15 @@ Value* decompose_rope(Builder& b, const Node& n) {
   return rot < head ? b.concat({out, b.slice(x, -1, rot, head)}, -1) : out;
 }
 
+// HF's rotary embedding module: emb = positions x inv_freq, twice; cos(emb) or sin(emb), scaled.
+Value* decompose_rope_table(Builder& b, const Node& n) {
+  const RoPETableAttrs& a = n.attrs_as<RoPETableAttrs>();
+  Value* pos = b.unsqueeze(b.cast(n.inputs[0], DType::F32), {-1});  // [B, S, 1]
+  Value* freqs = b.mul(pos, n.inputs[1]);                            // [B, S, R/2]
+  Value* table = b.unary(a.sine ? OpKind::Sin : OpKind::Cos, b.concat({freqs, freqs}, -1));
+  return a.scaling != 1.0 ? b.mul(table, b.scalar(a.scaling, DType::F32)) : table;
+}
+
 // HF eager attention: softmax((q k^T) * scale + mask) v, with grouped kv heads broadcast.
 // Masked scores take the lowest finite value so that fully masked (padding) rows stay finite.
 Value* decompose_attention(Builder& b, const Node& n) {
@@ -250,6 +259,7 @@ Decomposition reference_decomposition(OpKind op) {
     case OpKind::MoE: return decompose_moe;
     case OpKind::QuantizedMoE: return decompose_quantized_moe;
     case OpKind::RoPE: return decompose_rope;
+    case OpKind::RoPETable: return decompose_rope_table;
     case OpKind::Attention: return decompose_attention;
     case OpKind::SiLU: return decompose_silu;
     case OpKind::KVAppend: return decompose_kv_append;

@@ -244,6 +244,7 @@ def check_shared_cache(runner, manifest_pairs, ref: Reference, mask: np.ndarray)
     at its padded index, as transformers' own DynamicCache lays them out."""
     assert runner.shared, "the export shares its cache buffers but the runner did not"
     check_cache_in_place(runner, manifest_pairs)
+    keys_by_slot = runner.manifest.generation.get("cache_key_positions") == "slots"
     fed = mask.shape[1] + ref.tokens.shape[1] - 1
     real = np.concatenate([mask, np.ones((mask.shape[0], fed - mask.shape[1]), mask.dtype)], 1).astype(bool)
     err = 0.0
@@ -254,6 +255,8 @@ def check_shared_cache(runner, manifest_pairs, ref: Reference, mask: np.ndarray)
             continue  # a sliding layer: transformers keeps only the window
         got = runner.buffers[p["input"]].numpy()[:, :, :fed]
         for b in range(mask.shape[0]):
+            if kind == "key" and keys_by_slot and not real[b].all():
+                continue  # rotated by slot = position + this row's padding (attention scores do not see it)
             d = float(np.abs(got[b][:, real[b]] - want[b][:, real[b]]).max())
             assert d <= TOL, f"{p['input']} row {b}: shared cache differs from transformers' by {d:.3e}"
             err = max(err, d)
@@ -407,6 +410,24 @@ def test_generation_defaults_to_ort_gqa_with_a_shared_cache(tiny, tmp_path, expo
     assert json.loads((out / "export.json").read_text())["generation"]["past_present_share_buffer"] is True
     forward = export_model(tm.model_dir, tmp_path / "fwd")
     onnx.checker.check_model(str(forward / "model.onnx"), full_check=True)
+
+
+@pytest.mark.parametrize("name, fused", [("llama-gqa-tied-rope_llama3", True), ("qwen3-mha-head_dim24-tied-rope_yarn", False),
+                                         ("phi3-mqa-partial_rotary0.5-longrope_long-tied", False)])
+def test_ort_gqa_applies_static_rope_itself(name, fused, tiny, tmp_path, export_model):
+    """ort-gqa: GroupQueryAttention rotates q and k itself (do_rotary, cos/sin caches built in the
+    graph over the key slots) for a static RoPE over whole heads of a multiple of 16 (its CPU
+    kernel's rule); the manifest says the cache keys are rotated by slot. Other tables keep
+    RotaryEmbedding. (test_greedy_matches_transformers checks both against transformers.)"""
+    tm = tiny(name)
+    out = export_model(tm.model_dir, tmp_path / "gen", "--for-generation")
+    graph = onnx.load(str(out / "decode.onnx"), load_external_data=False).graph
+    rotary = [next((a.i for a in n.attribute if a.name == "do_rotary"), 0) for n in graph.node
+              if n.op_type == "GroupQueryAttention"]
+    assert rotary and all(r == int(fused) for r in rotary), rotary
+    assert ("RotaryEmbedding" in {n.op_type for n in graph.node}) != fused
+    generation = json.loads((out / "export.json").read_text())["generation"]
+    assert (generation.get("cache_key_positions") == "slots") == fused
 
 
 def test_static_prefill_writes_distinct_slots(tiny, tmp_path, export_model):

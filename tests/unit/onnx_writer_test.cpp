@@ -509,6 +509,42 @@ TEST(OnnxBackend, LowersExpand) {
   }
 }
 
+std::map<std::string, int> op_counts(const onnx::ModelProto& m) {
+  std::map<std::string, int> out;
+  for (const auto& n : m.graph().node()) ++out[n.op_type()];
+  return out;
+}
+
+// A packed Linear's parts: slices tiling the last axis are one Split; slices that leave a gap are not.
+TEST(OnnxBackend, SlicesTilingAValueBecomeOneSplit) {
+  TempDir dir;
+  Graph g;
+  Builder b(g);
+  Value* x = b.input("x", DType::F32, {2, 8});
+  b.output(b.slice(x, 1, 0, 2), "a");
+  b.output(b.slice(x, 1, 6, INT64_MAX), "c");
+  b.output(b.slice(x, 1, 2, 6), "b");
+  Value* y = b.input("y", DType::F32, {2, 8});
+  b.output(b.slice(y, 1, 0, 2), "d");
+  b.output(b.slice(y, 1, 4, 8), "e");
+  try {
+    test::write_component("onnx", "m", g, dir.path());
+    onnx::ModelProto m;
+    ASSERT_TRUE(m.ParseFromString(read_file(dir / "m.onnx")));
+    auto counts = op_counts(m);
+    EXPECT_EQ(counts["Split"], 1);
+    EXPECT_EQ(counts["Slice"], 2);  // y's: [2, 4) is not read
+    for (const auto& n : m.graph().node())
+      if (n.op_type() == "Split") {
+        EXPECT_EQ(n.input(0), "x");
+        EXPECT_EQ(std::vector<std::string>(n.output().begin(), n.output().end()),
+                  (std::vector<std::string>{"a", "b", "c"}));  // in tile order
+      }
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+  }
+}
+
 // --- AtomicOutputDir -------------------------------------------------------------------------
 
 std::vector<std::string> listing(const fs::path& dir) {

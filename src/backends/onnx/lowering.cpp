@@ -197,6 +197,7 @@ void Lowering::plan_gqa_layouts(const Graph& graph) {
       bsh_names_[n->outputs[0]] = name_of(split->inputs[0]);
     }
   }
+  plan_fused_rotaries(graph);
   for (const Node* n : gqa_attentions_) {
     const Value* back = transposed_back(*n);
     if (!back) continue;
@@ -272,6 +273,88 @@ void Lowering::plan_splits(const Graph& graph) {
     for (const Node* r : parts)
       if (r != n) fused_.insert(r);
   }
+}
+
+// GroupQueryAttention rotates q and the keys it appends itself (do_rotary) by cache slot, from
+// cos/sin caches: a static table's RoPE on both is absorbed when it rotates the whole head. Slots
+// and transformers' positions differ by each row's left padding, a per-row offset that rotary
+// attention scores do not see (they depend on position differences only).
+void Lowering::plan_fused_rotaries(const Graph& graph) {
+  auto table_of = [](const Value* v, bool sine) -> const Node* {
+    const Node* t = v->producer;
+    return t && t->op == OpKind::RoPETable && t->attrs_as<RoPETableAttrs>().sine == sine ? t : nullptr;
+  };
+  for (const Node* n : graph.order) {
+    if (n->op != OpKind::Attention || !gqa_attentions_.count(n)) continue;
+    const Node* k_append = n->inputs[1]->producer;
+    if (!k_append || k_append->op != OpKind::KVAppend || !fused(k_append)) continue;
+    const Node* q_rope = n->inputs[0]->producer;
+    const Node* k_rope = k_append->inputs[1]->producer;
+    auto absorbable = [&](const Node* r) {
+      return r && r->op == OpKind::RoPE && bsh_ropes_.count(r) && consumers(r->outputs[0]).size() == 1 &&
+             table_of(r->inputs[1], false) && table_of(r->inputs[2], true) &&
+             r->inputs[1]->shape.back() == r->inputs[0]->shape.back() &&
+             r->inputs[0]->shape.back().value() % 16 == 0;  // the CPU kernel's rotary needs it
+    };
+    if (!absorbable(q_rope) || !absorbable(k_rope) || q_rope->inputs[1] != k_rope->inputs[1] ||
+        q_rope->inputs[2] != k_rope->inputs[2] ||
+        q_rope->attrs_as<RoPEAttrs>().interleaved != k_rope->attrs_as<RoPEAttrs>().interleaved)
+      continue;
+    fused_rotaries_[n] = {q_rope, k_rope};
+    fused_.insert({q_rope, k_rope});
+  }
+  // A table whose every reader was absorbed is not emitted.
+  for (const Node* n : graph.order) {
+    if (n->op != OpKind::RoPETable) continue;
+    const auto& readers = consumers(n->outputs[0]);
+    if (!readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const Node* r) { return fused(r); }))
+      fused_.insert(n);
+  }
+}
+
+std::string Lowering::rope_angles(const Value* positions, const Value* inv_freq) {
+  std::string& name = rope_angles_[{positions, inv_freq}];
+  if (!name.empty()) return name;
+  const std::string base = positions->name + "/rope_angles";
+  const std::string f = temp(base), col = temp(base), freqs = temp(base);
+  attr_int(node("Cast", {name_of(positions)}, {f}), "to", onnx::TensorProto::FLOAT);
+  node("Unsqueeze", {f, ints({-1})}, {col});
+  node("Mul", {col, name_of(inv_freq)}, {freqs});
+  name = temp(base);
+  attr_int(node("Concat", {freqs, freqs}, {name}), "axis", -1);
+  return name;
+}
+
+std::string Lowering::rotary_cache(const Node& table, const Value* mask, DType dtype) {
+  const RoPETableAttrs& a = table.attrs_as<RoPETableAttrs>();
+  const Value* inv_freq = table.inputs[1];
+  std::string& name = rotary_caches_[{mask, inv_freq, a.scaling, a.sine, dtype}];
+  if (!name.empty()) return name;
+  const std::string base = mask->name + (a.sine ? "/sin_cache" : "/cos_cache");
+  std::string& angles = slot_angles_[{mask, inv_freq}];  // [T, R/2], shared by cos and sin
+  if (angles.empty()) {
+    const std::string shape = temp(base), slots = temp(base), count = temp(base), f = temp(base), col = temp(base);
+    node("Shape", {mask->name}, {shape});
+    node("Gather", {shape, ints({3}, true)}, {count});
+    node("Range", {ints({0}, true), count, ints({1}, true)}, {slots});
+    attr_int(node("Cast", {slots}, {f}), "to", onnx::TensorProto::FLOAT);
+    node("Unsqueeze", {f, ints({1})}, {col});
+    angles = temp(base);
+    node("Mul", {col, name_of(inv_freq)}, {angles});  // GQA's caches hold the first half only
+  }
+  const std::string wave = temp(base);
+  node(a.sine ? "Sin" : "Cos", {angles}, {wave});
+  std::string out = wave;
+  if (a.scaling != 1.0) {
+    out = temp(base);
+    node("Mul", {wave, float_scalar(static_cast<float>(a.scaling), DType::F32)}, {out});
+  }
+  if (dtype != DType::F32) {
+    const std::string cast = temp(base);
+    attr_int(node("Cast", {out}, {cast}), "to", onnx_type(dtype));
+    out = cast;
+  }
+  return name = out;
 }
 
 const std::vector<const Node*>& Lowering::consumers(const Value* v) const {

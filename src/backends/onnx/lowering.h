@@ -87,6 +87,18 @@ class Lowering {
   std::string float_scalar(float value, DType dtype);
   std::string int32_scalar(int32_t value);
   std::string temp(const std::string& base) { return base + "/t" + std::to_string(++counter_); }
+  // positions x inv_freq with the halves repeated, [B, S, R] float32: one per pair, shared by the
+  // cos and sin tables.
+  std::string rope_angles(const Value* positions, const Value* inv_freq);
+  // GroupQueryAttention's cos_cache / sin_cache for `table` (a RoPETable, cos or sin) over the key
+  // slots 0..T-1 of `mask` ([T, R/2] of `dtype`): built in the graph each call, for the slots it has.
+  std::string rotary_cache(const Node& table, const Value* mask, DType dtype);
+  // ort-gqa: the RoPE pair (on q, on k) a GroupQueryAttention applies itself (do_rotary), if any.
+  bool rotates_by_slot() const { return !fused_rotaries_.empty(); }
+  const std::pair<const Node*, const Node*>* fused_rotary(const Node& attention) const {
+    const auto it = fused_rotaries_.find(&attention);
+    return it == fused_rotaries_.end() ? nullptr : &it->second;
+  }
   // Memoized per source value: the first half of a [B, S, R] cos/sin table, and additive masks.
   std::string half_table(const Value* table);
   std::string additive_mask(const Value* mask, DType dtype);
@@ -124,6 +136,7 @@ class Lowering {
   const std::vector<const Node*>& consumers(const Value* v) const;
   void plan_gqa_layouts(const Graph& graph);
   void plan_splits(const Graph& graph);
+  void plan_fused_rotaries(const Graph& graph);
 
   onnx::GraphProto& g_;
   OnnxOpProfile profile_;
@@ -139,6 +152,9 @@ class Lowering {
   std::map<const Value*, std::string> bsh_names_;
   std::map<const Node*, const Value*> gqa_flat_results_;
   std::map<const Node*, std::vector<const Node*>> split_groups_;
+  std::map<const Node*, std::pair<const Node*, const Node*>> fused_rotaries_;
+  std::map<std::pair<const Value*, const Value*>, std::string> rope_angles_, slot_angles_;
+  std::map<std::tuple<const Value*, const Value*, double, bool, DType>, std::string> rotary_caches_;
   int counter_ = 0;
   int appends_ = 0, fused_appends_ = 0;
   bool uses_contrib_ = false;

@@ -89,6 +89,7 @@ class OnnxWriter final : public ExportWriter {
     write_initializers(g, lowering.initializers());
     written.data_files.push_back(kDataFile);
     written.cache_shares_buffer = lowering.attention_owns_cache();
+    written.cache_keys_rotated_by_slot = lowering.rotates_by_slot();
 
     std::ofstream out(dir_ / written.file, std::ios::binary);
     if (!out || !model.SerializeToOstream(&out) || !out.flush())

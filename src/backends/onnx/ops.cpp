@@ -246,6 +246,14 @@ HFX_ONNX_OP(LayerNorm) {
   attr_int(norm, "stash_type", 1);
 }
 
+// cos / sin of the shared angles (one Cast/Unsqueeze/Mul/Concat per positions and frequencies).
+HFX_ONNX_OP(RoPETable) {
+  const RoPETableAttrs& a = n.attrs_as<RoPETableAttrs>();
+  const std::string wave = a.scaling != 1.0 ? l.temp(out) : out;
+  l.node(a.sine ? "Sin" : "Cos", {l.rope_angles(n.inputs[0], n.inputs[1])}, {wave});
+  if (a.scaling != 1.0) l.node("Mul", {wave, l.float_scalar(static_cast<float>(a.scaling), DType::F32)}, {out});
+}
+
 // RotaryEmbedding-23 with per-token tables: cos/sin [B, S, R/2] (the IR's tables repeat the
 // frequencies twice, HF-style, so the first half is taken once per table).
 // Feeding GroupQueryAttention, it rotates the [B, S, N * D] form instead (3-D, num_heads set).
@@ -305,10 +313,17 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
     l.node("Expand", {last, batch}, {seqlens});
   }
   const int64_t heads = q->shape[1].value(), kv_heads = k->shape[1].value(), head_dim = q->shape[3].value();
-  std::vector<std::string> inputs{l.bsh(q), l.bsh(k), l.bsh(v)};
+  const auto* rotary = l.fused_rotary(n);  // GQA rotates q and k itself: it reads them unrotated
+  std::vector<std::string> inputs{l.bsh(rotary ? rotary->first->inputs[0] : q),
+                                  l.bsh(rotary ? rotary->second->inputs[0] : k), l.bsh(v)};
   inputs.push_back(cached ? l.name_of(k_append->inputs[0]) : "");
   inputs.push_back(cached ? l.name_of(v_append->inputs[0]) : "");
-  inputs.insert(inputs.end(), {seqlens, total, "", "", "", l.additive_mask(mask, q->dtype)});
+  std::string cos_cache, sin_cache;
+  if (rotary) {
+    cos_cache = l.rotary_cache(*rotary->first->inputs[1]->producer, mask, q->dtype);
+    sin_cache = l.rotary_cache(*rotary->first->inputs[2]->producer, mask, q->dtype);
+  }
+  inputs.insert(inputs.end(), {seqlens, total, cos_cache, sin_cache, "", l.additive_mask(mask, q->dtype)});
   if (n.input(4)) inputs.push_back(l.name_of(n.inputs[4]));  // head_sink
   // The block reshaping the result straight back to [B, S, N * D] takes GQA's output as is.
   const Value* flat_out = l.flat_result(n);
@@ -318,6 +333,10 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
   onnx::NodeProto* gqa = l.node("GroupQueryAttention", inputs, outputs, "com.microsoft");
   attr_int(gqa, "num_heads", heads);
   attr_int(gqa, "kv_num_heads", kv_heads);
+  if (rotary) {
+    attr_int(gqa, "do_rotary", 1);
+    attr_int(gqa, "rotary_interleaved", rotary->first->attrs_as<RoPEAttrs>().interleaved);
+  }
   attention_attrs(gqa, n);
   if (flat_out) return true;
   if (const Value* back = l.transposed_back(n)) {  // the reader wants [B, S, N, D]: no transposes
