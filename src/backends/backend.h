@@ -76,9 +76,9 @@ class Backend {
   virtual ExportConfig graph_config(const ExportConfig& config) const { return config; }
   virtual std::vector<Pass> passes(const ExportConfig& config) const = 0;
   virtual std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const = 0;
-  // The runtimes (Python package name -> version) this build's tests ran this format's exports on;
-  // the manifest records them, and a runner warns when it runs under another minor version.
-  virtual nlohmann::json tested_runtimes() const { return nlohmann::json::object(); }
+  // The Python package of the runtime that runs this format's exports (version pinning: see
+  // tested_runtimes); empty when none is pinned.
+  virtual std::string_view runtime_package() const { return {}; }
   // Files a runtime of this format reads beside the export (onnxruntime-genai's config), from the
   // finished manifest and the checkpoint's config.json; written before the export is committed.
   virtual void write_runtime_files(const nlohmann::json& manifest, const JsonConfig& hf_config,
@@ -98,6 +98,11 @@ using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 // Adds `format` to the registry; returns true so that it can initialise a namespace-scope constant.
 bool register_backend(const std::string& format, BackendFactory make);
 // Throws Error listing the supported formats when `format` is unknown.
+// {package: version} for the backend's runtime package as this build's tests ran it (empty when
+// the build did not see it installed); the manifest records it, and a runner warns when it runs
+// under another minor version.
+nlohmann::json tested_runtimes(const Backend& backend);
+
 std::unique_ptr<Backend> make_backend(const std::string& format, const std::string& option = "--format");
 std::vector<std::string> supported_formats();
 

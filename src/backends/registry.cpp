@@ -20,6 +20,21 @@ bool register_backend(const std::string& format, BackendFactory make) {
   return true;
 }
 
+nlohmann::json tested_runtimes(const Backend& backend) {
+  const std::string_view package = backend.runtime_package();
+  const std::string_view all = HFX_TESTED_RUNTIMES;  // "package=version," per runtime CMake found
+  nlohmann::json out = nlohmann::json::object();
+  size_t begin = 0;
+  while (!package.empty() && begin < all.size()) {
+    const size_t end = all.find(',', begin);
+    const std::string_view entry = all.substr(begin, end - begin);
+    const size_t eq = entry.find('=');
+    if (entry.substr(0, eq) == package) out[std::string(package)] = std::string(entry.substr(eq + 1));
+    begin = end == std::string_view::npos ? all.size() : end + 1;
+  }
+  return out;
+}
+
 std::set<OpKind> forced_decompositions(const ExportConfig& config, const FieldSpelling& spell) {
   std::set<OpKind> out;
   if (!config.backend.contains("decompose")) return out;

@@ -232,7 +232,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                                     {"scheme", "symmetric, per group of input features, round to nearest even"},
                                     {"compute", quantized_compute}};
   manifest[key::kDims] = dims;
-  if (json tested = backend->tested_runtimes(); !tested.empty()) manifest[key::kTestedWith] = std::move(tested);
+  if (json tested = tested_runtimes(*backend); !tested.empty()) manifest[key::kTestedWith] = std::move(tested);
   if (config.generation.enabled)
     manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer,
                                                    keys_by_slot);

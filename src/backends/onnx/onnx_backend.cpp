@@ -225,13 +225,7 @@ class OnnxBackend final : public Backend {
     return std::make_unique<OnnxWriter>(config, dir);
   }
 
-  nlohmann::json tested_runtimes() const override {
-#ifdef HFX_TESTED_ONNXRUNTIME
-    return {{"onnxruntime", HFX_TESTED_ONNXRUNTIME}};
-#else
-    return nlohmann::json::object();
-#endif
-  }
+  std::string_view runtime_package() const override { return "onnxruntime"; }
   void write_runtime_files(const nlohmann::json& manifest, const JsonConfig& hf_config,
                            const std::filesystem::path& dir) const override {
     const auto genai = genai_config(manifest, hf_config);

@@ -74,13 +74,7 @@ class OpenVinoBackend final : public Backend {
             true};
   }
 
-  nlohmann::json tested_runtimes() const override {
-#ifdef HFX_TESTED_OPENVINO
-    return {{"openvino", HFX_TESTED_OPENVINO}};
-#else
-    return nlohmann::json::object();
-#endif
-  }
+  std::string_view runtime_package() const override { return "openvino"; }
 
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
     for (const auto& [key, value] : config.backend.items())
