@@ -82,13 +82,8 @@ def dims_from_dynamic_shapes(dynamic_shapes: Mapping[str, Any], sample_shapes: M
                                   f"({dynamic[dim_name]} and {bounds}): the inputs share it")
             dynamic[dim_name] = bounds
     for dim_name, (low, high) in dynamic.items():
-        entry = {}
-        if low is not None:
-            entry["min"] = low
-        if high is not None:
-            entry["max"] = high
-        if entry:
-            dims[dim_name] = {"min": entry.get("min", 1), **({"max": entry["max"]} if "max" in entry else {})}
+        if low is not None or high is not None:  # else the exporter's default bounds
+            dims[dim_name] = {"min": low or 1, **({"max": high} if high is not None else {})}
     for dim_name, size in _sample_dims(sample_shapes).items():
         if dim_name not in dynamic:
             dims[dim_name] = {"min": size, "max": size}

@@ -73,6 +73,12 @@ def _tensor_inputs(inputs: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in dict(inputs).items() if v is not None and _is_tensor(v)}
 
 
+def _batch_size(inputs: Mapping[str, Any] | None) -> int:
+    """The sample inputs' batch (a static cache's fixed batch); 1 without input_ids."""
+    ids = _tensor_inputs(inputs).get("input_ids")
+    return 1 if ids is None else int(ids.shape[0])
+
+
 def _positions_from_mask(mask: np.ndarray, query: int) -> np.ndarray:
     """position_ids as generate derives them from the mask, for the last `query` columns."""
     return np.clip(np.cumsum(mask, -1) - 1, 0, None)[:, -query:].astype(np.int64)
@@ -707,8 +713,7 @@ class HfExporter:
         multi_token_decode or a static cache (generation_config.cache_implementation="static" with
         max_cache_len), or as the format's op profile makes them. `inputs` are generate kwargs."""
         config = self._config(config)
-        batch = int(_tensor_inputs(inputs)["input_ids"].shape[0]) if "input_ids" in _tensor_inputs(inputs) else 1
-        generation = _generation_options(generation_config, multi_token_decode, batch)
+        generation = _generation_options(generation_config, multi_token_decode, _batch_size(inputs))
         directory, root = self._write(model, self.core_config(config, inputs, generation))
         exported = ExportedModel(directory, temporary=root)
         if inputs and (verify if verify is not None else not _is_model_path(model)):
@@ -719,8 +724,7 @@ class HfExporter:
         """A decompose_for_generation stage: the generation export of its mode, keeping the graph
         that serves the stage (the format's one graph when it has no separate prefill)."""
         config = self._config(config)
-        batch = int(_tensor_inputs(inputs)["input_ids"].shape[0]) if inputs and "input_ids" in inputs else 1
-        generation = _generation_options(stage.generation_config, stage.multi_token_decode, batch)
+        generation = _generation_options(stage.generation_config, stage.multi_token_decode, _batch_size(inputs))
         directory, root = self._write(stage.model, self.core_config(config, None, generation))
         names = list(load_manifest(directory).data["components"])
         name = stage.stage if stage.stage in names else DECODE
@@ -822,8 +826,7 @@ def _verify_generation(exported: ExportedModel, model, inputs) -> None:
         logits = eager(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                        position_ids=positions).logits
     reference = _to_numpy(logits[:, -1]).astype(np.float32)
-    ours = exported._runner().prefill(ids, mask, 1)
-    exported._decode_runner = None  # a fresh loop for the caller
+    ours = exported._runner().prefill(ids, mask, 1)  # the next prefill starts the loop afresh
     _record(exported, reference, ours, "first-step logits", inputs)
 
 

@@ -31,9 +31,10 @@ class OpenVinoGraph:
     def __init__(self, path: Path, manifest_data: dict, **options):
         import openvino as ov
 
+        from .openvino_runner import F32_INFERENCE
+
         check_runtime_versions(manifest_data, ["openvino"])
-        # f32 inference: the parity contract is against transformers' float32 logits.
-        config = options.get("config") or {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+        config = options.get("config") or F32_INFERENCE
         self.compiled = ov.Core().compile_model(str(path), options.get("device", "CPU"), config)
         self.request = self.compiled.create_infer_request()
         self.input_names = [i.get_any_name() for i in self.compiled.inputs]

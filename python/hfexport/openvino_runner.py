@@ -12,6 +12,11 @@ from .runner import DecodeRunner, GenerationError, left_padded_positions
 from .versions import check_runtime_versions
 
 
+# f32 inference by default: the parity contract is against transformers' float32 logits. The
+# CPU plugin keeps its fused KV cache in u8/f16 by default; f32 matches transformers.
+F32_INFERENCE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+
 class OpenVinoRunner(DecodeRunner):
     def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
         self.manifest = manifest
@@ -19,9 +24,7 @@ class OpenVinoRunner(DecodeRunner):
         if manifest.cache != CACHE_STATEFUL:
             raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
         path = manifest.file_of(DECODE)
-        # f32 inference by default: the parity contract is against transformers' float32 logits.
-        # The CPU plugin keeps its fused KV cache in u8/f16 by default; f32 matches transformers.
-        config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"} if config is None else config
+        config = F32_INFERENCE if config is None else config
         self.compiled = ov.Core().compile_model(str(path), device, config)
         self.request = self.compiled.create_infer_request()
 
