@@ -318,7 +318,7 @@ void WeightFile::write_quantized(const Value& v, uint64_t offset, Scratch& scrat
 std::vector<WeightFile::Span> WeightFile::append_all(const std::vector<Item>& items) {
   std::vector<Span> spans;
   for (const Item& item : items) {
-    const uint64_t offset = (end_ + alignment_ - 1) / alignment_ * alignment_;
+    const uint64_t offset = (end_ + item.reserve_before + alignment_ - 1) / alignment_ * alignment_;
     spans.push_back({offset, output_bytes(item)});
     end_ = offset + spans.back().length;
   }

@@ -25,6 +25,7 @@ class WeightFile {
   struct Item {
     const Value* value;
     bool transpose;
+    uint64_t reserve_before = 0;  // bytes kept free ahead of the item (a container's record header)
   };
   // Appends all items, converting and writing them on several threads; spans in item order.
   std::vector<Span> append_all(const std::vector<Item>& items);

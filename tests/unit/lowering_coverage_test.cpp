@@ -6,6 +6,7 @@
 #include "backends/backend.h"
 #include "backends/onnx/lowering.h"
 #include "backends/openvino/lowering.h"
+#include "backends/pt2/lowering.h"
 #include "ir/builder.h"
 #include "ir/graph.h"
 #include "passes/passes.h"
@@ -36,6 +37,9 @@ TEST(LoweringCoverage, EveryOpOnEveryBackendAndProfile) {
                onnx.native != nullptr);
     const OvOpRule& ov = ov_rule(op);
     check_op("openvino", op, ov.lower != nullptr, ov.native != nullptr);
+    const Pt2OpRule& pt2 = pt2_rule(op);
+    // ShapeOf becomes SymInts (Pt2Lowering::lower_shape_arithmetic), never a tensor op.
+    check_op("pt2", op, pt2.lower != nullptr || op == OpKind::ShapeOf, pt2.native != nullptr);
   }
 }
 
@@ -46,6 +50,8 @@ TEST(LoweringCoverage, FusedOpsStayFused) {
     EXPECT_NE(onnx_rule(op).lower, nullptr) << op_name(op);
   for (OpKind op : {OpKind::Linear, OpKind::Embedding, OpKind::Attention, OpKind::QuantizedLinear, OpKind::GELU})
     EXPECT_NE(ov_rule(op).lower, nullptr) << op_name(op);
+  for (OpKind op : {OpKind::Linear, OpKind::Embedding, OpKind::SiLU, OpKind::GELU})
+    EXPECT_NE(pt2_rule(op).lower, nullptr) << op_name(op);
 }
 
 // A graph with state of both update policies: a decode step appending to a dynamic cache, a

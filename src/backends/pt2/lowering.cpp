@@ -1,0 +1,402 @@
+#include "backends/pt2/lowering.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace hfx {
+
+using nlohmann::json;
+
+namespace {
+
+// Python identifiers for FX node names and state-dict names (dots kept where asked).
+std::string identifier(std::string_view s, bool keep_dots) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (keep_dots && c == '.');
+    out.push_back(ok ? c : '_');
+  }
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out.insert(out.begin(), '_');
+  return out;
+}
+
+
+std::map<OpKind, Pt2OpRule>& pt2_rules() {
+  static std::map<OpKind, Pt2OpRule> rules;
+  return rules;
+}
+
+// pytree treespecs as torch.utils._pytree.treespec_dumps writes them (protocol 1).
+json leaf_spec() { return {{"type", nullptr}, {"context", nullptr}, {"children_spec", json::array()}}; }
+json tuple_spec(json children) {
+  return {{"type", "builtins.tuple"}, {"context", "null"}, {"children_spec", std::move(children)}};
+}
+json dict_spec(const std::vector<std::string>& keys) {
+  json children = json::array();
+  for (size_t i = 0; i < keys.size(); ++i) children.push_back(leaf_spec());
+  return {{"type", "builtins.dict"}, {"context", json(keys).dump()}, {"children_spec", std::move(children)}};
+}
+std::string dump_spec(const json& spec) { return json::array({1, spec}).dump(); }
+
+// A contiguous tensor's TensorMeta.
+json meta_json(DType dtype, const std::vector<SymExpr>& dims) {
+  std::vector<SymExpr> strides(dims.size(), SymExpr::constant(1));
+  SymExpr stride = SymExpr::constant(1);
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride = stride * dims[i];
+  }
+  json sz = json::array(), st = json::array();
+  for (const SymExpr& d : dims) sz.push_back(d.to_json());
+  for (const SymExpr& s : strides) st.push_back(s.to_json());
+  return {{"dtype", scalar_type_code(dtype)}, {"sizes", sz}, {"requires_grad", false},
+          {"device", {{"type", "cpu"}, {"index", nullptr}}}, {"strides", st},
+          {"storage_offset", {{"as_int", 0}}}, {"layout", 7}};
+}
+
+}  // namespace
+
+json SymExpr::to_json() const {
+  if (value) return {{"as_int", *value}};
+  return {{"as_expr", {{"expr_str", srepr}, {"hint", {{"as_int", hint}}}}}};
+}
+
+SymExpr operator+(const SymExpr& a, const SymExpr& b) {
+  if (a.value && b.value) return SymExpr::constant(*a.value + *b.value);
+  if (a.value == 0) return b;
+  if (b.value == 0) return a;
+  return {std::nullopt, "Add(" + a.srepr + ", " + b.srepr + ")", a.hint + b.hint};
+}
+SymExpr operator*(const SymExpr& a, const SymExpr& b) {
+  if (a.value && b.value) return SymExpr::constant(*a.value * *b.value);
+  if (a.value == 1) return b;
+  if (b.value == 1) return a;
+  return {std::nullopt, "Mul(" + a.srepr + ", " + b.srepr + ")", a.hint * b.hint};
+}
+SymExpr operator-(const SymExpr& a) { return SymExpr::constant(-1) * a; }
+
+json SymInt::arg() const { return name.empty() ? json{{"as_int", *expr.value}} : json{{"as_name", name}}; }
+
+json tensor_arg(const std::string& name) { return {{"as_tensor", {{"name", name}}}}; }
+json int_arg(int64_t v) { return {{"as_int", v}}; }
+json ints_arg(const std::vector<int64_t>& v) { return {{"as_ints", v}}; }
+json float_arg(double v) { return {{"as_float", v}}; }
+json bool_arg(bool v) { return {{"as_bool", v}}; }
+json string_arg(const std::string& v) { return {{"as_string", v}}; }
+json none_arg() { return {{"as_none", true}}; }
+json scalar_type_arg(DType t) { return {{"as_scalar_type", scalar_type_code(t)}}; }
+json sym_int_arg(const SymInt& s) { return s.name.empty() ? int_arg(*s.expr.value) : json{{"as_sym_int", s.arg()}}; }
+json sym_ints_arg(const std::vector<SymInt>& s) {
+  json list = json::array();
+  for (const SymInt& i : s) list.push_back(i.arg());
+  return {{"as_sym_ints", list}};
+}
+
+// torch._export.serde.schema.ScalarType.
+int scalar_type_code(DType t) {
+  switch (t) {
+    case DType::U8: return 1;
+    case DType::I8: return 2;
+    case DType::I16: return 3;
+    case DType::I32: return 4;
+    case DType::I64: return 5;
+    case DType::F16: return 6;
+    case DType::F32: return 7;
+    case DType::F64: return 8;
+    case DType::Bool: return 12;
+    case DType::BF16: return 13;
+  }
+  fail("internal error: no torch scalar type for ", dtype_name(t));
+}
+
+const Pt2OpRule& pt2_rule(OpKind op) {
+  static const Pt2OpRule none;
+  const auto it = pt2_rules().find(op);
+  return it == pt2_rules().end() ? none : it->second;
+}
+
+bool register_pt2_rule(OpKind op, Pt2Rule lower, Pt2Native native) {
+  pt2_rules()[op] = {lower, native};
+  return true;
+}
+
+bool pt2_maps_natively(const Node& n) {
+  const Pt2OpRule& r = pt2_rule(n.op);
+  return r.lower != nullptr && (r.native == nullptr || r.native(n));
+}
+
+Pt2Lowering::Pt2Lowering(const Graph& graph) : graph_(graph) {
+  // Hints are values each symbol may take (torch's ShapeEnv asks for one); distinct and >= 2 so
+  // that none reads as a 0/1 specialization or an accidental equality.
+  int64_t next_hint = 2;
+  for (const Symbol& s : graph.symbols()) {
+    const int64_t hint = std::clamp<int64_t>(next_hint++, s.min, s.max);
+    symbols_[&s] = {std::nullopt, "Symbol('" + identifier(s.name, false) + "', positive=True, integer=True)", hint};
+  }
+}
+
+std::vector<SymExpr> Pt2Lowering::sizes(const Shape& shape) const {
+  std::vector<SymExpr> out;
+  for (const Dim& d : shape) out.push_back(d.is_static() ? SymExpr::constant(d.value()) : symbols_.at(d.symbol()));
+  return out;
+}
+
+json Pt2Lowering::tensor_meta(DType dtype, const Shape& shape) const { return meta_json(dtype, sizes(shape)); }
+
+std::string Pt2Lowering::unique_name(std::string_view base) {
+  const std::string stem = identifier(base, false);
+  std::string name = stem;
+  for (int i = 1; used_names_.count(name); ++i) name = stem + "_" + std::to_string(i);
+  used_names_.insert(name);
+  return name;
+}
+
+json Pt2Lowering::node_json(std::string_view target, std::vector<Pt2Arg> args, json outputs,
+                            const std::string& name) const {
+  json inputs = json::array();
+  for (Pt2Arg& a : args) inputs.push_back({{"name", a.name}, {"arg", std::move(a.arg)}, {"kind", a.keyword ? 2 : 1}});
+  // nn_module_stack lets torch.export.unflatten rebuild the module; stack_trace names the HF module.
+  json metadata = {{"stack_trace", "hfexport: " + scope_}, {"nn_module_stack", "L__self__,,hfexport.Model"}};
+  return {{"target", target}, {"inputs", std::move(inputs)}, {"outputs", std::move(outputs)},
+          {"metadata", std::move(metadata)}, {"is_hop_single_tensor_return", nullptr}, {"name", name}};
+}
+
+std::string Pt2Lowering::call(std::string_view target, std::vector<Pt2Arg> args, DType dtype,
+                              const std::vector<SymExpr>& shape, std::string_view base) {
+  return call_multi(target, std::move(args), {{dtype, shape}}, base).front();
+}
+
+std::vector<std::string> Pt2Lowering::call_multi(std::string_view target, std::vector<Pt2Arg> args,
+                                                 const std::vector<std::pair<DType, std::vector<SymExpr>>>& results,
+                                                 std::string_view base) {
+  // One result is the node's own name; several are getitem nodes of their own names.
+  const bool single = results.size() == 1;
+  const std::string node = single ? std::string() : unique_name(base);
+  std::vector<std::string> names;
+  json outputs = json::array();
+  for (const auto& [dtype, shape] : results) {
+    names.push_back(unique_name(single ? std::string(base) : std::string(base) + "_" + std::to_string(names.size())));
+    outputs.push_back(tensor_arg(names.back()));
+    tensor_values_[names.back()] = meta_json(dtype, shape);
+  }
+  nodes_.push_back(node_json(target, std::move(args), std::move(outputs), single ? names.front() : node));
+  return names;
+}
+
+void Pt2Lowering::result(const Node& n, std::string_view target, std::vector<Pt2Arg> args) {
+  const Value* y = n.outputs.at(0);
+  define(y, call(target, std::move(args), y, y->name));
+}
+
+SymInt Pt2Lowering::sym_int(const Dim& d) {
+  if (d.is_static()) return {SymExpr::constant(d.value()), ""};
+  const Symbol* s = d.symbol();
+  if (const auto it = symbol_ints_.find(s); it != symbol_ints_.end()) return it->second;
+  for (const Value* v : graph_.inputs)
+    for (size_t axis = 0; axis < v->shape.size(); ++axis) {
+      if (v->shape[axis].symbol() != s) continue;
+      const std::string name = unique_name("sym_size_int");
+      nodes_.push_back(node_json("torch.ops.aten.sym_size.int",
+                                 {{"self", tensor_arg(tensor(v))}, {"dim", int_arg(static_cast<int64_t>(axis))}},
+                                 json::array({{{"as_sym_int", {{"as_name", name}}}}}), name));
+      sym_int_values_[name] = symbols_.at(s).to_json();
+      return symbol_ints_[s] = {symbols_.at(s), name};
+    }
+  fail("internal error: pt2: dim '", s->name, "' is not a dim of any graph input");
+}
+
+std::vector<SymInt> Pt2Lowering::sym_ints(const Shape& shape) {
+  std::vector<SymInt> out;
+  for (const Dim& d : shape) out.push_back(sym_int(d));
+  return out;
+}
+
+SymInt Pt2Lowering::sym_arith(std::string_view op, const SymInt& a, const SymInt& b) {
+  SymExpr e;
+  if (op == "add") e = a.expr + b.expr;
+  else if (op == "sub") e = a.expr + -b.expr;
+  else if (op == "mul") e = a.expr * b.expr;
+  else fail("internal error: pt2: SymInt arithmetic '", op, "'");
+  if (e.is_static()) return {e, ""};
+  const std::string name = unique_name(op);
+  nodes_.push_back(node_json("_operator." + std::string(op), {{"a", sym_int_arg(a)}, {"b", sym_int_arg(b)}},
+                             json::array({{{"as_sym_int", {{"as_name", name}}}}}), name));
+  sym_int_values_[name] = e.to_json();
+  return {e, name};
+}
+
+const std::vector<SymInt>* Pt2Lowering::shape_value(const Value* v) {
+  if (!v) return nullptr;
+  if (const auto it = shape_values_.find(v); it != shape_values_.end()) return &it->second;
+  // Small int64 constants take part in shape arithmetic as numbers.
+  constexpr size_t kMaxShapeConstant = 16;
+  if (!v->is_constant() || v->dtype != DType::I64 || v->constant->op != ConstantData::Op::Owned ||
+      v->constant->src_dtype != DType::I64 || v->constant->nbytes() > kMaxShapeConstant * sizeof(int64_t) ||
+      v->rank() > 1)
+    return nullptr;
+  std::vector<SymInt> ints(v->constant->nbytes() / sizeof(int64_t));
+  for (size_t i = 0; i < ints.size(); ++i) {
+    int64_t x;
+    std::memcpy(&x, v->constant->bytes() + i * sizeof(int64_t), sizeof x);
+    ints[i] = {SymExpr::constant(x), ""};
+  }
+  return &(shape_values_[v] = std::move(ints));
+}
+
+// ShapeOf and int64 arithmetic on what it yields (element picks, +, -, *, concatenation) become
+// SymInts: torch programs compute shapes as SymInts, and a tensor only where one is consumed.
+bool Pt2Lowering::lower_shape_arithmetic(const Node& n) {
+  const Value* y = n.outputs.at(0);
+  if (n.op == OpKind::ShapeOf) {
+    shape_values_[y] = sym_ints(n.inputs[0]->shape);
+    return true;
+  }
+  if (y->dtype != DType::I64 || y->rank() > 1) return false;
+  std::vector<const std::vector<SymInt>*> args;
+  for (const Value* v : n.inputs) {
+    if (!v) continue;
+    const auto* s = shape_value(v);
+    if (!s) return false;
+    args.push_back(s);
+  }
+  std::vector<SymInt> out;
+  switch (n.op) {
+    case OpKind::Gather:
+      if (n.attrs_as<AxisAttrs>().axis != 0) return false;
+      for (const SymInt& i : *args[1]) {
+        if (!i.name.empty()) return false;
+        const int64_t size = static_cast<int64_t>(args[0]->size()), at = *i.expr.value < 0 ? *i.expr.value + size : *i.expr.value;
+        HFX_CHECK(at >= 0 && at < size, "pt2: shape element ", *i.expr.value, " of ", size);
+        out.push_back((*args[0])[static_cast<size_t>(at)]);
+      }
+      break;
+    case OpKind::Add:
+    case OpKind::Sub:
+    case OpKind::Mul: {
+      const auto& a = *args[0];
+      const auto& b = *args[1];
+      const size_t count = std::max(a.size(), b.size());
+      if ((a.size() != count && a.size() != 1) || (b.size() != count && b.size() != 1)) return false;
+      const std::string_view op = n.op == OpKind::Add ? "add" : n.op == OpKind::Sub ? "sub" : "mul";
+      for (size_t i = 0; i < count; ++i) out.push_back(sym_arith(op, a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]));
+      break;
+    }
+    case OpKind::Concat:
+      for (const auto* a : args) out.insert(out.end(), a->begin(), a->end());
+      break;
+    case OpKind::Unsqueeze:
+    case OpKind::Reshape:
+      out = *args[0];
+      break;
+    default: return false;
+  }
+  shape_values_[y] = std::move(out);
+  return true;
+}
+
+// A shape value a tensor op consumes: built from its SymInts (a constant when all are known).
+std::string Pt2Lowering::materialize(const Value* v, const std::vector<SymInt>& ints) {
+  std::vector<std::string> parts;
+  for (const SymInt& i : ints)
+    parts.push_back(call("torch.ops.aten.scalar_tensor.default",
+                         {{"s", i.name.empty() ? int_arg(*i.expr.value) : json{{"as_sym_int", i.arg()}}},
+                          {"dtype", scalar_type_arg(DType::I64), true}},
+                         DType::I64, {}, v->name + "_element"));
+  if (v->rank() == 0) return parts.at(0);
+  json list = json::array();
+  for (const std::string& p : parts) list.push_back({{"name", p}});
+  return call("torch.ops.aten.stack.default", {{"tensors", {{"as_tensors", list}}}, {"dim", int_arg(0)}}, DType::I64,
+              {SymExpr::constant(static_cast<int64_t>(parts.size()))}, v->name);
+}
+
+std::string Pt2Lowering::placeholder_of(const Value* v) {
+  if (const auto it = constant_index_.find(v); it != constant_index_.end()) return constants_[it->second].placeholder;
+  const bool parameter = v->constant->from_checkpoint();
+  std::string fqn = parameter ? identifier(v->name, true) : "lifted_tensor_" + std::to_string(lifted_++);
+  for (int i = 1; std::any_of(constants_.begin(), constants_.end(), [&](const Pt2Constant& c) { return c.fqn == fqn; });
+       ++i)
+    fqn = identifier(v->name, true) + "_" + std::to_string(i);
+  std::string placeholder = unique_name((parameter ? "p_" : "c_") + fqn);
+  tensor_values_[placeholder] = tensor_meta(v->dtype, v->shape);
+  constant_index_[v] = constants_.size();
+  constants_.push_back({placeholder, fqn, v, parameter});
+  return placeholder;
+}
+
+std::string Pt2Lowering::tensor(const Value* v) {
+  if (const auto it = names_.find(v); it != names_.end()) return it->second;
+  if (v->is_constant()) return placeholder_of(v);
+  if (const auto it = shape_values_.find(v); it != shape_values_.end()) return names_[v] = materialize(v, it->second);
+  fail("internal error: pt2: value '", v->name, "' used before it is computed");
+}
+
+void Pt2Lowering::lower_graph() {
+  for (const Value* v : graph_.inputs) {
+    HFX_CHECK(!used_names_.count(v->name), "pt2: input name ", v->name, " used twice");
+    used_names_.insert(v->name);
+    names_[v] = v->name;
+    tensor_values_[v->name] = tensor_meta(v->dtype, v->shape);
+  }
+  for (const Node* n : graph_.order) {
+    scope_ = n->name;
+    if (lower_shape_arithmetic(*n)) continue;
+    const Pt2OpRule& rule = pt2_rule(n->op);
+    if (!rule.lower) fail("internal error: pt2: no lowering for ", op_name(n->op), " (", n->name, ")");
+    rule.lower(*this, *n);
+  }
+  scope_.clear();
+  for (const Value* v : graph_.outputs) tensor(v);
+}
+
+json Pt2Lowering::program() const {
+  json inputs = json::array(), input_specs = json::array(), outputs = json::array(), output_specs = json::array();
+  for (const bool parameters : {true, false})
+    for (const Pt2Constant& c : constants_) {
+      if (c.parameter != parameters) continue;
+      inputs.push_back(tensor_arg(c.placeholder));
+      if (c.parameter)
+        input_specs.push_back({{"parameter", {{"arg", {{"name", c.placeholder}}}, {"parameter_name", c.fqn}}}});
+      else
+        input_specs.push_back({{"tensor_constant", {{"arg", {{"name", c.placeholder}}}, {"tensor_constant_name", c.fqn}}}});
+    }
+  std::vector<std::string> arg_names;
+  for (const Value* v : graph_.inputs) {
+    inputs.push_back(tensor_arg(v->name));
+    input_specs.push_back({{"user_input", {{"arg", tensor_arg(v->name)}}}});
+    arg_names.push_back(v->name);
+  }
+  json out_leaves = json::array();
+  for (const Value* v : graph_.outputs) {
+    outputs.push_back(tensor_arg(names_.at(v)));
+    output_specs.push_back({{"user_output", {{"arg", tensor_arg(names_.at(v))}}}});
+    out_leaves.push_back(leaf_spec());
+  }
+  json range_constraints = json::object();
+  for (const Symbol& s : graph_.symbols())
+    range_constraints[identifier(s.name, false)] = {{"min_val", s.min},
+                                                    {"max_val", s.max == INT64_MAX ? json(nullptr) : json(s.max)}};
+  json graph = {{"inputs", inputs}, {"outputs", outputs}, {"nodes", nodes_}, {"tensor_values", tensor_values_},
+                {"sym_int_values", sym_int_values_}, {"sym_bool_values", json::object()},
+                {"is_single_tensor_return", false}, {"custom_obj_values", json::object()},
+                {"sym_float_values", json::object()}};
+  // forward(*, input_ids, attention_mask, ...) -> a tuple of the outputs.
+  json signature = {{"inputs", json::array()}, {"outputs", json::array()},
+                    {"in_spec", dump_spec(tuple_spec(json::array({tuple_spec(json::array()), dict_spec(arg_names)})))},
+                    {"out_spec", dump_spec(tuple_spec(out_leaves))}, {"forward_arg_names", arg_names}};
+  return {{"graph_module",
+           {{"graph", graph},
+            {"signature", {{"input_specs", input_specs}, {"output_specs", output_specs}}},
+            {"module_call_graph", json::array({{{"fqn", ""}, {"signature", signature}}})},
+            {"metadata", json::object()},
+            {"treespec_namedtuple_fields", json::object()}}},
+          {"opset_version", {{"aten", 10}}},
+          {"range_constraints", range_constraints},
+          {"schema_version", {{"major", 8}, {"minor", 20}}},
+          {"verifiers", json::array({"TRAINING"})},
+          {"torch_version", "2.13.0+cpu"},
+          {"guards_code", json::array()}};
+}
+
+}  // namespace hfx
