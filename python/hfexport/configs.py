@@ -183,6 +183,9 @@ class ExportConfigMixin:
                               "hfexport quantizes weights itself; pass hfexport.WeightQuantizer(weights='int4'|'int8')")
 
     # -- translation to the core's export config -------------------------------------------------
+    def core_format(self) -> str:
+        return self.export_format
+
     def core_dtype(self) -> str:
         return self.dtype or "float32"
 
@@ -259,9 +262,32 @@ class OpenVINOConfig(ExportConfigMixin):
                               "generation model keeps the KV cache in ReadValue/Assign variables")
 
 
-CONFIG_CLASSES: dict[str, type[ExportConfigMixin]] = {"onnx": OnnxConfig, "openvino": OpenVINOConfig}
+@_checked_fields
+class DynamoConfig(ExportConfigMixin):
+    """transformers.exporters' DynamoConfig: a torch.export program (`.pt2`, hfexport's `pt2`
+    format), written without tracing: every component's program in one archive, weights stored
+    once; a static cache is updated in place in the caller's tensors."""
+
+    export_format: str = "dynamo"
+    # The keyword a static-cache decode program takes its transformers StaticCache by (the
+    # documented loop's past_key_values, or cache as transformers 5.24 names it); None: the cache
+    # tensors as flat keyword arguments (past_key_values_0_key, ...), no transformers needed to call it.
+    cache_kwarg: str | None = "past_key_values"
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.cache_kwarg not in (None, "past_key_values", "cache"):
+            raise ConfigError(f"DynamoConfig: cache_kwarg must be 'past_key_values', 'cache' or None, "
+                              f"got {self.cache_kwarg!r}")
+
+    def core_format(self) -> str:
+        return "pt2"
+
+
+CONFIG_CLASSES: dict[str, type[ExportConfigMixin]] = {"onnx": OnnxConfig, "openvino": OpenVINOConfig,
+                                                      "dynamo": DynamoConfig}
 # Formats transformers.exporters has that hfexport does not write yet.
-_NOT_YET = {"executorch", "dynamo"}
+_NOT_YET = {"executorch"}
 
 
 def config_class_for(export_format: Any) -> type[ExportConfigMixin]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .configs import (AutoExportConfig, ConfigError, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
+from .configs import (AutoExportConfig, ConfigError, DynamoConfig, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
                       config_class_for, dims_from_dynamic_shapes, static_dims)
 from .forward import open_graph
 from .manifest import DECODE, FILE_NAME, MODEL, PREFILL, load_manifest
@@ -162,8 +162,16 @@ class ExportedComponent:
 
     @property
     def program(self):
-        """The backend's own model object (onnx.ModelProto without its weights; openvino.Model)."""
-        return SAVERS[self.owner.export_format].load(self.path)
+        """The backend's own model object (onnx.ModelProto without its weights; openvino.Model;
+        torch.export.ExportedProgram)."""
+        return SAVERS[self.owner.export_format].load(self.path, self.entry)
+
+    def module(self):
+        """A .pt2 program as a callable torch module (`ExportedProgram.module()`)."""
+        program = self.program
+        if not hasattr(program, "module"):
+            raise AttributeError(f"module() is for .pt2 exports; this one is {self.owner.export_format}")
+        return program.module()
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes this graph to `path` and its weights beside it (`model.onnx` + `model.onnx.data`;
@@ -190,7 +198,7 @@ def _replace_file(src: Path, dst: Path) -> None:
 
 class OnnxSaver:
     @staticmethod
-    def load(path: Path):
+    def load(path: Path, entry: dict | None = None):
         import onnx
 
         return onnx.load(str(path), load_external_data=False)
@@ -221,7 +229,7 @@ class OnnxSaver:
 
 class OpenVinoSaver:
     @staticmethod
-    def load(path: Path):
+    def load(path: Path, entry: dict | None = None):
         import openvino as ov
 
         return ov.Core().read_model(str(path))
@@ -235,7 +243,24 @@ class OpenVinoSaver:
         _replace_file(src, dst)
 
 
-SAVERS = {"onnx": OnnxSaver, "openvino": OpenVinoSaver}
+class Pt2Saver:
+    """A .pt2 archive holds every component's program: `save` copies it whole (torch.export.load
+    returns the program named `model`; `program` gives a component's own)."""
+
+    @staticmethod
+    def load(path: Path, entry: dict | None = None):
+        from .torch_runner import load_programs
+
+        return load_programs(path)[(entry or {}).get("program", MODEL)]
+
+    @staticmethod
+    def save(src: Path, entry: dict, dst: Path) -> None:
+        if dst.suffix != ".pt2":
+            raise ValueError(f"{dst}: a PyTorch program is saved as a .pt2 file")
+        _replace_file(src, dst)
+
+
+SAVERS = {"onnx": OnnxSaver, "openvino": OpenVinoSaver, "pt2": Pt2Saver}
 
 
 class ExportedModel(Mapping):
@@ -298,6 +323,10 @@ class ExportedModel(Mapping):
     def program(self):
         return self._single().program
 
+    def module(self):
+        """transformers.exporters' Dynamo example: `exported.module()(**inputs)`."""
+        return self._single().module()
+
     def save(self, path: str | os.PathLike) -> None:
         """transformers.exporters' `onnx_program.save("model.onnx")`, for a single-graph export."""
         self._single().save(path)
@@ -350,7 +379,9 @@ class ExportedModel(Mapping):
     def _run_component(self, name: str, kwargs: Mapping[str, Any]) -> ModelOutput:
         component = self.components[name]
         if component._graph is None:
-            component._graph = open_graph(self.export_format, component.path, self.manifest, **self.runner_options)
+            program = {"program": component.entry["program"]} if "program" in component.entry else {}
+            component._graph = open_graph(self.export_format, component.path, self.manifest, **program,
+                                          **self.runner_options)
         graph = component._graph
         feeds, as_torch = self._feeds(name, graph.input_names, kwargs)
         outputs = graph(feeds)
@@ -585,6 +616,70 @@ def decompose_for_generation(model, inputs: Mapping[str, Any], generation_config
 # Exporters
 
 
+PT2_INTERFACE = "pt2_interface"  # export.json: how a .pt2 decode program takes its cache
+STATIC_CACHE = "transformers.StaticCache"
+
+
+def _model_config(model):
+    if _is_model_path(model):
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(model))
+    return model.config
+
+
+def static_cache_template(hf_config, batch: int, max_cache_len: int, dtype: str):
+    """An initialized, zeroed transformers StaticCache for the export's cache, its pytree
+    registered as transformers.exporters registers it (the documented loop does the same)."""
+    import torch
+    from transformers import StaticCache
+
+    try:
+        from transformers.exporters.exporter_dynamo import register_pytree_node
+    except ImportError as e:
+        raise ConfigError("DynamoConfig(cache_kwarg=...): the StaticCache interface needs transformers.exporters "
+                          "(transformers >= 5.24); pass cache_kwarg=None for flat cache tensors") from e
+    register_pytree_node(StaticCache)
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    cache = StaticCache(config=hf_config, max_cache_len=max_cache_len)
+    cache.early_initialization(batch, kv_heads, head_dim, getattr(torch, dtype), torch.device("cpu"))
+    return cache
+
+
+def static_cache_interface(hf_config, gen: dict, dtype: str, cache_kwarg: str, inputs: dict, scratch: Path) -> dict:
+    """The core's backend.interface for a StaticCache decode program: the pytree spec of
+    (input_ids, attention_mask, position_ids, cache) and example inputs holding the template."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    batch, length = int(gen.get("batch_size", 1)), int(gen["max_cache_len"])
+    cache = static_cache_template(hf_config, batch, length, dtype)
+    ids = inputs.get("input_ids")
+    ids = torch.as_tensor(_to_numpy(ids)).long() if ids is not None else torch.ones(batch, 1, dtype=torch.long)
+    positions = torch.arange(ids.shape[1])[None].expand(ids.shape[0], -1)
+    mask = (torch.arange(length)[None, None, :] <= positions[:, :, None])[:, None]
+    kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, cache_kwarg: cache}
+    leaves, spec = pytree.tree_flatten(((), kwargs))
+    want = (batch, None, length, None)
+    for i, layer in enumerate(getattr(cache, "layers", [])):
+        keys = getattr(layer, "keys", None)
+        if keys is None or keys.shape[0] != want[0] or keys.shape[2] != want[2]:
+            raise ConfigError(f"DynamoConfig: layer {i} of transformers' StaticCache for this model is not a full "
+                              f"[{batch}, heads, {length}, head_dim] cache (a sliding-window layer?): hfexport's "
+                              "static cache is full-length on every layer; pass cache_kwarg=None")
+    if len(leaves) != 3 + 3 * len(cache.layers):
+        raise ConfigError(f"DynamoConfig: transformers' StaticCache flattens to {len(leaves) - 3} tensors, not the "
+                          "keys, values and cumulative_length of each layer hfexport writes; pass cache_kwarg=None")
+    cache.reset()
+    sample = scratch / "sample_inputs.pt"
+    torch.save(((), kwargs), str(sample))
+    return {"in_spec": pytree.treespec_dumps(spec), "forward_arg_names": list(kwargs), "cache_lengths": True,
+            "sample_inputs": str(sample)}
+
+
 def _generation_options(generation_config, multi_token_decode: bool, batch: int) -> dict:
     cache = "dynamic"
     max_cache_len = 0
@@ -633,7 +728,7 @@ class HfExporter:
         """The core's export config for `config` and the sample inputs (what export.json records)."""
         tensors = _tensor_inputs(inputs)
         shapes = {k: tuple(v.shape) for k, v in tensors.items()}
-        out: dict[str, Any] = {"format": config.export_format, "dtype": config.core_dtype()}
+        out: dict[str, Any] = {"format": config.core_format(), "dtype": config.core_dtype()}
         if generation is not None:
             config.check_generation()
             out["generation"] = generation
@@ -714,11 +809,21 @@ class HfExporter:
         max_cache_len), or as the format's op profile makes them. `inputs` are generate kwargs."""
         config = self._config(config)
         generation = _generation_options(generation_config, multi_token_decode, _batch_size(inputs))
-        directory, root = self._write(model, self.core_config(config, inputs, generation))
+        core_config = self.core_config(config, inputs, generation)
+        with tempfile.TemporaryDirectory(prefix="hfexport-") as scratch:
+            record = self._program_interface(model, config, core_config, inputs, Path(scratch))
+            directory, root = self._write(model, core_config)
         exported = ExportedModel(directory, temporary=root)
+        if record:
+            exported.record(*record)
         if inputs and (verify if verify is not None else not _is_model_path(model)):
             _verify_generation(exported, model, inputs)
         return exported
+
+    def _program_interface(self, model, config, core_config: dict, inputs, scratch: Path) -> tuple | None:
+        """A format's hook into a generation export's calling convention: may add backend options
+        to `core_config` (files in `scratch`); returns a (key, value) to record in export.json."""
+        return None
 
     def _export_stage(self, stage, inputs, config, verify) -> ExportedModel:
         """A decompose_for_generation stage: the generation export of its mode, keeping the graph
@@ -744,7 +849,25 @@ class OpenVINOExporter(HfExporter):
     config_class = OpenVINOConfig
 
 
-EXPORTERS: dict[str, type[HfExporter]] = {"onnx": OnnxExporter, "openvino": OpenVINOExporter}
+class DynamoExporter(HfExporter):
+    export_format = "dynamo"
+    config_class = DynamoConfig
+
+    def _program_interface(self, model, config, core_config: dict, inputs, scratch: Path) -> tuple | None:
+        """A static cache's decode program takes a transformers StaticCache under
+        `config.cache_kwarg` (its pytree spec and an initialized template as the program's
+        example inputs), so that the documented Dynamo decode loop runs on it as it is."""
+        gen = core_config.get("generation") or {}
+        if gen.get("cache_implementation") != "static" or config.cache_kwarg is None:
+            return None
+        interface = static_cache_interface(_model_config(model), gen, core_config.get("dtype", "float32"),
+                                           config.cache_kwarg, _tensor_inputs(inputs), scratch)
+        core_config.setdefault("backend", {})["interface"] = interface
+        return PT2_INTERFACE, {"cache": STATIC_CACHE, "kwarg": config.cache_kwarg}
+
+
+EXPORTERS: dict[str, type[HfExporter]] = {"onnx": OnnxExporter, "openvino": OpenVINOExporter,
+                                          "dynamo": DynamoExporter}
 
 
 class AutoHfExporter:

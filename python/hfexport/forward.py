@@ -48,7 +48,14 @@ class OpenVinoGraph:
         return {o.get_any_name(): self.request.get_tensor(o).data.copy() for o in self.compiled.outputs}
 
 
-GRAPH_RUNNERS: dict[str, Callable[..., object]] = {"onnx": OnnxRuntimeGraph, "openvino": OpenVinoGraph}
+def TorchProgramGraph(path: Path, manifest_data: dict, **options):
+    from .torch_runner import TorchProgramGraph as graph
+
+    return graph(path, manifest_data, **options)
+
+
+GRAPH_RUNNERS: dict[str, Callable[..., object]] = {"onnx": OnnxRuntimeGraph, "openvino": OpenVinoGraph,
+                                                   "pt2": TorchProgramGraph}
 
 
 def open_graph(export_format: str, path: Path, manifest_data: dict, **options):

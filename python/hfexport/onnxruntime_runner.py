@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
-from .runner import DecodeRunner, GenerationError, left_padded_positions
+from .runner import DecodeRunner, GenerationError, left_padded_positions, park_padding
 from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -222,15 +222,6 @@ class OnnxRuntimeRunner(DecodeRunner):
         for name, out in self.pairs:
             self.binding.bind_ortvalue_output(out, self.buffers[name])
 
-    def _park_padding(self, positions: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """Positions for a static prefill in which pad tokens name the last slots of the cache
-        instead of clashing with the first real token's slot (ScatterElements leaves duplicate
-        indices undefined). A real token reaches such a slot only later, and writes it before any
-        query can attend to it; nothing attends to the pad tokens themselves."""
-        pads = attention_mask == 0
-        parked = self.cache_len - pads[:, ::-1].cumsum(-1)[:, ::-1]  # k-th pad from the right -> len - k
-        return np.where(pads, parked, positions).astype(np.int64)
-
     def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
         slots = np.arange(self.cache_len)
         mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
@@ -250,7 +241,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.next_position = positions[:, -1] + 1
         if self.static:
             self._allocate_static(input_ids.shape[0], min(self.max_cache_len, input_ids.shape[1] + max_new_tokens))
-            return self._run_static(input_ids, self._park_padding(positions, attention_mask), attention_mask)
+            return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
         if self.shared:
             return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}

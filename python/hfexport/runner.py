@@ -38,11 +38,22 @@ def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
     return np.clip(np.cumsum(attention_mask, -1) - 1, 0, None)
 
 
+def park_padding(positions: np.ndarray, attention_mask: np.ndarray, cache_len: int) -> np.ndarray:
+    """Positions for a static prefill in which pad tokens name the last slots of the cache
+    instead of clashing with the first real token's slot (a scatter leaves duplicate indices
+    undefined). A real token reaches such a slot only later, and writes it before any query can
+    attend to it; nothing attends to the pad tokens themselves."""
+    pads = attention_mask == 0
+    parked = cache_len - pads[:, ::-1].cumsum(-1)[:, ::-1]  # k-th pad from the right -> len - k
+    return np.where(pads, parked, positions).astype(np.int64)
+
+
 # Export format -> "module:class" of its runner, imported only when an export of that format is
 # opened (so a runtime that is not installed costs nothing, and no module imports another's).
 _RUNNERS: dict[str, str] = {
     "onnx": "hfexport.onnxruntime_runner:OnnxRuntimeRunner",
     "openvino": "hfexport.openvino_runner:OpenVinoRunner",
+    "pt2": "hfexport.torch_runner:TorchProgramRunner",
 }
 
 

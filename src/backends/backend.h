@@ -45,6 +45,7 @@ struct TensorSpec {
 
 struct WrittenComponent {
   std::string file;  // relative to the output directory
+  std::string program;  // the program's name inside `file` when it holds several (.pt2)
   std::vector<std::string> data_files;
   std::vector<TensorSpec> inputs, outputs;
   bool stateful = false;  // the graph's state lives inside the runtime (no cache inputs/outputs)

@@ -111,11 +111,11 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
 // format, they are an error here (that backend never sees them).
 struct BackendFlag {
   std::string_view flag, key;
-  std::array<std::string_view, 2> formats;
+  std::array<std::string_view, 3> formats;
 };
 constexpr BackendFlag kBackendFlags[] = {
-    {"--onnx-ops", "op_profile", {"onnx", ""}},
-    {"--decompose", "decompose", {"onnx", "openvino"}},
+    {"--onnx-ops", "op_profile", {"onnx", "", ""}},
+    {"--decompose", "decompose", {"onnx", "openvino", "pt2"}},
 };
 
 // Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
@@ -193,8 +193,12 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
   parse_quantize(f.quantize, f.quantize_compute, c.quantization);
   for (const BackendFlag& b : kBackendFlags) {
     if (!given(std::string(b.flag).c_str())) continue;
-    if (std::find(b.formats.begin(), b.formats.end(), c.format) == b.formats.end())
-      hfx::fail(b.flag, " applies only to --format ", b.formats[0]);
+    if (std::find(b.formats.begin(), b.formats.end(), c.format) == b.formats.end()) {
+      std::string formats;
+      for (std::string_view f : b.formats)
+        if (!f.empty()) formats += (formats.empty() ? "" : ", ") + std::string(f);
+      hfx::fail(b.flag, " applies only to --format ", formats);
+    }
     c.backend[std::string(b.key)] = b.key == "decompose" ? nlohmann::json(f.decompose) : nlohmann::json(f.onnx_ops);
   }
   return c;
@@ -214,7 +218,7 @@ int main(int argc, char** argv) {
   exp->add_option("--config", flags.config_file,
                   "export config JSON (format, dtype, dynamic, dims, generation, quantization, backend); "
                   "flags given on the command line override it");
-  exp->add_option("--format", flags.format, "onnx | openvino");
+  exp->add_option("--format", flags.format, "onnx | openvino | pt2");
   exp->add_option("--dtype", flags.dtype, "float32 | float16 | bfloat16 (weights and compute)");
   exp->add_option("--dim", flags.dims, "bounds of a named dim, NAME=MIN:MAX or NAME=SIZE (repeatable)");
   exp->add_option("--inputs", flags.inputs,

@@ -209,6 +209,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                           {key::kDataFiles, w.data_files},
                           {key::kInputs, tensors_json(w.inputs)},
                           {key::kOutputs, tensors_json(w.outputs)}};
+    if (!w.program.empty()) components[c.name][key::kProgram] = w.program;
     stateful = stateful || w.stateful;
     quantized_compute = report.quantization.int8_compute ? "int8" : "float";
     if (config.quantization.enabled())

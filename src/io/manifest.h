@@ -37,6 +37,7 @@ inline constexpr const char* kExportConfig = "export_config";
 inline constexpr const char* kComponents = "components";
 inline constexpr const char* kFile = "file";
 inline constexpr const char* kDataFiles = "data_files";
+inline constexpr const char* kProgram = "program";  // a component's program in a multi-program file (.pt2)
 inline constexpr const char* kInputs = "inputs";
 inline constexpr const char* kTestedWith = "tested_with";  // runtime package -> version the tests ran
 inline constexpr const char* kOutputs = "outputs";

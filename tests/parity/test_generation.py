@@ -758,6 +758,40 @@ def test_generate_option_errors(args, mention, tiny, tmp_path_factory, export_mo
 # OpenVINO: one stateful model (cache in ReadValue/Assign variables), same parity contract
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_pt2_greedy_matches_transformers(name, mode, tiny, tmp_path, export_model, support_matrix):
+    """.pt2 programs run as torch.export.load gives them (ep.module()); a static cache is written
+    in place into the tensors the runner passes (their contents are transformers' K/V after)."""
+    tm = tiny(name)
+    runners: dict = {}  # one load per export (both prompt sets run on a dynamic one)
+
+    def run() -> float:
+        err = 0.0
+        for lengths in (SINGLE, BATCH):
+            ids, mask = tm.prompts(lengths)
+            ref = tm.reference(lengths)
+            batch = len(lengths) if mode == "static" else 1
+            out = tmp_path / f"out-b{batch}"
+            if not out.exists():
+                args = [a for a in mode_args(mode, batch=batch) if a not in ("--onnx-ops", "standard")]
+                export_model(tm.model_dir, out, "--format", "pt2", *args)
+            if out not in runners:
+                runners[out] = hfexport.open_runner(out)
+            runner = runners[out]
+            logits: list = []
+            tokens = hfexport.generate(runner, ids, mask, max_new_tokens=NEW_TOKENS, ignore_eos=True,
+                                       step_logits=logits)
+            err = max(err, compare(tokens, logits, ref, f"{name} pt2 {mode} prompts {lengths}"))
+            if mode == "static":
+                pairs = runner.manifest.generation["cache_pairs"]
+                assert [o["name"] for o in runner.manifest.component("decode")["outputs"]] == ["logits"]
+                err = max(err, check_static_cache_contents(runner, pairs, ref, mask))
+        return err
+
+    record(support_matrix, tm.model_type, f"generate-{mode}-{name.split('-', 1)[1]}", run, backend="pt2")
+
+
 # Every config in float32; fp16 weight compression on the llama ones.
 # float16 on the first generation case of each model type.
 _FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())

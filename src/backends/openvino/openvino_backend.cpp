@@ -44,7 +44,7 @@ class OpenVinoWriter final : public ExportWriter {
     }
     net.write(dir_ / (stem + ".xml"), name);
 
-    WrittenComponent written{stem + ".xml", {stem + ".bin"}, {}, {}, lowering.stateful()};
+    WrittenComponent written{stem + ".xml", "", {stem + ".bin"}, {}, {}, lowering.stateful()};
     std::set<const Value*> state_values;
     for (const StatePair& s : graph.state_pairs) state_values.insert({s.input, s.output});
     for (const Value* v : graph.inputs)

@@ -11,18 +11,6 @@ using nlohmann::json;
 
 namespace {
 
-// Python identifiers for FX node names and state-dict names (dots kept where asked).
-std::string identifier(std::string_view s, bool keep_dots) {
-  std::string out;
-  for (char c : s) {
-    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (keep_dots && c == '.');
-    out.push_back(ok ? c : '_');
-  }
-  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out.insert(out.begin(), '_');
-  return out;
-}
-
-
 std::map<OpKind, Pt2OpRule>& pt2_rules() {
   static std::map<OpKind, Pt2OpRule> rules;
   return rules;
@@ -57,6 +45,16 @@ json meta_json(DType dtype, const std::vector<SymExpr>& dims) {
 }
 
 }  // namespace
+
+std::string python_identifier(std::string_view s, bool keep_dots) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (keep_dots && c == '.');
+    out.push_back(ok ? c : '_');
+  }
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out.insert(out.begin(), '_');
+  return out;
+}
 
 json SymExpr::to_json() const {
   if (value) return {{"as_int", *value}};
@@ -127,13 +125,44 @@ bool pt2_maps_natively(const Node& n) {
   return r.lower != nullptr && (r.native == nullptr || r.native(n));
 }
 
-Pt2Lowering::Pt2Lowering(const Graph& graph) : graph_(graph) {
+Pt2Lowering::Pt2Lowering(const Graph& graph, Pt2Interface interface) : graph_(graph), interface_(std::move(interface)) {
   // Hints are values each symbol may take (torch's ShapeEnv asks for one); distinct and >= 2 so
   // that none reads as a 0/1 specialization or an accidental equality.
   int64_t next_hint = 2;
   for (const Symbol& s : graph.symbols()) {
     const int64_t hint = std::clamp<int64_t>(next_hint++, s.min, s.max);
-    symbols_[&s] = {std::nullopt, "Symbol('" + identifier(s.name, false) + "', positive=True, integer=True)", hint};
+    symbols_[&s] = {std::nullopt, "Symbol('" + python_identifier(s.name, false) + "', positive=True, integer=True)", hint};
+  }
+  plan_derived_dims();
+  plan_in_place_updates();
+}
+
+// A dynamic cache's total length is the past's plus the query's: written as that sum (as torch
+// does for derived dims), so torch's shape checks can prove the cache and the mask agree.
+void Pt2Lowering::plan_derived_dims() {
+  for (const Node* n : graph_.order) {
+    if (n->op != OpKind::KVAppend) continue;
+    const Dim total = n->attrs_as<KVAppendAttrs>().total;
+    if (total.is_static() || derived_.count(total.symbol())) continue;
+    const std::vector<SymExpr> past = sizes(n->inputs[0]->shape), fresh = sizes(n->inputs[1]->shape);
+    symbols_[total.symbol()] = past.at(2) + fresh.at(2);
+    derived_.insert(total.symbol());
+  }
+}
+
+// A static cache (input.<name> -> ScatterElements -> output.<name>) is updated in place, as
+// transformers' programs do (a user-input mutation): the caller's buffer holds the new rows, and
+// the program returns only the logits.
+void Pt2Lowering::plan_in_place_updates() {
+  for (const StatePair& pair : graph_.state_pairs) {
+    const Node* update = pair.output ? pair.output->producer : nullptr;
+    if (!pair.input || !update || update->op != OpKind::ScatterElements || update->inputs[0] != pair.input) continue;
+    for (const Node* n : graph_.order)
+      for (const Value* v : n->inputs)
+        HFX_CHECK(v != pair.input || n == update || n->op == OpKind::ShapeOf, "pt2: state ", pair.name,
+                  " is read by ", n->name, " besides its in-place update");
+    in_place_.insert(update);
+    in_place_outputs_.insert(pair.output);
   }
 }
 
@@ -146,7 +175,7 @@ std::vector<SymExpr> Pt2Lowering::sizes(const Shape& shape) const {
 json Pt2Lowering::tensor_meta(DType dtype, const Shape& shape) const { return meta_json(dtype, sizes(shape)); }
 
 std::string Pt2Lowering::unique_name(std::string_view base) {
-  const std::string stem = identifier(base, false);
+  const std::string stem = python_identifier(base, false);
   std::string name = stem;
   for (int i = 1; used_names_.count(name); ++i) name = stem + "_" + std::to_string(i);
   used_names_.insert(name);
@@ -314,10 +343,10 @@ std::string Pt2Lowering::materialize(const Value* v, const std::vector<SymInt>& 
 std::string Pt2Lowering::placeholder_of(const Value* v) {
   if (const auto it = constant_index_.find(v); it != constant_index_.end()) return constants_[it->second].placeholder;
   const bool parameter = v->constant->from_checkpoint();
-  std::string fqn = parameter ? identifier(v->name, true) : "lifted_tensor_" + std::to_string(lifted_++);
+  std::string fqn = parameter ? python_identifier(v->name, true) : "lifted_tensor_" + std::to_string(lifted_++);
   for (int i = 1; std::any_of(constants_.begin(), constants_.end(), [&](const Pt2Constant& c) { return c.fqn == fqn; });
        ++i)
-    fqn = identifier(v->name, true) + "_" + std::to_string(i);
+    fqn = python_identifier(v->name, true) + "_" + std::to_string(i);
   std::string placeholder = unique_name((parameter ? "p_" : "c_") + fqn);
   tensor_values_[placeholder] = tensor_meta(v->dtype, v->shape);
   constant_index_[v] = constants_.size();
@@ -333,11 +362,15 @@ std::string Pt2Lowering::tensor(const Value* v) {
 }
 
 void Pt2Lowering::lower_graph() {
+  std::set<const Value*> caches;
+  for (const StatePair& p : graph_.state_pairs) caches.insert(p.input);
+  size_t cache_inputs = 0;
   for (const Value* v : graph_.inputs) {
-    HFX_CHECK(!used_names_.count(v->name), "pt2: input name ", v->name, " used twice");
-    used_names_.insert(v->name);
-    names_[v] = v->name;
-    tensor_values_[v->name] = tensor_meta(v->dtype, v->shape);
+    const std::string name = unique_name(v->name);
+    names_[v] = name;
+    tensor_values_[name] = tensor_meta(v->dtype, v->shape);
+    user_inputs_.push_back({name, v->name, v->dtype, v->shape});
+    if (interface_.cache_lengths && caches.count(v) && ++cache_inputs % 2 == 0) add_cache_length(cache_inputs / 2 - 1);
   }
   for (const Node* n : graph_.order) {
     scope_ = n->name;
@@ -347,7 +380,21 @@ void Pt2Lowering::lower_graph() {
     rule.lower(*this, *n);
   }
   scope_.clear();
+  for (const std::string& length : pending_cache_lengths_) {
+    const SymInt query = sym_int(graph_.inputs.front()->shape.at(1));
+    call("torch.ops.aten.add_.Scalar", {{"self", tensor_arg(length)}, {"other", sym_int_arg(query)}}, DType::I64, {},
+         length + "_advanced");
+  }
   for (const Value* v : graph_.outputs) tensor(v);
+}
+
+// transformers' StaticLayer.cumulative_length: the tokens the layer has seen, advanced by the
+// query length in place (so the caller's cache reports its length as transformers' does).
+void Pt2Lowering::add_cache_length(size_t layer) {
+  const std::string name = unique_name("cumulative_length_" + std::to_string(layer));
+  tensor_values_[name] = tensor_meta(DType::I64, {});
+  user_inputs_.push_back({name, name, DType::I64, {}});
+  pending_cache_lengths_.push_back(name);
 }
 
 json Pt2Lowering::program() const {
@@ -362,29 +409,34 @@ json Pt2Lowering::program() const {
         input_specs.push_back({{"tensor_constant", {{"arg", {{"name", c.placeholder}}}, {"tensor_constant_name", c.fqn}}}});
     }
   std::vector<std::string> arg_names;
-  for (const Value* v : graph_.inputs) {
-    inputs.push_back(tensor_arg(v->name));
-    input_specs.push_back({{"user_input", {{"arg", tensor_arg(v->name)}}}});
-    arg_names.push_back(v->name);
+  for (const Pt2Input& in : user_inputs_) {
+    inputs.push_back(tensor_arg(in.placeholder));
+    input_specs.push_back({{"user_input", {{"arg", tensor_arg(in.placeholder)}}}});
+    arg_names.push_back(in.keyword);
   }
   json out_leaves = json::array();
   for (const Value* v : graph_.outputs) {
+    if (!returned(v)) continue;
     outputs.push_back(tensor_arg(names_.at(v)));
     output_specs.push_back({{"user_output", {{"arg", tensor_arg(names_.at(v))}}}});
     out_leaves.push_back(leaf_spec());
   }
   json range_constraints = json::object();
   for (const Symbol& s : graph_.symbols())
-    range_constraints[identifier(s.name, false)] = {{"min_val", s.min},
+    if (!derived_.count(&s)) range_constraints[python_identifier(s.name, false)] = {{"min_val", s.min},
                                                     {"max_val", s.max == INT64_MAX ? json(nullptr) : json(s.max)}};
   json graph = {{"inputs", inputs}, {"outputs", outputs}, {"nodes", nodes_}, {"tensor_values", tensor_values_},
                 {"sym_int_values", sym_int_values_}, {"sym_bool_values", json::object()},
                 {"is_single_tensor_return", false}, {"custom_obj_values", json::object()},
                 {"sym_float_values", json::object()}};
   // forward(*, input_ids, attention_mask, ...) -> a tuple of the outputs.
-  json signature = {{"inputs", json::array()}, {"outputs", json::array()},
-                    {"in_spec", dump_spec(tuple_spec(json::array({tuple_spec(json::array()), dict_spec(arg_names)})))},
-                    {"out_spec", dump_spec(tuple_spec(out_leaves))}, {"forward_arg_names", arg_names}};
+  const bool flat = interface_.in_spec.empty();
+  json signature = {
+      {"inputs", json::array()}, {"outputs", json::array()},
+      {"in_spec", flat ? dump_spec(tuple_spec(json::array({tuple_spec(json::array()), dict_spec(arg_names)})))
+                       : interface_.in_spec},
+      {"out_spec", dump_spec(tuple_spec(out_leaves))},
+      {"forward_arg_names", flat ? arg_names : interface_.forward_arg_names}};
   return {{"graph_module",
            {{"graph", graph},
             {"signature", {{"input_specs", input_specs}, {"output_specs", output_specs}}},

@@ -57,6 +57,9 @@ nlohmann::json scalar_type_arg(DType t);
 nlohmann::json sym_int_arg(const SymInt& s);
 nlohmann::json sym_ints_arg(const std::vector<SymInt>& s);
 int scalar_type_code(DType t);
+// `s` as a Python identifier (FX names, keyword arguments): other characters become '_'; dots
+// are kept where asked (state-dict paths).
+std::string python_identifier(std::string_view s, bool keep_dots = false);
 
 class Pt2Lowering;
 using Pt2Rule = void (*)(Pt2Lowering& l, const Node& n);
@@ -84,14 +87,31 @@ struct Pt2Constant {
   bool parameter;
 };
 
+// How a program is called, when the caller's pytree is not the flat keyword arguments of the
+// graph inputs (transformers' StaticCache: its leaves are every layer's keys, values and
+// cumulative_length, in that order).
+struct Pt2Interface {
+  std::string in_spec;                     // torch pytree spec of (args, kwargs); empty: flat kwargs
+  std::vector<std::string> forward_arg_names;
+  bool cache_lengths = false;  // an int64 cumulative_length input after each layer's value cache, advanced in place
+};
+
+// A user input of the program, in call order.
+struct Pt2Input {
+  std::string placeholder, keyword;
+  DType dtype;
+  Shape shape;
+};
+
 class Pt2Lowering {
  public:
-  explicit Pt2Lowering(const Graph& graph);
+  explicit Pt2Lowering(const Graph& graph, Pt2Interface interface = {});
 
   // Lowers every node; then program() is the ExportedProgram's JSON (without the weights).
   void lower_graph();
   nlohmann::json program() const;
   const std::vector<Pt2Constant>& constants() const { return constants_; }
+  const std::vector<Pt2Input>& user_inputs() const { return user_inputs_; }
   // The tensor meta of a value as stored (weights config entries).
   nlohmann::json tensor_meta(DType dtype, const Shape& shape) const;
 
@@ -117,10 +137,16 @@ class Pt2Lowering {
   std::vector<SymInt> sym_ints(const Shape& shape);
   // Shape arithmetic: the SymInts of an int64 value computed from shapes (null if it is a tensor).
   const std::vector<SymInt>* shape_value(const Value* v);
-  // A SymInt `a op b` (op: add, sub, mul, floordiv), folded when both are constants.
+  // A SymInt `a op b` (op: add, sub, mul), folded when both are constants.
   SymInt sym_arith(std::string_view op, const SymInt& a, const SymInt& b);
+  // A static cache's update: written in place into the caller's tensor (no program output).
+  bool updates_in_place(const Node& n) const { return in_place_.count(&n) != 0; }
+  // Graph outputs the program returns (a state updated in place is not one of them).
+  bool returned(const Value* output) const { return !in_place_outputs_.count(output); }
 
  private:
+  void plan_derived_dims();
+  void plan_in_place_updates();
   bool lower_shape_arithmetic(const Node& n);
   std::string unique_name(std::string_view base);
   std::string materialize(const Value* v, const std::vector<SymInt>& ints);
@@ -128,7 +154,12 @@ class Pt2Lowering {
   nlohmann::json node_json(std::string_view target, std::vector<Pt2Arg> args, nlohmann::json outputs,
                            const std::string& name) const;
 
+  void add_cache_length(size_t layer);
+
   const Graph& graph_;
+  Pt2Interface interface_;
+  std::vector<Pt2Input> user_inputs_;
+  std::vector<std::string> pending_cache_lengths_;
   std::map<const Symbol*, SymExpr> symbols_;
   std::map<const Symbol*, SymInt> symbol_ints_;
   std::map<const Value*, std::string> names_;
@@ -136,6 +167,9 @@ class Pt2Lowering {
   std::set<std::string> used_names_;
   std::vector<Pt2Constant> constants_;
   std::map<const Value*, size_t> constant_index_;
+  std::set<const Node*> in_place_;
+  std::set<const Value*> in_place_outputs_;
+  std::set<const Symbol*> derived_;  // dims the program computes from others (past + query = total)
   std::string scope_;  // the HF module of the node being lowered (node metadata)
   nlohmann::json nodes_ = nlohmann::json::array();
   nlohmann::json tensor_values_ = nlohmann::json::object();

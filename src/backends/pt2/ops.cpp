@@ -165,7 +165,7 @@ HFX_PT2_OP(Range) {
 
 
 HFX_PT2_OP(ScatterElements) {
-  l.result(n, "torch.ops.aten.scatter.src",
+  l.result(n, l.updates_in_place(n) ? "torch.ops.aten.scatter_.src" : "torch.ops.aten.scatter.src",
            {self(l, n), {"dim", int_arg(n.attrs_as<AxisAttrs>().axis)}, {"index", tensor_arg(l.in(n, 1))},
             {"src", tensor_arg(l.in(n, 2))}});
 }
@@ -179,6 +179,28 @@ HFX_PT2_OP(Linear) {
 HFX_PT2_OP(Embedding) {
   l.result(n, "torch.ops.aten.embedding.default",
            {{"weight", tensor_arg(l.in(n, 0))}, {"indices", tensor_arg(l.in(n, 1))}});
+}
+
+// HF's RMSNorm computes in float32; aten.rms_norm does the same ops on a float32 input (others
+// are decomposed, so the cast back to the input's type comes before the weight as in HF).
+bool rms_norm_in_float32(const Node& n) { return n.inputs[0]->dtype == DType::F32; }
+HFX_PT2_OP_NATIVE(RMSNorm, rms_norm_in_float32) {
+  const Value* x = n.inputs[0];
+  l.result(n, "torch.ops.aten.rms_norm.default",
+           {{"input", tensor_arg(l.in(n, 0))}, {"normalized_shape", sym_ints_arg({l.sym_int(x->shape.back())})},
+            {"weight", tensor_arg(l.in(n, 1))}, {"eps", float_arg(n.attrs_as<NormAttrs>().epsilon)}});
+}
+
+// scaled_dot_product_attention with the boolean mask (true = attend) and grouped heads; a fully
+// masked row (a left pad's query) comes out as zeros. Softcapping and sinks are decomposed.
+bool sdpa_computes(const Node& n) { return n.attrs_as<AttentionAttrs>().softcap == 0.0 && !n.input(4); }
+HFX_PT2_OP_NATIVE(Attention, sdpa_computes) {
+  const Dim q_heads = n.inputs[0]->shape[1], kv_heads = n.inputs[1]->shape[1];
+  l.result(n, "torch.ops.aten.scaled_dot_product_attention.default",
+           {{"query", tensor_arg(l.in(n, 0))}, {"key", tensor_arg(l.in(n, 1))}, {"value", tensor_arg(l.in(n, 2))},
+            {"attn_mask", n.input(3) ? tensor_arg(l.in(n, 3)) : none_arg()},
+            {"scale", float_arg(n.attrs_as<AttentionAttrs>().scale), true},
+            {"enable_gqa", bool_arg(!(q_heads == kv_heads)), true}});
 }
 
 }  // namespace

@@ -1,0 +1,187 @@
+"""Runs .pt2 exports: their programs loaded with torch.export (the one archive holds every
+component's program; torch.export.load returns the one named `model`), called as
+``ep.module()(**kwargs)``. Two cache mechanics, as the manifest says:
+- static: the program writes each step's rows into the caller's cache tensors in place (a
+  user-input mutation, as transformers' Dynamo programs do): one zeroed buffer per cache input,
+  passed on every call, never copied;
+- dynamic: each call returns its present tensors, passed back as the next call's past."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from .manifest import CACHE_STATIC, DECODE, PREFILL, ExportManifest
+from .runner import DecodeRunner, GenerationError, left_padded_positions, park_padding
+from .versions import check_runtime_versions
+
+_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def load_programs(path: Path) -> dict:
+    """{program name: ExportedProgram} of a .pt2 archive (torch's own loader; its errors are
+    raised as they are, not behind torch.export.load's generic one)."""
+    from torch.export.pt2_archive._package import load_pt2
+
+    # Example inputs holding a transformers StaticCache load only through torch's weights_only=False
+    # fallback, whose warning has a broken format string (a logging error, raised under pytest).
+    quiet = [logging.getLogger(name) for name in ("torch.export", "torch._export.serde.serialize")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        return dict(load_pt2(str(path)).exported_programs)
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
+
+
+def program_of(manifest: ExportManifest, component: str, programs: dict):
+    return programs[manifest.component(component).get("program", "model")]
+
+
+class TorchProgramGraph:
+    """One component's program for ExportedModel(**inputs): numpy in, numpy out, by name."""
+
+    def __init__(self, path: Path, manifest_data: dict, program: str = "model", **options):
+        check_runtime_versions(manifest_data, ["torch"])
+        self.program = load_programs(path)[program]
+        self.module = self.program.module()
+        component = next(c for c in manifest_data["components"].values() if c.get("program", "model") == program)
+        self.input_names = [i["name"] for i in component["inputs"]]
+        self.output_names = [o["name"] for o in component["outputs"]]
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+
+        with torch.no_grad():
+            outputs = self.module(**{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()})
+        return {name: value.float().numpy() if value.is_floating_point() else value.numpy()
+                for name, value in zip(self.output_names, outputs)}
+
+
+class TorchProgramRunner(DecodeRunner):
+    def __init__(self, manifest: ExportManifest, threads: int | None = None, **options):
+        import torch
+
+        self.torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        self.manifest = manifest
+        check_runtime_versions(manifest.data, ["torch"])
+        # A decode program written for transformers' StaticCache (the Python API's Dynamo export)
+        # is called with one built over this runner's buffers.
+        self.interface = manifest.data.get("pt2_interface")
+        if self.interface:
+            from transformers import StaticCache
+            from transformers.exporters.exporter_dynamo import register_pytree_node
+
+            register_pytree_node(StaticCache)
+        programs = load_programs(manifest.file_of(DECODE))
+        decode_program = program_of(manifest, DECODE, programs)
+        self.in_spec = decode_program.call_spec.in_spec
+        self.decode = decode_program.module()
+        self.prefill_module = (program_of(manifest, PREFILL, programs).module()
+                               if manifest.has_component(PREFILL) else None)
+        gen = manifest.generation
+        self.static = manifest.cache == CACHE_STATIC
+        self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
+        specs = {i["name"]: i for i in manifest.component(DECODE)["inputs"]}
+        self.cache_specs = {name: specs[name] for name, _ in self.pairs}
+        self.decode_outputs = [o["name"] for o in manifest.component(DECODE)["outputs"]]
+        self.prefill_outputs = ([o["name"] for o in manifest.component(PREFILL)["outputs"]]
+                                if self.prefill_module else [])
+        self.max_cache_len = int(gen.get("max_cache_len", 0))
+        self.batch_bounds = manifest.dim_bounds("batch")
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _check_request(self, input_ids: np.ndarray, max_new_tokens: int) -> None:
+        batch, length = input_ids.shape
+        if self.static:
+            fixed = int(self.manifest.generation.get("batch_size", 1))
+            if batch != fixed:
+                raise GenerationError(f"batch of {batch} but the static cache was exported for batch {fixed}")
+            if length + max_new_tokens - 1 > self.max_cache_len:
+                raise GenerationError(f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds max_cache_len "
+                                      f"{self.max_cache_len}")
+            return
+        low, high = self.batch_bounds
+        if not low <= batch <= high:
+            raise GenerationError(f"batch of {batch} is outside the exported bounds [{low}, {high}]")
+        limit = self.manifest.dim_bounds("total_sequence")[1]
+        if length + max_new_tokens - 1 > limit:
+            raise GenerationError(f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds the exported "
+                                  f"sequence bound {limit}")
+
+    def _cache_tensor(self, name: str, batch: int, length: int):
+        spec = self.cache_specs[name]
+        shape = [batch, spec["shape"][1], length, spec["shape"][3]]
+        return self.torch.zeros(shape, dtype=getattr(self.torch, _DTYPES[spec["dtype"]]))
+
+    def _call(self, module, outputs: list[str], **feeds) -> dict:
+        torch = self.torch
+        with torch.no_grad():
+            values = module(**{k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+                               for k, v in feeds.items()})
+        return dict(zip(outputs, values))
+
+    @staticmethod
+    def _last_logits(out: dict) -> np.ndarray:
+        return out["logits"][:, -1].float().numpy()
+
+    # -- static cache ---------------------------------------------------------------------------
+    def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
+        slots = np.arange(self.cache_len)
+        mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
+        feeds = {"input_ids": input_ids, "attention_mask": mask[:, None], "position_ids": positions, **self.buffers}
+        if self.interface:  # the program's own pytree over the same tensors (a StaticCache)
+            torch = self.torch
+            leaves = [torch.from_numpy(np.ascontiguousarray(feeds[i["name"]])) if isinstance(feeds[i["name"]], np.ndarray)
+                      else feeds[i["name"]] for i in self.manifest.component(DECODE)["inputs"]]
+            args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.in_spec)
+            with torch.no_grad():
+                return self.decode(*args, **kwargs)[0][:, -1].float().numpy()
+        out = self._call(self.decode, self.decode_outputs, **feeds)
+        return self._last_logits(out)
+
+    # -- dynamic cache --------------------------------------------------------------------------
+    def _run_dynamic(self, module, outputs: list[str], feeds: dict, past: dict) -> np.ndarray:
+        out = self._call(module, outputs, **feeds, **past)
+        self.past = {name: out[present] for name, present in self.pairs}
+        return self._last_logits(out)
+
+    # -- DecodeRunner -----------------------------------------------------------------------------
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        self._check_request(input_ids, max_new_tokens)
+        positions = left_padded_positions(attention_mask)
+        self.attention_mask = attention_mask
+        self.next_position = positions[:, -1] + 1
+        batch = input_ids.shape[0]
+        if self.static:
+            # A StaticCache is as long as its max_cache_len (the program's spec holds it).
+            needed = input_ids.shape[1] + max_new_tokens
+            self.cache_len = self.max_cache_len if self.interface else min(self.max_cache_len, needed)
+            self.buffers = {name: self._cache_tensor(name, batch, self.cache_len) for name, _ in self.pairs}
+            for i in self.manifest.component(DECODE)["inputs"]:  # transformers' StaticLayer.cumulative_length
+                if i["name"].startswith("cumulative_length_"):
+                    self.buffers[i["name"]] = self.torch.zeros((), dtype=self.torch.int64)
+            return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
+        if self.prefill_module is not None:
+            return self._run_dynamic(self.prefill_module, self.prefill_outputs, feeds, {})
+        empty = {name: self._cache_tensor(name, batch, 0) for name, _ in self.pairs}
+        return self._run_dynamic(self.decode, self.decode_outputs, feeds, empty)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = tokens.astype(np.int64)[:, None]
+        positions = self.next_position[:, None].astype(np.int64)
+        self.next_position = self.next_position + 1
+        if self.static:
+            if positions.max() >= self.cache_len:
+                raise GenerationError(f"generation reached the cache length {self.cache_len}")
+            return self._run_static(ids, positions, np.ones_like(ids))
+        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
+        feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
+        return self._run_dynamic(self.decode, self.decode_outputs, feeds, self.past)
