@@ -82,7 +82,7 @@ def good_export(base_model, tmp_path_factory, export_model) -> Path:
 _FORMAT = {"value": "onnx"}
 
 
-@pytest.fixture(params=["onnx", "openvino"], autouse=True)
+@pytest.fixture(params=["onnx", "openvino", "pt2"], autouse=True)
 def output_format(request):
     _FORMAT["value"] = request.param
     return request.param
@@ -295,7 +295,7 @@ def test_out_dir_exists_with_overwrite(model, out, run_hfexport, output_format):
     (out / "keep.txt").write_text("stale")
     proc = export(run_hfexport, model, out, "--overwrite")
     assert proc.returncode == 0, proc.stderr
-    model_file = "model.onnx" if output_format == "onnx" else "openvino_model.xml"
+    model_file = {"onnx": "model.onnx", "openvino": "openvino_model.xml", "pt2": "model.pt2"}[output_format]
     assert (out / model_file).is_file() and (out / "export.json").is_file()
     assert not (out / "keep.txt").exists()
     assert not leftovers(out)
@@ -369,3 +369,27 @@ def test_inspect_corrupt_manifest(good_export, tmp_path, run_hfexport):
 def test_onnx_ops_refused_for_openvino(model, out, run_hfexport):
     assert_clean_error(export(run_hfexport, model, out, "--format", "openvino", "--onnx-ops", "ort"), out,
                        "--onnx-ops")
+
+
+def test_onnx_ops_refused_for_pt2(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "pt2", "--onnx-ops", "ort"), out, "--onnx-ops",
+                       "onnx")
+
+
+def test_pt2_refuses_int8_compute(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "pt2", "--quantize", "int4",
+                              "--quantize-compute", "int8"), out, "--quantize-compute", "float")
+
+
+def test_pt2_unknown_backend_option(model, out, tmp_path, run_hfexport):
+    config = tmp_path / "config.json"
+    config.write_text('{"format": "pt2", "backend": {"op_profile": "ort"}}')
+    assert_clean_error(export(run_hfexport, model, out, "--format", "pt2", "--config", config), out, "op_profile",
+                       "decompose")
+
+
+def test_pt2_bad_interface(model, out, tmp_path, run_hfexport):
+    config = tmp_path / "config.json"
+    config.write_text('{"format": "pt2", "backend": {"interface": {"cache_lengths": true}}}')
+    assert_clean_error(export(run_hfexport, model, out, "--format", "pt2", "--config", config), out, "cache_lengths",
+                       "static cache")

@@ -585,7 +585,7 @@ def test_cli_generate_greedy(mode, tiny, tmp_path, export_model, run_hfexport):
     assert got == tm.reference(SINGLE).tokens[0].tolist()
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "pt2"])
 def test_cli_generate_stops_at_eos(fmt, tiny, tmp_path, export_model, run_hfexport):
     tm = tiny("qwen2-gqa-qkv_bias-theta1e6")
     ids, _ = tm.prompts(SINGLE)

@@ -294,6 +294,39 @@ def test_openvino_greedy_matches_dequantized_transformers(name, tiny, tmp_path, 
 
 
 # --------------------------------------------------------------------------------------------
+# .pt2: uint8 codes dequantized in the program, then a float matmul
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_pt2_forward_matches_dequantized_transformers(name, bits, tiny, tmp_path, export_model):
+    from test_pt2_parity import load_program, pt2_logits
+
+    model_dir, model = tiny(name)
+    out = export_model(model_dir, tmp_path / "out", "--format", "pt2", "--quantize", f"int{bits}")
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["quantization"]["compute"] == "float"
+    program = load_program(out / "model.pt2")
+    # The weights are stored as their codes: no float32 parameter holds a quantized Linear's weight.
+    codes = [t for t in program.state_dict.values() if t.dtype == torch.uint8]
+    assert len(codes) == manifest["components"]["model"]["quantized_linears"]["quantized"]
+    inputs = make_inputs(model.config.vocab_size)
+    err = masked_max_abs_diff(pt2_logits(program, inputs), hf_logits(quantized_reference(model, bits, 32), inputs),
+                              inputs[1])
+    assert err <= TOL, f"{name} int{bits}: .pt2 logits differ from the dequantized reference by {err:.3e}"
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_pt2_greedy_matches_dequantized_transformers(name, tiny, tmp_path, export_model):
+    model_dir, model = tiny(name)
+    out = export_model(model_dir, tmp_path / "out", "--format", "pt2", "--for-generation", "--quantize", "int4")
+    ids, mask = make_prompts(model.config.vocab_size, (9, 5))
+    want = hf_generate(quantized_reference(model, 4, 32), ids, mask, NEW_TOKENS)
+    tokens, logits, _ = run_ours(out, ids, mask, NEW_TOKENS)
+    compare(tokens, logits, want, "pt2 int4")
+
+
+# --------------------------------------------------------------------------------------------
 # bad options
 
 
