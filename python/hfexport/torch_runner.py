@@ -42,14 +42,36 @@ def program_of(manifest: ExportManifest, component: str, programs: dict):
     return programs[manifest.component(component).get("program", "model")]
 
 
+def register_cache_pytrees() -> None:
+    """transformers' StaticCache as a pytree node (as transformers.exporters registers it), for
+    programs that take one; nothing when transformers.exporters is not installed."""
+    try:
+        from transformers import StaticCache
+        from transformers.exporters.exporter_dynamo import register_pytree_node
+    except ImportError:
+        return
+    register_pytree_node(StaticCache)
+
+
+def callable_of(manifest_dir: Path, entry: dict, program):
+    """What runs a component: its AOTInductor package when the export has one (--aot), else
+    the program as torch.export.load gives it (`module()`); both take the program's pytree."""
+    if entry.get("aoti"):
+        import torch
+
+        return torch._inductor.aoti_load_package(str(Path(manifest_dir) / entry["aoti"]))
+    return program.module()
+
+
 class TorchProgramGraph:
     """One component's program for ExportedModel(**inputs): numpy in, numpy out, by name."""
 
     def __init__(self, path: Path, manifest_data: dict, program: str = "model", **options):
         check_runtime_versions(manifest_data, ["torch"])
+        register_cache_pytrees()
         self.program = load_programs(path)[program]
-        self.module = self.program.module()
         component = next(c for c in manifest_data["components"].values() if c.get("program", "model") == program)
+        self.module = callable_of(Path(path).parent, component, self.program)
         self.input_names = [i["name"] for i in component["inputs"]]
         self.output_names = [o["name"] for o in component["outputs"]]
 
@@ -75,15 +97,13 @@ class TorchProgramRunner(DecodeRunner):
         # is called with one built over this runner's buffers.
         self.interface = manifest.data.get("pt2_interface")
         if self.interface:
-            from transformers import StaticCache
-            from transformers.exporters.exporter_dynamo import register_pytree_node
-
-            register_pytree_node(StaticCache)
+            register_cache_pytrees()
         programs = load_programs(manifest.file_of(DECODE))
         decode_program = program_of(manifest, DECODE, programs)
         self.in_spec = decode_program.call_spec.in_spec
-        self.decode = decode_program.module()
-        self.prefill_module = (program_of(manifest, PREFILL, programs).module()
+        self.decode = callable_of(manifest.directory, manifest.component(DECODE), decode_program)
+        self.prefill_module = (callable_of(manifest.directory, manifest.component(PREFILL),
+                                           program_of(manifest, PREFILL, programs))
                                if manifest.has_component(PREFILL) else None)
         gen = manifest.generation
         self.static = manifest.cache == CACHE_STATIC

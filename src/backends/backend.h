@@ -80,9 +80,10 @@ class Backend {
   // The Python package of the runtime that runs this format's exports (version pinning: see
   // tested_runtimes); empty when none is pinned.
   virtual std::string_view runtime_package() const { return {}; }
-  // Files a runtime of this format reads beside the export (onnxruntime-genai's config), from the
-  // finished manifest and the checkpoint's config.json; written before the export is committed.
-  virtual void write_runtime_files(const nlohmann::json& manifest, const JsonConfig& hf_config,
+  // Files a runtime of this format reads beside the export (onnxruntime-genai's config, compiled
+  // packages), from the finished manifest (which may record them) and the checkpoint's
+  // config.json; written before the export is committed.
+  virtual void write_runtime_files(nlohmann::json& manifest, const JsonConfig& hf_config,
                                    const std::filesystem::path& dir) const {
     (void)manifest, (void)hf_config, (void)dir;
   }

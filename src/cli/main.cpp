@@ -16,6 +16,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/python.h"
 #include "export/exporter.h"
 #include "io/json_config.h"
 #include "io/manifest.h"
@@ -27,16 +28,6 @@ std::filesystem::path executable_dir() {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::filesystem::path() : self.parent_path();
-}
-
-// The Python next to this executable (a venv's bin/), else HFEXPORT_PYTHON, else python3 on PATH.
-std::string python_interpreter() {
-  if (const char* env = std::getenv("HFEXPORT_PYTHON"); env && *env) return env;
-  for (const char* name : {"python", "python3"}) {
-    const auto candidate = executable_dir() / name;
-    if (std::filesystem::exists(candidate)) return candidate.string();
-  }
-  return "python3";
 }
 
 // The decode loops written in C++, by export format: installed next to this program when their
@@ -83,7 +74,7 @@ void exec_with_generate_args(std::vector<std::string> args, int argc, char** arg
 int run_generate(int argc, char** argv) {
   if (const std::string runner = native_runner(argc, argv); !runner.empty())
     exec_with_generate_args({runner}, argc, argv);  // falls through to Python if it cannot start
-  const std::string python = python_interpreter();
+  const std::string python = hfx::python_interpreter();
   exec_with_generate_args({python, "-m", "hfexport.generate"}, argc, argv);
   std::cerr << "hfexport: error: generate: cannot run " << python << ": " << std::strerror(errno) << "\n";
   return 1;
@@ -105,6 +96,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"quantization.compute", "--quantize-compute"},
     {"backend.op_profile", "--onnx-ops"},
     {"backend.decompose", "--decompose"},
+    {"backend.aot", "--aot"},
 };
 
 // Flags that set one key of the backend options, and the formats that take it: given with another
@@ -116,6 +108,7 @@ struct BackendFlag {
 constexpr BackendFlag kBackendFlags[] = {
     {"--onnx-ops", "op_profile", {"onnx", "", ""}},
     {"--decompose", "decompose", {"onnx", "openvino", "pt2"}},
+    {"--aot", "aot", {"pt2", "", ""}},
 };
 
 // Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
@@ -164,7 +157,7 @@ struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
   std::string format, dtype, quantize, quantize_compute, onnx_ops;
   std::vector<std::string> dims, decompose, inputs;
-  bool overwrite = false, verbose = false;
+  bool overwrite = false, verbose = false, aot = false;
   bool for_generation = false, multi_token = false, static_cache = false;
   int64_t max_cache_len = 0, batch_size = 1, group_size = 0;
 };
@@ -199,7 +192,9 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
         if (!f.empty()) formats += (formats.empty() ? "" : ", ") + std::string(f);
       hfx::fail(b.flag, " applies only to --format ", formats);
     }
-    c.backend[std::string(b.key)] = b.key == "decompose" ? nlohmann::json(f.decompose) : nlohmann::json(f.onnx_ops);
+    c.backend[std::string(b.key)] = b.key == "decompose" ? nlohmann::json(f.decompose)
+                                    : b.key == "aot"     ? nlohmann::json(true)
+                                                         : nlohmann::json(f.onnx_ops);
   }
   return c;
 }
@@ -226,6 +221,7 @@ int main(int argc, char** argv) {
                   "forward does; default: input_ids,attention_mask,position_ids)")
       ->delimiter(',');
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
+  exp->add_flag("--aot", flags.aot, "pt2: also compile each program with AOTInductor (runs Python with torch)");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
   exp->add_option("--decompose", flags.decompose,

@@ -393,3 +393,21 @@ def test_pt2_bad_interface(model, out, tmp_path, run_hfexport):
     config.write_text('{"format": "pt2", "backend": {"interface": {"cache_lengths": true}}}')
     assert_clean_error(export(run_hfexport, model, out, "--format", "pt2", "--config", config), out, "cache_lengths",
                        "static cache")
+
+
+def test_aot_is_for_pt2(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "onnx", "--aot"), out, "--aot", "pt2")
+
+
+def test_aot_failure_leaves_nothing(model, out, hfexport_bin, tmp_path):
+    """A compile that fails (here: no Python to run it) is one line naming --aot, and no export."""
+    import os
+    import subprocess
+
+    from conftest import cli_env
+
+    env = dict(cli_env(), HFEXPORT_PYTHON=str(tmp_path / "no-python"))
+    proc = subprocess.run([str(hfexport_bin), "export", model, "-o", out, "--format", "pt2", "--aot"],
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+    assert_clean_error(proc, out, "--aot", "AOTInductor")
+    assert not os.path.exists(out)

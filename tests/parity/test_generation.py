@@ -792,6 +792,23 @@ def test_pt2_greedy_matches_transformers(name, mode, tiny, tmp_path, export_mode
     record(support_matrix, tm.model_type, f"generate-{mode}-{name.split('-', 1)[1]}", run, backend="pt2")
 
 
+def test_pt2_aot_package_gives_the_same_tokens(tiny, tmp_path, export_model):
+    """--aot compiles the decode program with AOTInductor (C++ from g++, weights inside); the
+    runner loads that package, which still writes the static cache in place, token for token."""
+    tm = tiny("llama-gqa-tied-rope_llama3")
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", "pt2", "--aot",
+                       *[a for a in mode_args("static", batch=2) if a not in ("--onnx-ops", "standard")])
+    decode = json.loads((out / "export.json").read_text())["components"]["decode"]
+    assert decode["aoti"] == "decode.aoti.pt2" and (out / "decode.aoti.pt2").is_file()
+    runner = hfexport.open_runner(out)
+    assert type(runner.decode).__name__ == "AOTICompiledModel"
+    ids, mask = tm.prompts(BATCH)
+    logits: list = []
+    tokens = hfexport.generate(runner, ids, mask, max_new_tokens=NEW_TOKENS, ignore_eos=True, step_logits=logits)
+    compare(tokens, logits, tm.reference(BATCH), "pt2 static, AOTInductor")
+    check_static_cache_contents(runner, runner.manifest.generation["cache_pairs"], tm.reference(BATCH), mask)
+
+
 # Every config in float32; fp16 weight compression on the llama ones.
 # float16 on the first generation case of each model type.
 _FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())

@@ -226,7 +226,7 @@ class OnnxBackend final : public Backend {
   }
 
   std::string_view runtime_package() const override { return "onnxruntime"; }
-  void write_runtime_files(const nlohmann::json& manifest, const JsonConfig& hf_config,
+  void write_runtime_files(nlohmann::json& manifest, const JsonConfig& hf_config,
                            const std::filesystem::path& dir) const override {
     const auto genai = genai_config(manifest, hf_config);
     if (!genai) return;

@@ -131,7 +131,7 @@ Pt2Lowering::Pt2Lowering(const Graph& graph, Pt2Interface interface) : graph_(gr
   int64_t next_hint = 2;
   for (const Symbol& s : graph.symbols()) {
     const int64_t hint = std::clamp<int64_t>(next_hint++, s.min, s.max);
-    symbols_[&s] = {std::nullopt, "Symbol('" + python_identifier(s.name, false) + "', positive=True, integer=True)", hint};
+    symbols_[&s] = {std::nullopt, "Symbol('" + torch_symbol(s) + "', positive=True, integer=True)", hint};
   }
   plan_derived_dims();
   plan_in_place_updates();
@@ -173,6 +173,15 @@ std::vector<SymExpr> Pt2Lowering::sizes(const Shape& shape) const {
 }
 
 json Pt2Lowering::tensor_meta(DType dtype, const Shape& shape) const { return meta_json(dtype, sizes(shape)); }
+
+// Inductor tells a symbol's kind by its prefix ("s": a size), so dims are s<N>, numbered after
+// the graph's symbols (manifest names stay in export.json's dims), far from torch's own.
+std::string Pt2Lowering::torch_symbol(const Symbol& s) const {
+  const auto& all = graph_.symbols();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (&all[i] == &s) return "s" + std::to_string(900 + i);
+  fail("internal error: pt2: symbol ", s.name, " is not the graph's");
+}
 
 std::string Pt2Lowering::unique_name(std::string_view base) {
   const std::string stem = python_identifier(base, false);
@@ -423,7 +432,7 @@ json Pt2Lowering::program() const {
   }
   json range_constraints = json::object();
   for (const Symbol& s : graph_.symbols())
-    if (!derived_.count(&s)) range_constraints[python_identifier(s.name, false)] = {{"min_val", s.min},
+    if (!derived_.count(&s)) range_constraints[torch_symbol(s)] = {{"min_val", s.min},
                                                     {"max_val", s.max == INT64_MAX ? json(nullptr) : json(s.max)}};
   json graph = {{"inputs", inputs}, {"outputs", outputs}, {"nodes", nodes_}, {"tensor_values", tensor_values_},
                 {"sym_int_values", sym_int_values_}, {"sym_bool_values", json::object()},

@@ -149,6 +149,7 @@ class Pt2Lowering {
   void plan_in_place_updates();
   bool lower_shape_arithmetic(const Node& n);
   std::string unique_name(std::string_view base);
+  std::string torch_symbol(const Symbol& s) const;
   std::string materialize(const Value* v, const std::vector<SymInt>& ints);
   std::string placeholder_of(const Value* constant);
   nlohmann::json node_json(std::string_view target, std::vector<Pt2Arg> args, nlohmann::json outputs,

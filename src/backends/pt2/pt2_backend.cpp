@@ -11,6 +11,7 @@
 #include "backends/pt2/stored_zip.h"
 #include "backends/weight_file.h"
 #include "core/error.h"
+#include "core/python.h"
 #include "io/manifest.h"
 #include "passes/passes.h"
 
@@ -30,6 +31,7 @@ struct Record {
 };
 
 constexpr const char* kInterfaceKey = "interface";
+constexpr const char* kAotKey = "aot";
 
 // backend.interface: how the decode program is called when the caller's pytree is not flat
 // keyword arguments (the Python API's transformers StaticCache): {"in_spec", "forward_arg_names",
@@ -168,8 +170,10 @@ class Pt2Backend final : public Backend {
 
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
     for (const auto& [key, value] : config.backend.items())
-      if (key != "decompose" && key != kInterfaceKey)
-        fail(spell("backend"), ": unknown pt2 option '", key, "' (known: decompose, interface)");
+      if (key != "decompose" && key != kInterfaceKey && key != kAotKey)
+        fail(spell("backend"), ": unknown pt2 option '", key, "' (known: decompose, interface, aot)");
+    if (config.backend.contains(kAotKey) && !config.backend.at(kAotKey).is_boolean())
+      fail(spell("backend.aot"), ": expected true or false");
     forced_decompositions(config, spell);
     interface_of(config, spell);
     if (config.quantization.compute == WeightQuantization::Compute::Int8)
@@ -199,6 +203,28 @@ class Pt2Backend final : public Backend {
 
   std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const override {
     return std::make_unique<Pt2Writer>(config, dir);
+  }
+
+  // --aot: each component's program compiled by AOTInductor (torch._inductor, Python) into a
+  // package beside the archive, recorded as the component's `aoti`; runners load that instead.
+  void write_runtime_files(nlohmann::json& manifest, const JsonConfig&, const std::filesystem::path& dir) const override {
+    const nlohmann::json& backend = manifest.at(manifest::key::kExportConfig).value("backend", nlohmann::json::object());
+    if (!backend.value(kAotKey, false)) return;
+    for (auto& [name, component] : manifest.at(manifest::key::kComponents).items()) {
+      const std::string package = name + ".aoti.pt2";
+      const std::string python = python_interpreter();
+      std::string output;
+      const int status = run_capturing({python, "-m", "hfexport.aot", (dir / component.at("file").get<std::string>()).string(),
+                                        component.value(manifest::key::kProgram, "model"), (dir / package).string()},
+                                       output);
+      if (status != 0) {
+        std::string last = output.substr(0, output.find_last_not_of("\n") + 1);
+        last = last.substr(last.find_last_of('\n') + 1);
+        fail("--aot: AOTInductor could not compile the ", name, " program (", python, " -m hfexport.aot, exit ",
+             status, "): ", last.empty() ? "no output" : last);
+      }
+      component["aoti"] = package;
+    }
   }
 };
 
