@@ -252,6 +252,10 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
     const bool convert = c->src_dtype != v.dtype;
     const size_t chunk = std::max<size_t>(1, kChunkBytes / std::max(in_size, out_size));
     for (const Segment& s : pieces) {
+      if (!convert && s.tensor && s.tensor->storage && s.tensor->storage->copy_to(s.data, s.nbytes, fd_, offset)) {
+        offset += s.nbytes;
+        continue;
+      }
       const size_t numel = s.nbytes / in_size;
       for (size_t i = 0; i < numel; i += chunk) {
         const size_t n = std::min(chunk, numel - i);

@@ -19,7 +19,7 @@ std::string python_interpreter() {
   if (!ec)
     for (const char* name : {"python", "python3"}) {
       const auto candidate = self.parent_path() / name;
-      if (std::filesystem::exists(candidate)) return candidate.string();
+      if (std::filesystem::is_regular_file(candidate)) return candidate.string();  // a venv's bin/python
     }
   return "python3";
 }

@@ -20,6 +20,12 @@ class TensorStorage {
   // Lets the pages behind [p, p + n) leave the resident set once they have been consumed.
   virtual void release(const std::byte* p, size_t n) const = 0;
   virtual std::string location() const = 0;
+  // Copies [p, p + n) into file `fd` at `offset` inside the kernel (no page of it mapped or
+  // copied here); false when the storage cannot, and the caller writes the bytes itself.
+  virtual bool copy_to(const std::byte* p, size_t n, int fd, uint64_t offset) const {
+    (void)p, (void)n, (void)fd, (void)offset;
+    return false;
+  }
 };
 
 struct TensorView {

@@ -31,11 +31,27 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     }
     data_ = static_cast<std::byte*>(p);
   }
-  ::close(fd);
+  fd_ = fd;
 }
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
+  ::close(fd_);
+}
+
+bool MappedFile::copy_to(const std::byte* ptr, size_t n, int fd, uint64_t offset) const {
+  auto in = static_cast<loff_t>(ptr - data_);
+  auto out = static_cast<loff_t>(offset);
+  while (n > 0) {
+    const ssize_t c = ::copy_file_range(fd_, &in, fd, &out, n, 0);
+    if (c < 0 && errno == EINTR) continue;
+    if (c <= 0) {
+      if (static_cast<uint64_t>(out) == offset) return false;  // unsupported here: nothing copied yet
+      fail(path_.string(), ": copy to the export failed: ", c < 0 ? std::strerror(errno) : "short copy");
+    }
+    n -= static_cast<size_t>(c);
+  }
+  return true;
 }
 
 void MappedFile::release(const std::byte* ptr, size_t n) const {

@@ -22,9 +22,12 @@ class MappedFile final : public TensorStorage {
   // Drops the pages of [ptr, ptr + n) from this process's resident set (they stay in page cache).
   void release(const std::byte* ptr, size_t n) const override;
   std::string location() const override { return path_.string(); }
+  // copy_file_range from the file itself: an export's straight weight copies skip user space.
+  bool copy_to(const std::byte* ptr, size_t n, int fd, uint64_t offset) const override;
 
  private:
   std::filesystem::path path_;
+  int fd_ = -1;
   std::byte* data_ = nullptr;
   size_t size_ = 0;
 };

@@ -127,11 +127,13 @@ class Pt2Writer final : public ExportWriter {
   void finish() override {
     data_.close();
     StoredZip zip(path_);
-    uint64_t end = 0;
+    std::vector<StoredZip::Adopted> adopted;
+    uint64_t end = 0;  // each record's header fills the gap the weight file left before its data
     for (const Record& r : records_) {
-      zip.adopt(kRoot + r.path, end, r.span.offset, r.span.length);
+      adopted.push_back({kRoot + r.path, end, r.span.offset, r.span.length});
       end = r.span.offset + r.span.length;
     }
+    zip.adopt_all(adopted);
     for (const Program& p : programs_) {
       zip.append(std::string(kRoot) + "models/" + p.name + ".json", p.json);
       zip.append(std::string(kRoot) + "data/weights/" + p.name + "_weights_config.json", p.weights);

@@ -5,6 +5,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 
@@ -106,10 +110,33 @@ void StoredZip::write_local_header(const Entry& e, uint64_t data_offset) {
   write_at(h.data().data(), h.data().size(), e.header_offset);
 }
 
-void StoredZip::adopt(const std::string& name, uint64_t header_offset, uint64_t data_offset, uint64_t size) {
-  HFX_CHECK(data_offset + size <= end_, "zip record ", name, " lies past the end of ", path_.string());
-  entries_.push_back({name, header_offset, size, crc_of(data_offset, size)});
-  write_local_header(entries_.back(), data_offset);
+void StoredZip::adopt_all(const std::vector<Adopted>& records) {
+  std::vector<uint32_t> crcs(records.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (size_t i = next++; i < records.size(); i = next++) {
+      try {
+        HFX_CHECK(records[i].data_offset + records[i].size <= end_, "zip record ", records[i].name, " lies past the end");
+        crcs[i] = crc_of(records[i].data_offset, records[i].size);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = records.size();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+  for (size_t i = 1; i < std::min(workers, records.size()); ++i) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  for (size_t i = 0; i < records.size(); ++i) {
+    entries_.push_back({records[i].name, records[i].header_offset, records[i].size, crcs[i]});
+    write_local_header(entries_.back(), records[i].data_offset);
+  }
 }
 
 void StoredZip::append(const std::string& name, std::string_view data) {

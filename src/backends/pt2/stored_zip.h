@@ -23,9 +23,14 @@ class StoredZip {
   StoredZip(const StoredZip&) = delete;
   StoredZip& operator=(const StoredZip&) = delete;
 
-  // A record whose `size` bytes were written at `data_offset`; its local header goes in
-  // [header_offset, data_offset), which must hold header_reserve(name) bytes. Its CRC is read back.
-  void adopt(const std::string& name, uint64_t header_offset, uint64_t data_offset, uint64_t size);
+  // Records whose `size` bytes were written at `data_offset`; each local header goes in
+  // [header_offset, data_offset), which must hold header_reserve(name) bytes. Their CRCs are
+  // read back, on several threads.
+  struct Adopted {
+    std::string name;
+    uint64_t header_offset, data_offset, size;
+  };
+  void adopt_all(const std::vector<Adopted>& records);
   // A record appended at the end of the archive.
   void append(const std::string& name, std::string_view data);
   // Writes the central directory; the archive is complete once this returns.
