@@ -115,3 +115,29 @@ def test_pt2_bf16_checkpoint(tmp_path, make_tiny_model, export_model, support_ma
                                                      dtype=torch.float32).eval()
     run_case("qwen3", "bf16-checkpoint-to-fp32", model_dir, reference, tmp_path / "out", export_model,
              support_matrix)
+
+
+@pytest.mark.parametrize("mode_args", [["--for-generation"], ["--for-generation", "--multi-token-decode"],
+                                       ["--for-generation", "--static-cache", "--max-cache-len", "32"]],
+                         ids=["dynamic", "multi-token", "static"])
+def test_pt2_generation_programs_decompose(mode_args, tmp_path, make_tiny_model, export_model):
+    """Every program of a generation archive retraces to core ATen: the derived total length of a
+    dynamic cache (past + query) and the in-place static-cache writes (a user-input mutation once
+    functionalized) are consistent to torch's shape checks."""
+    from torch.export.pt2_archive._package import load_pt2
+
+    model_dir, _ = make_tiny_model(tmp_path / "hf", "qwen3", dict(BASE))
+    out = export_model(model_dir, tmp_path / "out", "--format", "pt2", *mode_args)
+    programs = load_pt2(str(out / "decode.pt2")).exported_programs
+    assert set(programs) == ({"model", "prefill"} if mode_args == ["--for-generation"] else {"model"})
+    for name, program in programs.items():
+        specs = program.run_decompositions().graph_signature.output_specs
+        mutated = [s for s in specs if s.kind.name == "USER_INPUT_MUTATION"]
+        assert len(mutated) == (2 * BASE["num_hidden_layers"] if "--static-cache" in mode_args else 0), name
+
+
+def test_pt2_float16(tmp_path, make_tiny_model, export_model, support_matrix):
+    """--dtype float16: weights and compute in float16, against the float32 reference."""
+    model_dir, model = make_tiny_model(tmp_path / "hf", "llama", dict(BASE))
+    run_case("llama", "float16", model_dir, model, tmp_path / "out", export_model, support_matrix, "--dtype", "float16",
+             tol=2e-2)
