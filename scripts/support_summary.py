@@ -19,6 +19,8 @@ COLUMNS = [
     ("onnx", "ort", "multi-token"), ("onnx", "ort", "static"), ("onnx", "ort-gqa", "forward"),
     ("onnx", "ort-gqa", "dynamic"), ("onnx", "ort-gqa", "multi-token"), ("onnx", "ort-gqa", "static"),
     ("onnx", "any", "float16"), ("openvino", "-", "forward"), ("openvino", "-", "stateful"), ("openvino", "-", "float16"),
+    ("pt2", "-", "forward"), ("pt2", "-", "dynamic"), ("pt2", "-", "multi-token"), ("pt2", "-", "static"),
+    ("pt2", "-", "float16"),
 ]
 
 
@@ -49,7 +51,7 @@ def main(path: str = "support_matrix.json") -> None:
         elif r.get("max_abs_err") is not None:
             cell["err"] = max(cell["err"], r["max_abs_err"])
     types = sorted({r["model_type"] for r in rows})
-    head = [f"{f if f == 'openvino' else 'onnx ' + p} {m}" for f, p, m in COLUMNS]
+    head = [f"{f if p == '-' else f + ' ' + p} {m}" for f, p, m in COLUMNS]
     print("| model_type | " + " | ".join(head) + " |")
     print("|---" * (len(head) + 1) + "|")
     for t in types:

@@ -438,7 +438,7 @@ def test_static_prefill_writes_distinct_slots(tiny, tmp_path, export_model):
     runner = hfexport.open_runner(out, session_options=session_options())
     ids, mask = tm.prompts(BATCH)
     runner.prefill(ids, mask, 4)
-    positions = runner._park_padding(np.clip(mask.cumsum(-1) - 1, 0, None), mask)
+    positions = hfexport.runner.park_padding(np.clip(mask.cumsum(-1) - 1, 0, None), mask, runner.cache_len)
     for row, m in zip(positions, mask):
         assert len(set(row.tolist())) == len(row), f"duplicate slots in {row.tolist()}"
         assert row[m == 1].tolist() == list(range(int(m.sum()))), "real tokens moved"
