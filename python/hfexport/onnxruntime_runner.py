@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
-from .runner import DecodeRunner, GenerationError, left_padded_positions, park_padding
+from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, park_padding
 from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -92,33 +92,9 @@ class OnnxRuntimeRunner(DecodeRunner):
         inputs = {i.name: i for i in self.decode.get_inputs()}
         self.cache_specs = {name: inputs[name] for name, _ in self.pairs}
         self.max_cache_len = int(gen.get("max_cache_len", 0))
-        self.batch_bounds = manifest.dim_bounds("batch")
         self.buffers: dict[str, ort.OrtValue] = {}
         self.binding: ort.IOBinding | None = None
 
-    # -- checks ---------------------------------------------------------------------------------
-    def _check_request(self, input_ids: np.ndarray, max_new_tokens: int) -> None:
-        batch, length = input_ids.shape
-        if self.static:
-            fixed = int(self.manifest.generation.get("batch_size", 1))
-            if batch != fixed:
-                raise GenerationError(f"batch of {batch} but the static cache was exported for batch {fixed}")
-            if length > self.max_cache_len:
-                raise GenerationError(f"prompt of {length} tokens exceeds max_cache_len {self.max_cache_len}")
-            if length + max_new_tokens - 1 > self.max_cache_len:
-                raise GenerationError(
-                    f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds max_cache_len "
-                    f"{self.max_cache_len}")
-            return
-        low, high = self.batch_bounds
-        if not low <= batch <= high:
-            raise GenerationError(f"batch of {batch} is outside the exported bounds [{low}, {high}]")
-        limit = self.manifest.dim_bounds("total_sequence")[1]
-        if length + max_new_tokens - 1 > limit:
-            raise GenerationError(f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds the exported "
-                                  f"sequence bound {limit}")
-
-    # -- dynamic cache --------------------------------------------------------------------------
     def _run_dynamic(self, session: ort.InferenceSession, feeds: dict[str, np.ndarray],
                      past: list[ort.OrtValue] | None) -> np.ndarray:
         binding = session.io_binding()
@@ -235,7 +211,7 @@ class OnnxRuntimeRunner(DecodeRunner):
 
     # -- DecodeRunner -----------------------------------------------------------------------------
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
-        self._check_request(input_ids, max_new_tokens)
+        check_request(self.manifest, input_ids, max_new_tokens)
         positions = left_padded_positions(attention_mask)
         self.attention_mask = attention_mask
         self.next_position = positions[:, -1] + 1

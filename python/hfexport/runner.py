@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .manifest import REBUILD_CACHE_AT, ExportManifest, load_manifest
+from .manifest import CACHE_STATIC, REBUILD_CACHE_AT, ExportManifest, load_manifest
 from .sampling import Sampler
 
 
@@ -36,6 +36,30 @@ class DecodeRunner(ABC):
 def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
     """position_ids of a left-padded batch, as transformers derives them from the mask."""
     return np.clip(np.cumsum(attention_mask, -1) - 1, 0, None)
+
+
+def check_request(manifest: ExportManifest, input_ids: np.ndarray, max_new_tokens: int) -> None:
+    """Refuses a generation request the export cannot serve: a static cache's batch and length, a
+    dynamic one's batch and sequence bounds."""
+    batch, length = input_ids.shape
+    gen = manifest.generation
+    if manifest.cache == CACHE_STATIC:
+        fixed, max_cache_len = int(gen.get("batch_size", 1)), int(gen.get("max_cache_len", 0))
+        if batch != fixed:
+            raise GenerationError(f"batch of {batch} but the static cache was exported for batch {fixed}")
+        if length > max_cache_len:
+            raise GenerationError(f"prompt of {length} tokens exceeds max_cache_len {max_cache_len}")
+        if length + max_new_tokens - 1 > max_cache_len:
+            raise GenerationError(
+                f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds max_cache_len {max_cache_len}")
+        return
+    low, high = manifest.dim_bounds("batch")
+    if not low <= batch <= high:
+        raise GenerationError(f"batch of {batch} is outside the exported bounds [{low}, {high}]")
+    limit = manifest.dim_bounds("total_sequence")[1]
+    if length + max_new_tokens - 1 > limit:
+        raise GenerationError(f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds the exported "
+                              f"sequence bound {limit}")
 
 
 def park_padding(positions: np.ndarray, attention_mask: np.ndarray, cache_len: int) -> np.ndarray:

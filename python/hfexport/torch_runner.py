@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .manifest import CACHE_STATIC, DECODE, PREFILL, ExportManifest
-from .runner import DecodeRunner, GenerationError, left_padded_positions, park_padding
+from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, park_padding
 from .versions import check_runtime_versions
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
@@ -114,26 +114,6 @@ class TorchProgramRunner(DecodeRunner):
         self.prefill_outputs = ([o["name"] for o in manifest.component(PREFILL)["outputs"]]
                                 if self.prefill_module else [])
         self.max_cache_len = int(gen.get("max_cache_len", 0))
-        self.batch_bounds = manifest.dim_bounds("batch")
-
-    # -- checks ---------------------------------------------------------------------------------
-    def _check_request(self, input_ids: np.ndarray, max_new_tokens: int) -> None:
-        batch, length = input_ids.shape
-        if self.static:
-            fixed = int(self.manifest.generation.get("batch_size", 1))
-            if batch != fixed:
-                raise GenerationError(f"batch of {batch} but the static cache was exported for batch {fixed}")
-            if length + max_new_tokens - 1 > self.max_cache_len:
-                raise GenerationError(f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds max_cache_len "
-                                      f"{self.max_cache_len}")
-            return
-        low, high = self.batch_bounds
-        if not low <= batch <= high:
-            raise GenerationError(f"batch of {batch} is outside the exported bounds [{low}, {high}]")
-        limit = self.manifest.dim_bounds("total_sequence")[1]
-        if length + max_new_tokens - 1 > limit:
-            raise GenerationError(f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds the exported "
-                                  f"sequence bound {limit}")
 
     def _cache_tensor(self, name: str, batch: int, length: int):
         spec = self.cache_specs[name]
@@ -174,7 +154,7 @@ class TorchProgramRunner(DecodeRunner):
 
     # -- DecodeRunner -----------------------------------------------------------------------------
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
-        self._check_request(input_ids, max_new_tokens)
+        check_request(self.manifest, input_ids, max_new_tokens)
         positions = left_padded_positions(attention_mask)
         self.attention_mask = attention_mask
         self.next_position = positions[:, -1] + 1

@@ -66,16 +66,20 @@ void WeightFile::close() {
   fd_ = -1;
 }
 
-void WeightFile::write_at(const void* data, size_t n, uint64_t offset) const {
+void pwrite_fully(int fd, const void* data, size_t n, uint64_t offset, const std::filesystem::path& path) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
     if (w < 0) {
       if (errno == EINTR) continue;
-      fail(path_.string(), ": write failed: ", std::strerror(errno));
+      fail(path.string(), ": write failed: ", std::strerror(errno));
     }
     p += w, n -= static_cast<size_t>(w), offset += static_cast<uint64_t>(w);
   }
+}
+
+void WeightFile::write_at(const void* data, size_t n, uint64_t offset) const {
+  pwrite_fully(fd_, data, n, offset, path_);
 }
 
 namespace {

@@ -10,6 +10,9 @@
 
 namespace hfx {
 
+// pwrite of all n bytes at `offset` (retried through short writes and EINTR); errors name `path`.
+void pwrite_fully(int fd, const void* data, size_t n, uint64_t offset, const std::filesystem::path& path);
+
 class WeightFile {
  public:
   WeightFile(const std::filesystem::path& path, uint64_t alignment);

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "backends/weight_file.h"
 #include "core/error.h"
 
 namespace hfx {
@@ -69,17 +70,7 @@ StoredZip::~StoredZip() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void StoredZip::write_at(const void* data, size_t n, uint64_t offset) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(path_.string(), ": write failed: ", std::strerror(errno));
-    }
-    p += w, n -= static_cast<size_t>(w), offset += static_cast<uint64_t>(w);
-  }
-}
+void StoredZip::write_at(const void* data, size_t n, uint64_t offset) { pwrite_fully(fd_, data, n, offset, path_); }
 
 uint32_t StoredZip::crc_of(uint64_t offset, uint64_t size) {
   std::vector<unsigned char> buf(std::min<uint64_t>(size, 4u << 20));
