@@ -20,7 +20,7 @@ COLUMNS = [
     ("onnx", "ort-gqa", "dynamic"), ("onnx", "ort-gqa", "multi-token"), ("onnx", "ort-gqa", "static"),
     ("onnx", "any", "float16"), ("openvino", "-", "forward"), ("openvino", "-", "stateful"), ("openvino", "-", "float16"),
     ("pt2", "-", "forward"), ("pt2", "-", "dynamic"), ("pt2", "-", "multi-token"), ("pt2", "-", "static"),
-    ("pt2", "-", "float16"),
+    ("pt2", "-", "float16"), ("executorch", "-", "forward"), ("executorch", "-", "static"),
 ]
 
 

@@ -284,10 +284,39 @@ class DynamoConfig(ExportConfigMixin):
         return "pt2"
 
 
+# transformers.exporters' ExecuTorch backends; hfexport writes the portable kernels' programs
+# (the XNNPACK delegate is not written yet).
+_EXECUTORCH_BACKENDS = ("portable", "xnnpack")
+
+
+@_checked_fields
+class ExecutorchConfig(ExportConfigMixin):
+    """transformers.exporters' ExecutorchConfig: a .pte program (hfexport's `executorch` format),
+    written without tracing; `backend` "portable" runs ExecuTorch's portable/optimized ATen kernels.
+    A generation export keeps its static cache as mutable buffers of the `forward` method."""
+
+    export_format: str = "executorch"
+    backend: str = "portable"
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.backend not in _EXECUTORCH_BACKENDS:
+            raise ConfigError(f"ExecutorchConfig: backend {self.backend!r} is not one of "
+                              f"{', '.join(_EXECUTORCH_BACKENDS)}")
+        if self.backend == "xnnpack":
+            raise ConfigError("ExecutorchConfig: backend 'xnnpack': hfexport does not write the XNNPACK delegate "
+                              "yet; use backend='portable'")
+
+    def core_backend(self, generation: bool) -> dict:
+        out = super().core_backend(generation)
+        out["executorch_backend"] = self.backend
+        return out
+
+
 CONFIG_CLASSES: dict[str, type[ExportConfigMixin]] = {"onnx": OnnxConfig, "openvino": OpenVINOConfig,
-                                                      "dynamo": DynamoConfig}
+                                                      "dynamo": DynamoConfig, "executorch": ExecutorchConfig}
 # Formats transformers.exporters has that hfexport does not write yet.
-_NOT_YET = {"executorch"}
+_NOT_YET: set[str] = set()
 
 
 def config_class_for(export_format: Any) -> type[ExportConfigMixin]:

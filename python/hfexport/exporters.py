@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .configs import (AutoExportConfig, ConfigError, DynamoConfig, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
+from .configs import (AutoExportConfig, ConfigError, DynamoConfig, ExecutorchConfig, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
                       config_class_for, dims_from_dynamic_shapes, static_dims)
 from .forward import open_graph
 from .manifest import DECODE, FILE_NAME, MODEL, PREFILL, load_manifest
@@ -260,7 +260,24 @@ class Pt2Saver:
         _replace_file(src, dst)
 
 
-SAVERS = {"onnx": OnnxSaver, "openvino": OpenVinoSaver, "pt2": Pt2Saver}
+class ExecutorchSaver:
+    """A .pte holds every method (and the weights they share): `save` copies it whole;
+    `program` is ExecuTorch's loaded Program (its methods by name)."""
+
+    @staticmethod
+    def load(path: Path, entry: dict | None = None):
+        from .executorch_runner import load_program
+
+        return load_program(path)
+
+    @staticmethod
+    def save(src: Path, entry: dict, dst: Path) -> None:
+        if dst.suffix != ".pte":
+            raise ValueError(f"{dst}: an ExecuTorch program is saved as a .pte file")
+        _replace_file(src, dst)
+
+
+SAVERS = {"onnx": OnnxSaver, "openvino": OpenVinoSaver, "pt2": Pt2Saver, "executorch": ExecutorchSaver}
 
 
 class ExportedModel(Mapping):
@@ -866,8 +883,13 @@ class DynamoExporter(HfExporter):
         return PT2_INTERFACE, {"cache": STATIC_CACHE, "kwarg": config.cache_kwarg}
 
 
+class ExecutorchExporter(HfExporter):
+    export_format = "executorch"
+    config_class = ExecutorchConfig
+
+
 EXPORTERS: dict[str, type[HfExporter]] = {"onnx": OnnxExporter, "openvino": OpenVINOExporter,
-                                          "dynamo": DynamoExporter}
+                                          "dynamo": DynamoExporter, "executorch": ExecutorchExporter}
 
 
 class AutoHfExporter:

@@ -54,8 +54,14 @@ def TorchProgramGraph(path: Path, manifest_data: dict, **options):
     return graph(path, manifest_data, **options)
 
 
+def ExecutorchGraph(path: Path, manifest_data: dict, **options):
+    from .executorch_runner import ExecutorchGraph as graph
+
+    return graph(path, manifest_data, **options)
+
+
 GRAPH_RUNNERS: dict[str, Callable[..., object]] = {"onnx": OnnxRuntimeGraph, "openvino": OpenVinoGraph,
-                                                   "pt2": TorchProgramGraph}
+                                                   "pt2": TorchProgramGraph, "executorch": ExecutorchGraph}
 
 
 def open_graph(export_format: str, path: Path, manifest_data: dict, **options):

@@ -78,6 +78,7 @@ _RUNNERS: dict[str, str] = {
     "onnx": "hfexport.onnxruntime_runner:OnnxRuntimeRunner",
     "openvino": "hfexport.openvino_runner:OpenVinoRunner",
     "pt2": "hfexport.torch_runner:TorchProgramRunner",
+    "executorch": "hfexport.executorch_runner:ExecutorchRunner",
 }
 
 

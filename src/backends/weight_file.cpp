@@ -323,6 +323,8 @@ void WeightFile::write_quantized(const Value& v, uint64_t offset, Scratch& scrat
   });
 }
 
+uint64_t WeightFile::stored_bytes(const Value& v) { return output_bytes({&v, false}); }
+
 std::vector<WeightFile::Span> WeightFile::append_all(const std::vector<Item>& items) {
   std::vector<Span> spans;
   for (const Item& item : items) {

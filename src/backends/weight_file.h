@@ -30,6 +30,8 @@ class WeightFile {
     bool transpose;
     uint64_t reserve_before = 0;  // bytes kept free ahead of the item (a container's record header)
   };
+  // The bytes `v` (a constant of static shape) takes in the file, as v.dtype.
+  static uint64_t stored_bytes(const Value& v);
   // Appends all items, converting and writing them on several threads; spans in item order.
   std::vector<Span> append_all(const std::vector<Item>& items);
   void close();

@@ -34,6 +34,7 @@ std::filesystem::path executable_dir() {
 // runtime's SDK was found at build time. Other formats (and missing runners) use the Python runner.
 constexpr std::pair<std::string_view, std::string_view> kNativeRunners[] = {
     {"openvino", "hfexport-openvino-generate"},
+    {"executorch", "hfexport-executorch-generate"},
 };
 
 // The native runner for the export named in the generate arguments, if one is installed.
@@ -97,18 +98,20 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"backend.op_profile", "--onnx-ops"},
     {"backend.decompose", "--decompose"},
     {"backend.aot", "--aot"},
+    {"backend.executorch_backend", "--executorch-backend"},
 };
 
 // Flags that set one key of the backend options, and the formats that take it: given with another
 // format, they are an error here (that backend never sees them).
 struct BackendFlag {
   std::string_view flag, key;
-  std::array<std::string_view, 3> formats;
+  std::array<std::string_view, 4> formats;
 };
 constexpr BackendFlag kBackendFlags[] = {
-    {"--onnx-ops", "op_profile", {"onnx", "", ""}},
-    {"--decompose", "decompose", {"onnx", "openvino", "pt2"}},
-    {"--aot", "aot", {"pt2", "", ""}},
+    {"--onnx-ops", "op_profile", {"onnx", "", "", ""}},
+    {"--decompose", "decompose", {"onnx", "openvino", "pt2", "executorch"}},
+    {"--aot", "aot", {"pt2", "", "", ""}},
+    {"--executorch-backend", "executorch_backend", {"executorch", "", "", ""}},
 };
 
 // Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
@@ -155,7 +158,7 @@ void parse_dim(const std::string& text, hfx::ExportConfig& config) {
 
 struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
-  std::string format, dtype, quantize, quantize_compute, onnx_ops;
+  std::string format, dtype, quantize, quantize_compute, onnx_ops, executorch_backend;
   std::vector<std::string> dims, decompose, inputs;
   bool overwrite = false, verbose = false, aot = false;
   bool for_generation = false, multi_token = false, static_cache = false;
@@ -194,6 +197,7 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
     }
     c.backend[std::string(b.key)] = b.key == "decompose" ? nlohmann::json(f.decompose)
                                     : b.key == "aot"     ? nlohmann::json(true)
+                                    : b.key == "executorch_backend" ? nlohmann::json(f.executorch_backend)
                                                          : nlohmann::json(f.onnx_ops);
   }
   return c;
@@ -213,7 +217,7 @@ int main(int argc, char** argv) {
   exp->add_option("--config", flags.config_file,
                   "export config JSON (format, dtype, dynamic, dims, generation, quantization, backend); "
                   "flags given on the command line override it");
-  exp->add_option("--format", flags.format, "onnx | openvino | pt2");
+  exp->add_option("--format", flags.format, "onnx | openvino | pt2 | executorch");
   exp->add_option("--dtype", flags.dtype, "float32 | float16 | bfloat16 (weights and compute)");
   exp->add_option("--dim", flags.dims, "bounds of a named dim, NAME=MIN:MAX or NAME=SIZE (repeatable)");
   exp->add_option("--inputs", flags.inputs,
@@ -222,6 +226,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
   exp->add_flag("--aot", flags.aot, "pt2: also compile each program with AOTInductor (runs Python with torch)");
+  exp->add_option("--executorch-backend", flags.executorch_backend,
+                  "executorch: portable (aten kernels, no delegate) | xnnpack (not written yet)");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
   exp->add_option("--decompose", flags.decompose,

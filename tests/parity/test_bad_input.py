@@ -82,7 +82,7 @@ def good_export(base_model, tmp_path_factory, export_model) -> Path:
 _FORMAT = {"value": "onnx"}
 
 
-@pytest.fixture(params=["onnx", "openvino", "pt2"], autouse=True)
+@pytest.fixture(params=["onnx", "openvino", "pt2", "executorch"], autouse=True)
 def output_format(request):
     _FORMAT["value"] = request.param
     return request.param
@@ -295,7 +295,8 @@ def test_out_dir_exists_with_overwrite(model, out, run_hfexport, output_format):
     (out / "keep.txt").write_text("stale")
     proc = export(run_hfexport, model, out, "--overwrite")
     assert proc.returncode == 0, proc.stderr
-    model_file = {"onnx": "model.onnx", "openvino": "openvino_model.xml", "pt2": "model.pt2"}[output_format]
+    model_file = {"onnx": "model.onnx", "openvino": "openvino_model.xml", "pt2": "model.pt2",
+                  "executorch": "model.pte"}[output_format]
     assert (out / model_file).is_file() and (out / "export.json").is_file()
     assert not (out / "keep.txt").exists()
     assert not leftovers(out)
@@ -397,6 +398,33 @@ def test_pt2_bad_interface(model, out, tmp_path, run_hfexport):
 
 def test_aot_is_for_pt2(model, out, run_hfexport):
     assert_clean_error(export(run_hfexport, model, out, "--format", "onnx", "--aot"), out, "--aot", "pt2")
+
+
+def test_executorch_backend_is_for_executorch(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "onnx", "--executorch-backend", "portable"), out,
+                       "--executorch-backend", "executorch")
+
+
+def test_executorch_bad_backend(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", "--executorch-backend", "gpu"), out,
+                       "--executorch-backend", "portable", "xnnpack")
+
+
+def test_executorch_unbounded_dim(model, out, run_hfexport):
+    """Every tensor is planned at its dims' upper bounds: a bound past the format's int32 sizes is
+    refused, naming the dim and the flag that bounds it."""
+    assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", "--dim", "sequence=1:3000000000"),
+                       out, "sequence", "--dim")
+
+
+def test_executorch_refuses_int8_compute(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", "--quantize", "int4",
+                              "--quantize-compute", "int8"), out, "--quantize-compute")
+
+
+def test_executorch_generation_not_yet(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", "--for-generation"), out,
+                       "executorch")
 
 
 def test_aot_failure_leaves_nothing(model, out, hfexport_bin, tmp_path):

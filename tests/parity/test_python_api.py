@@ -515,7 +515,7 @@ def test_openvino_cli_runner_warns_on_drift(tiny, inputs, tmp_path, run_hfexport
     (lambda: OnnxConfig(dtype="int8"), "dtype"),
     (lambda: OnnxConfig(quantizer=object()), "quantizer"),
     (lambda: OpenVINOConfig(compress_to_fp16=True, dtype="bfloat16"), "compress_to_fp16"),
-    (lambda: AutoExportConfig.from_dict({"export_format": "executorch"}), "executorch"),
+    (lambda: AutoExportConfig.from_dict({"export_format": "executorch", "backend": "cuda"}), "backend"),
     (lambda: AutoExportConfig.from_dict({"export_format": "tflite"}), "tflite"),
     (lambda: AutoExportConfig.from_dict({"dynamic": True}), "export_format"),
 ])

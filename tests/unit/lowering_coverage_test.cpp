@@ -7,6 +7,9 @@
 #include "backends/onnx/lowering.h"
 #include "backends/openvino/lowering.h"
 #include "backends/pt2/lowering.h"
+#ifdef HFX_HAVE_EXECUTORCH
+#include "backends/executorch/lowering.h"
+#endif
 #include "ir/builder.h"
 #include "ir/graph.h"
 #include "passes/passes.h"
@@ -40,6 +43,11 @@ TEST(LoweringCoverage, EveryOpOnEveryBackendAndProfile) {
     const Pt2OpRule& pt2 = pt2_rule(op);
     // ShapeOf becomes SymInts (Pt2Lowering::lower_shape_arithmetic), never a tensor op.
     check_op("pt2", op, pt2.lower != nullptr || op == OpKind::ShapeOf, pt2.native != nullptr);
+#ifdef HFX_HAVE_EXECUTORCH
+    const EtOpRule& et = et_rule(op);
+    // ShapeOf becomes Int EValues (EtLowering::lower_shape_arithmetic), never a tensor op.
+    check_op("executorch", op, et.lower != nullptr || op == OpKind::ShapeOf, et.native != nullptr);
+#endif
   }
 }
 

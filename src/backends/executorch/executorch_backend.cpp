@@ -1,0 +1,222 @@
+// ExecuTorch backend: lowers the IR to the runtime's ATen `.out` kernels and writes model.pte, the
+// flatbuffer program (program.fbs, "ET12") with its extended header, followed by the constant
+// segment that every method shares; no torch involved. The metadata methods the ExecuTorch LLM
+// runner reads (get_max_seq_len, ...) are constant methods of the same program.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+
+#include "backends/backend.h"
+#include "backends/executorch/lowering.h"
+#include "backends/weight_file.h"
+#include "core/error.h"
+#include "io/manifest.h"
+#include "passes/passes.h"
+
+namespace hfx {
+namespace {
+
+constexpr const char* kProgramFile = "model.pte";
+constexpr uint64_t kSegmentAlignment = 128;  // ExecutorchBackendConfig.segment_alignment
+constexpr size_t kExtendedHeaderSize = 32;   // "eh00" header, after the flatbuffer's first 8 bytes
+constexpr const char* kExecutorchBackendKey = "executorch_backend";
+// ExecuTorch's default max_seq_length: every tensor is planned at its dims' upper bounds, so the
+// bounds a server would use (32768 tokens) would plan gigabytes.
+constexpr int64_t kDefaultMaxSequence = 128;
+
+// The LLM runner's metadata methods (extension/llm/runner/constants.h), each a constant method.
+struct Metadata {
+  std::vector<std::pair<std::string, int64_t>> ints;
+  std::vector<std::pair<std::string, bool>> bools;
+};
+
+std::unique_ptr<etfb::ExecutionPlanT> constant_method(const std::string& name, etfb::KernelTypesUnion value) {
+  auto plan = std::make_unique<etfb::ExecutionPlanT>();
+  plan->name = name;
+  auto ev = std::make_unique<etfb::EValueT>();
+  ev->val = std::move(value);
+  plan->values.push_back(std::move(ev));
+  plan->outputs = {0};
+  plan->chains.push_back(std::make_unique<etfb::ChainT>());
+  plan->chains.back()->outputs = {0};
+  plan->non_const_buffer_sizes = {0};
+  return plan;
+}
+
+void put_u32(std::string& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
+void put_u64(std::string& out, size_t at, uint64_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
+
+class ExecutorchWriter final : public ExportWriter {
+ public:
+  ExecutorchWriter(const ExportConfig& config, const std::filesystem::path& dir)
+      : path_(dir / kProgramFile), config_(config) {}
+
+  WrittenComponent write(const std::string& name, Graph& graph) override {
+    // The LLM runner calls its method `forward`; other components keep their names.
+    const bool main_method = name == manifest::component::kModel || name == manifest::component::kDecode;
+    const std::string method = main_method ? "forward" : name;
+    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes);
+    lowering.lower_graph();
+    if (main_method) record_metadata(graph);
+    // A static cache lives in the method (mutable buffers): the caller passes neither.
+    WrittenComponent written{kProgramFile, method, {}, {}, {}, !graph.state_pairs.empty()};
+    for (const Value* v : graph.inputs)
+      if (!lowering.is_buffer(v)) written.inputs.push_back({v->name, v->dtype, v->shape});
+    for (const Value* v : graph.outputs)
+      if (lowering.returned(v)) written.outputs.push_back({v->name, v->dtype, v->shape});
+    plans_.push_back(lowering.take_plan());
+    return written;
+  }
+
+  void finish() override {
+    auto program = std::make_unique<etfb::ProgramT>();
+    program->version = 0;
+    for (auto& plan : plans_) program->execution_plan.push_back(std::move(plan));
+    for (const auto& [key, v] : metadata_.ints) program->execution_plan.push_back(constant_method(key, et_int(v)));
+    for (const auto& [key, v] : metadata_.bools) program->execution_plan.push_back(constant_method(key, et_bool(v)));
+    // Segment 0 is the constant segment (emitted even when empty); offsets[0] is a placeholder.
+    auto segment = std::make_unique<etfb::DataSegmentT>();
+    segment->offset = 0;
+    segment->size = constants_.end;
+    program->segments.push_back(std::move(segment));
+    program->constant_segment = std::make_unique<etfb::SubsegmentOffsetsT>();
+    program->constant_segment->segment_index = 0;
+    for (const EtConstants::Entry& e : constants_.entries) program->constant_segment->offsets.push_back(e.offset);
+
+    flatbuffers::FlatBufferBuilder fbb;
+    fbb.Finish(etfb::Program::Pack(fbb, program.get()), etfb::ProgramIdentifier());
+    const std::string bytes = with_extended_header(fbb.GetBufferPointer(), fbb.GetSize());
+    const uint64_t base = (bytes.size() + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
+    write_constants(base);
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail(path_.string(), ": cannot open for writing: ", std::strerror(errno));
+    try {
+      pwrite_fully(fd, bytes.data(), bytes.size(), 0, path_);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (::close(fd) != 0) fail(path_.string(), ": cannot write: ", std::strerror(errno));
+    std::filesystem::resize_file(path_, base + constants_.end);
+  }
+
+ private:
+  // The flatbuffer with the extended header inserted after its root offset and identifier (the
+  // root offset grows by the header's size): "eh00", its length, the program's size, where the
+  // segments start and how many bytes they take.
+  std::string with_extended_header(const uint8_t* fb, size_t size) const {
+    HFX_CHECK(size >= 8, "internal error: executorch: empty program");
+    std::string out(size + kExtendedHeaderSize, '\0');
+    std::memcpy(out.data(), fb, 8);
+    std::memcpy(out.data() + 8 + kExtendedHeaderSize, fb + 8, size - 8);
+    uint32_t root;
+    std::memcpy(&root, fb, sizeof root);
+    put_u32(out, 0, root + static_cast<uint32_t>(kExtendedHeaderSize));
+    std::memcpy(out.data() + 8, "eh00", 4);
+    put_u32(out, 12, static_cast<uint32_t>(kExtendedHeaderSize));
+    const uint64_t program_size = out.size();
+    put_u64(out, 16, program_size);
+    put_u64(out, 24, (program_size + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment);
+    put_u64(out, 32, constants_.end);
+    return out;
+  }
+
+  // The constant segment from `base` on: each entry at the offset the program records.
+  void write_constants(uint64_t base) {
+    WeightFile file(path_, 16);
+    std::vector<WeightFile::Item> items;
+    for (size_t i = 1; i < constants_.entries.size(); ++i)
+      items.push_back({constants_.entries[i].value, false, i == 1 ? base : 0});
+    const auto spans = file.append_all(items);
+    for (size_t i = 0; i < spans.size(); ++i)
+      HFX_CHECK(spans[i].offset == base + constants_.entries[i + 1].offset,
+                "internal error: executorch: constant ", i + 1, " stored at ", spans[i].offset);
+    file.close();
+  }
+
+  void record_metadata(const Graph& graph) {
+    const Value* logits = graph.outputs.front();
+    int64_t max_sequence = 1;
+    for (const Value* v : graph.inputs)
+      if (v->name == "input_ids" && v->rank() == 2)
+        max_sequence = v->shape[1].is_static() ? v->shape[1].value() : v->shape[1].symbol()->max;
+    metadata_.ints = {{"get_max_seq_len", max_sequence},
+                      {"get_max_context_len", config_.generation.static_cache() ? config_.generation.max_cache_len
+                                                                                 : max_sequence},
+                      {"get_vocab_size", logits->shape.back().is_static() ? logits->shape.back().value() : 0},
+                      {"get_n_layers", static_cast<int64_t>(graph.state_pairs.size() / 2)}};
+    metadata_.bools = {{"use_kv_cache", config_.generation.enabled},
+                       {"enable_dynamic_shape", true},
+                       {"use_sdpa_with_kv_cache", false}};
+  }
+
+  std::filesystem::path path_;
+  ExportConfig config_;
+  EtConstants constants_;
+  std::vector<std::unique_ptr<etfb::ExecutionPlanT>> plans_;
+  Metadata metadata_;
+};
+
+class ExecutorchBackend final : public Backend {
+ public:
+  std::string_view format() const override { return "executorch"; }
+
+  BackendCapabilities capabilities() const override {
+    return {{DType::F32}, "the portable kernels are run and tested in float32 here", {manifest::cache::kStatic},
+            "the cache is a mutable buffer of the program, written in place: --static-cache", false};
+  }
+
+  std::string_view runtime_package() const override { return "executorch"; }
+
+  void check(const ExportConfig& config, const FieldSpelling& spell) const override {
+    for (const auto& [key, value] : config.backend.items())
+      if (key != "decompose" && key != kExecutorchBackendKey)
+        fail(spell("backend"), ": unknown executorch option '", key, "' (known: decompose, ", kExecutorchBackendKey, ")");
+    if (config.backend.contains(kExecutorchBackendKey)) {
+      const nlohmann::json& b = config.backend.at(kExecutorchBackendKey);
+      if (!b.is_string() || (b != "portable" && b != "xnnpack"))
+        fail(spell("backend.executorch_backend"), ": expected \"portable\" or \"xnnpack\"");
+      if (b == "xnnpack")
+        fail(spell("backend.executorch_backend"), " xnnpack: the XNNPACK delegate is not written yet; use portable");
+    }
+    forced_decompositions(config, spell);
+    if (config.quantization.compute == WeightQuantization::Compute::Int8)
+      fail(spell("quantization.compute"), " int8: the portable kernels dequantize weights and compute in float; "
+           "leave ", spell("quantization.compute"), " unset");
+  }
+
+  // Memory is planned at each dim's upper bound: the sequence is bounded as ExecuTorch's own
+  // export bounds it, and the batch is 1 (its LLM runner's), unless the config says otherwise.
+  ExportConfig graph_config(const ExportConfig& config) const override {
+    ExportConfig c = config;
+    c.dims.try_emplace("batch", DimRange{1, 1});
+    // A static cache bounds the query by its length already; its buffers have that length.
+    if (!config.generation.static_cache()) c.dims.try_emplace("sequence", DimRange{1, kDefaultMaxSequence});
+    else c.dims.try_emplace("cache", DimRange{config.generation.max_cache_len, config.generation.max_cache_len});
+    return c;
+  }
+
+  std::vector<Pass> passes(const ExportConfig& config) const override {
+    WeightQuantization quantize = config.quantization;
+    if (quantize.enabled()) quantize.compute = WeightQuantization::Compute::Float;
+    return {
+        // input./output. pairs the lowering turns into mutable buffers updated in place.
+        {"lower_state", [](Graph& g, PassReport&) { lower_state_as_io(g); }},
+        {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
+        decompose_pass(et_maps_natively, forced_decompositions(config)),
+        {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
+    };
+  }
+
+  std::unique_ptr<ExportWriter> writer(const ExportConfig& config, const std::filesystem::path& dir) const override {
+    return std::make_unique<ExecutorchWriter>(config, dir);
+  }
+};
+
+}  // namespace
+
+HFX_REGISTER_BACKEND("executorch", ExecutorchBackend)
+
+}  // namespace hfx

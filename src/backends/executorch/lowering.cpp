@@ -1,0 +1,542 @@
+#include "backends/executorch/lowering.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace hfx {
+namespace {
+
+std::map<OpKind, EtOpRule>& et_rules() {
+  static std::map<OpKind, EtOpRule> rules;
+  return rules;
+}
+
+etfb::ScalarType scalar_type(DType t) {
+  switch (t) {
+    case DType::U8: return etfb::ScalarType::BYTE;
+    case DType::I8: return etfb::ScalarType::CHAR;
+    case DType::I16: return etfb::ScalarType::SHORT;
+    case DType::I32: return etfb::ScalarType::INT;
+    case DType::I64: return etfb::ScalarType::LONG;
+    case DType::F16: return etfb::ScalarType::HALF;
+    case DType::F32: return etfb::ScalarType::FLOAT;
+    case DType::F64: return etfb::ScalarType::DOUBLE;
+    case DType::Bool: return etfb::ScalarType::BOOL;
+    case DType::BF16: return etfb::ScalarType::BFLOAT16;
+  }
+  fail("internal error: no ExecuTorch scalar type for ", dtype_name(t));
+}
+
+std::unique_ptr<etfb::TensorT> tensor_of(DType dtype, const std::vector<int64_t>& sizes, bool dynamic) {
+  auto t = std::make_unique<etfb::TensorT>();
+  t->scalar_type = scalar_type(dtype);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    HFX_CHECK(sizes[i] <= INT32_MAX, "executorch: a dim of ", sizes[i], " exceeds the format's int32 sizes");
+    t->sizes.push_back(static_cast<int32_t>(sizes[i]));
+    t->dim_order.push_back(static_cast<uint8_t>(i));
+  }
+  t->shape_dynamism = dynamic ? etfb::TensorShapeDynamism::DYNAMIC_BOUND : etfb::TensorShapeDynamism::STATIC;
+  return t;
+}
+
+// pytree treespecs (protocol 1) of a flat tuple; the Python runtime reads them, C++ ignores them.
+std::string flat_tuple_spec(size_t leaves, bool wrap_in_args) {
+  std::string children;
+  for (size_t i = 0; i < leaves; ++i)
+    children += std::string(i ? ", " : "") + R"({"type": null, "context": null, "children_spec": []})";
+  const std::string tuple = R"({"type": "builtins.tuple", "context": "null", "children_spec": [)" + children + "]}";
+  if (!wrap_in_args) return "[1, " + tuple + "]";
+  return R"([1, {"type": "builtins.tuple", "context": "null", "children_spec": [)" + tuple +
+         R"(, {"type": "builtins.dict", "context": "[]", "children_spec": []}]}])";
+}
+
+constexpr uint64_t kPlanAlignment = 64;  // planned tensors start on cache lines (SIMD kernels)
+
+}  // namespace
+
+etfb::KernelTypesUnion et_int(int64_t v) {
+  etfb::IntT t;
+  t.int_val = v;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(t));
+  return u;
+}
+
+etfb::KernelTypesUnion et_bool(bool v) {
+  etfb::BoolT t;
+  t.bool_val = v;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(t));
+  return u;
+}
+
+uint32_t EtConstants::add(const Value* v, uint64_t bytes) {
+  const auto key = std::make_pair(v->constant->key(), v->dtype);
+  if (const auto it = index.find(key); it != index.end()) return it->second;
+  constexpr uint64_t kConstantAlignment = 16;  // the runtime's tensor alignment (exir ALIGNMENT)
+  const uint64_t offset = (end + kConstantAlignment - 1) / kConstantAlignment * kConstantAlignment;
+  entries.push_back({v, offset, bytes});
+  end = offset + bytes;
+  return index[key] = static_cast<uint32_t>(entries.size() - 1);
+}
+
+const EtOpRule& et_rule(OpKind op) {
+  static const EtOpRule none;
+  const auto it = et_rules().find(op);
+  return it == et_rules().end() ? none : it->second;
+}
+
+bool register_et_rule(OpKind op, EtRule lower, EtNative native) {
+  et_rules()[op] = {lower, native};
+  return true;
+}
+
+bool et_maps_natively(const Node& n) {
+  const EtOpRule& r = et_rule(n.op);
+  return r.lower != nullptr && (r.native == nullptr || r.native(n));
+}
+
+EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& constants,
+                       uint64_t (*bytes_of)(const Value&))
+    : graph_(graph), constants_(constants), bytes_of_(bytes_of), plan_(std::make_unique<etfb::ExecutionPlanT>()) {
+  plan_->name = std::move(method);
+  plan_in_place_updates();
+}
+
+// The update's index is the positions, unsqueezed and expanded over heads and head dims (see
+// lower_state_as_io): index_put_ takes the positions themselves.
+void EtLowering::plan_in_place_updates() {
+  for (const StatePair& pair : graph_.state_pairs) {
+    const Node* update = pair.output ? pair.output->producer : nullptr;
+    if (!pair.input || !update || update->op != OpKind::ScatterElements || update->inputs[0] != pair.input) continue;
+    const Node* expand = update->inputs[1]->producer;
+    const Node* unsqueeze = expand && expand->op == OpKind::Expand ? expand->inputs[0]->producer : nullptr;
+    HFX_CHECK(unsqueeze && unsqueeze->op == OpKind::Unsqueeze && update->attrs_as<AxisAttrs>().axis == 2,
+              "internal error: executorch: state ", pair.name, " is not updated at its positions");
+    HFX_CHECK(pair.input->shape.at(0) == Dim(1), "executorch: the static cache ", pair.name,
+              " has batch ", pair.input->shape.at(0).to_string(), "; a .pte's in-place cache takes batch 1 (--batch-size 1)");
+    for (const Node* n : graph_.order)
+      for (const Value* v : n->inputs)
+        HFX_CHECK(v != pair.input || n == update || n->op == OpKind::ShapeOf, "executorch: state ", pair.name,
+                  " is read by ", n->name, " besides its in-place update");
+    in_place_[update] = unsqueeze->inputs[0];
+    buffers_[pair.input] = -1;
+    in_place_outputs_.insert(pair.output);
+  }
+}
+
+// The nodes the method runs: what the returned outputs and the cache updates need (an in-place
+// update needs its positions and rows, not the expanded index).
+std::set<const Node*> EtLowering::needed_nodes() const {
+  std::set<const Node*> needed;
+  std::vector<const Node*> stack;
+  auto want = [&](const Value* v) {
+    if (v && v->producer && needed.insert(v->producer).second) stack.push_back(v->producer);
+  };
+  for (const Value* v : graph_.outputs) want(v);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (const auto it = in_place_.find(n); it != in_place_.end()) {
+      want(it->second);
+      want(n->inputs[2]);
+      continue;
+    }
+    for (const Value* v : n->inputs) want(v);
+  }
+  return needed;
+}
+
+void EtLowering::update_in_place(const Node& n) {
+  const Value* positions = in_place_.at(&n);
+  const Value* fresh = n.inputs[2];
+  // [1, S] -> [S]: one index tensor, as the in-place index_put_ kernel requires.
+  const Dim query = positions->shape.at(1);
+  const int at = call("aten::view_copy", "out", {tensor(positions), int_list(std::vector<EtInt>{sym_int(query)})},
+                      DType::I64, bounds({query}));
+  const int buffer = tensor(n.inputs[0]);
+  kernel_in_place("aten::index_put_", "", {buffer, optional_tensor_list({-1, -1, at}), tensor(fresh), bool_value(false)});
+  define(n.outputs[0], buffer);
+}
+
+int EtLowering::add_value(etfb::KernelTypesUnion val) {
+  auto ev = std::make_unique<etfb::EValueT>();
+  ev->val = std::move(val);
+  plan_->values.push_back(std::move(ev));
+  return static_cast<int>(plan_->values.size() - 1);
+}
+
+int EtLowering::int_value(int64_t v) {
+  if (const auto it = ints_.find(v); it != ints_.end()) return it->second;
+  return ints_[v] = add_value(et_int(v));
+}
+
+int EtLowering::bool_value(bool v) {
+  return add_value(et_bool(v));
+}
+
+int EtLowering::double_value(double v) {
+  etfb::DoubleT t;
+  t.double_val = v;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(t));
+  return add_value(std::move(u));
+}
+
+int EtLowering::string_value(const std::string& v) {
+  etfb::StringT t;
+  t.string_val = v;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(t));
+  return add_value(std::move(u));
+}
+
+int EtLowering::null_value() {
+  etfb::KernelTypesUnion u;
+  u.Set(etfb::NullT{});
+  return add_value(std::move(u));
+}
+
+int EtLowering::int_list(const std::vector<EtInt>& items) {
+  etfb::IntListT list;
+  for (const EtInt& i : items) list.items.push_back(int_value(i));
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(list));
+  return add_value(std::move(u));
+}
+
+int EtLowering::int_list(const std::vector<int64_t>& items) {
+  std::vector<EtInt> ints;
+  for (int64_t i : items) ints.push_back(EtInt::of(i));
+  return int_list(ints);
+}
+
+int EtLowering::tensor_list(const std::vector<int>& tensors) {
+  etfb::TensorListT list;
+  list.items = tensors;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(list));
+  return add_value(std::move(u));
+}
+
+int EtLowering::optional_tensor_list(const std::vector<int>& tensors) {
+  etfb::OptionalTensorListT list;
+  list.items = tensors;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(list));
+  return add_value(std::move(u));
+}
+
+std::vector<EtInt> EtLowering::bounds(const Shape& shape) const {
+  std::vector<EtInt> out;
+  for (const Dim& d : shape) {
+    if (d.is_static()) {
+      out.push_back(EtInt::of(d.value()));
+      continue;
+    }
+    HFX_CHECK(d.symbol()->max < INT32_MAX, "executorch: dim '", d.symbol()->name,
+              "' has no upper bound; memory is planned at each dim's maximum (give one with --dim ",
+              d.symbol()->name, "=MIN:MAX)");
+    out.push_back({std::nullopt, -1, d.symbol()->max});
+  }
+  return out;
+}
+
+int EtLowering::new_tensor(DType dtype, const std::vector<EtInt>& dims) {
+  std::vector<int64_t> sizes;
+  bool dynamic = false;
+  uint64_t bytes = dtype_size(dtype);
+  for (const EtInt& d : dims) {
+    sizes.push_back(d.upper);
+    dynamic = dynamic || !d.constant;
+    bytes *= static_cast<uint64_t>(d.upper);
+  }
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(*tensor_of(dtype, sizes, dynamic)));
+  const int id = add_value(std::move(u));
+  planned_.push_back(id);
+  planned_bytes_[id] = bytes;
+  return id;
+}
+
+int EtLowering::operator_index(std::string_view name, std::string_view overload) {
+  const auto key = std::make_pair(std::string(name), std::string(overload));
+  if (const auto it = operators_.find(key); it != operators_.end()) return it->second;
+  auto op = std::make_unique<etfb::OperatorT>();
+  op->name = key.first;
+  op->overload = key.second;
+  plan_->operators.push_back(std::move(op));
+  return operators_[key] = static_cast<int>(plan_->operators.size() - 1);
+}
+
+void EtLowering::kernel(std::string_view name, std::string_view overload, std::vector<int> args,
+                        const std::vector<int>& outs) {
+  // Out variants take the out arguments after the schema's, then return them: one tensor, or a
+  // TensorList of several (topk's values and indices). Prim ops write their one result.
+  args.insert(args.end(), outs.begin(), outs.end());
+  if (!name.starts_with("executorch_prim::") && name != "aten::sym_size") {
+    if (outs.size() == 1) args.push_back(outs.front());
+    else args.push_back(tensor_list(outs));
+  }
+  etfb::KernelCallT call;
+  call.op_index = operator_index(name, overload);
+  call.args = std::move(args);
+  auto ins = std::make_unique<etfb::InstructionT>();
+  ins->instr_args.Set(std::move(call));
+  instructions_.push_back(std::move(ins));
+}
+
+void EtLowering::kernel_in_place(std::string_view name, std::string_view overload, std::vector<int> args) {
+  args.push_back(args.front());
+  etfb::KernelCallT call;
+  call.op_index = operator_index(name, overload);
+  call.args = std::move(args);
+  auto ins = std::make_unique<etfb::InstructionT>();
+  ins->instr_args.Set(std::move(call));
+  instructions_.push_back(std::move(ins));
+}
+
+int EtLowering::call(std::string_view name, std::string_view overload, std::vector<int> args, DType dtype,
+                     const std::vector<EtInt>& dims) {
+  const int out = new_tensor(dtype, dims);
+  kernel(name, overload, std::move(args), {out});
+  return out;
+}
+
+void EtLowering::result(const Node& n, std::string_view name, std::string_view overload, std::vector<int> args) {
+  const Value* y = n.outputs.at(0);
+  define(y, call(name, overload, std::move(args), y->dtype, bounds(y->shape)));
+}
+
+EtInt EtLowering::sym_int(const Dim& d) {
+  if (d.is_static()) return EtInt::of(d.value());
+  const Symbol* s = d.symbol();
+  if (const auto it = symbol_ints_.find(s); it != symbol_ints_.end()) return it->second;
+  for (const Value* v : graph_.inputs)
+    for (size_t axis = 0; axis < v->shape.size(); ++axis) {
+      if (v->shape[axis].symbol() != s) continue;
+      const int out = add_value(et_int(0));  // written by sym_size at run time
+      kernel("aten::sym_size", "int", {tensor(v), int_value(static_cast<int64_t>(axis))}, {out});
+      return symbol_ints_[s] = {std::nullopt, out, s->max};
+    }
+  fail("executorch: dim '", s->name, "' is not a dim of any graph input (computed dims are not supported yet)");
+}
+
+std::vector<EtInt> EtLowering::sym_ints(const Shape& shape) {
+  std::vector<EtInt> out;
+  for (const Dim& d : shape) out.push_back(sym_int(d));
+  return out;
+}
+
+EtInt EtLowering::arith(std::string_view op, const EtInt& a, const EtInt& b) {
+  if (a.constant && b.constant) {
+    const int64_t x = *a.constant, y = *b.constant;
+    return EtInt::of(op == "add" ? x + y : op == "sub" ? x - y : x * y);
+  }
+  if (op == "mul" && (a.constant == 1 || b.constant == 1)) return a.constant == 1 ? b : a;
+  if ((op == "add" || op == "sub") && b.constant == 0) return a;
+  HFX_CHECK(op == "add" || op == "sub" || op == "mul", "internal error: executorch: integer op '", op, "'");
+  const int out = add_value(et_int(0));
+  kernel("executorch_prim::" + std::string(op), "Scalar", {int_value(a), int_value(b)}, {out});
+  const int64_t upper = op == "add" ? a.upper + b.upper : op == "sub" ? a.upper : a.upper * b.upper;
+  return {std::nullopt, out, upper};
+}
+
+const std::vector<EtInt>* EtLowering::shape_value(const Value* v) {
+  if (!v) return nullptr;
+  if (const auto it = shape_values_.find(v); it != shape_values_.end()) return &it->second;
+  // Small int64 constants take part in shape arithmetic as numbers.
+  constexpr size_t kMaxShapeConstant = 16;
+  if (!v->is_constant() || v->dtype != DType::I64 || v->constant->op != ConstantData::Op::Owned ||
+      v->constant->src_dtype != DType::I64 || v->constant->nbytes() > kMaxShapeConstant * sizeof(int64_t) ||
+      v->rank() > 1)
+    return nullptr;
+  std::vector<EtInt> ints(v->constant->nbytes() / sizeof(int64_t));
+  for (size_t i = 0; i < ints.size(); ++i) {
+    int64_t x;
+    std::memcpy(&x, v->constant->bytes() + i * sizeof(int64_t), sizeof x);
+    ints[i] = EtInt::of(x);
+  }
+  return &(shape_values_[v] = std::move(ints));
+}
+
+// ShapeOf and int64 arithmetic on what it yields become Int EValues, as torch programs compute
+// shapes; a tensor is made only where one is consumed.
+bool EtLowering::lower_shape_arithmetic(const Node& n) {
+  const Value* y = n.outputs.at(0);
+  if (n.op == OpKind::ShapeOf) {
+    shape_values_[y] = sym_ints(n.inputs[0]->shape);
+    return true;
+  }
+  if (y->dtype != DType::I64 || y->rank() > 1) return false;
+  std::vector<const std::vector<EtInt>*> args;
+  for (const Value* v : n.inputs) {
+    if (!v) continue;
+    const auto* s = shape_value(v);
+    if (!s) return false;
+    args.push_back(s);
+  }
+  std::vector<EtInt> out;
+  switch (n.op) {
+    case OpKind::Gather:
+      if (n.attrs_as<AxisAttrs>().axis != 0) return false;
+      for (const EtInt& i : *args[1]) {
+        if (!i.constant) return false;
+        const int64_t size = static_cast<int64_t>(args[0]->size()), at = *i.constant < 0 ? *i.constant + size : *i.constant;
+        HFX_CHECK(at >= 0 && at < size, "executorch: shape element ", *i.constant, " of ", size);
+        out.push_back((*args[0])[static_cast<size_t>(at)]);
+      }
+      break;
+    case OpKind::Add:
+    case OpKind::Sub:
+    case OpKind::Mul: {
+      const auto& a = *args[0];
+      const auto& b = *args[1];
+      const size_t count = std::max(a.size(), b.size());
+      if ((a.size() != count && a.size() != 1) || (b.size() != count && b.size() != 1)) return false;
+      const std::string_view op = n.op == OpKind::Add ? "add" : n.op == OpKind::Sub ? "sub" : "mul";
+      for (size_t i = 0; i < count; ++i) out.push_back(arith(op, a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]));
+      break;
+    }
+    case OpKind::Concat:
+      for (const auto* a : args) out.insert(out.end(), a->begin(), a->end());
+      break;
+    case OpKind::Unsqueeze:
+    case OpKind::Reshape:
+      out = *args[0];
+      break;
+    default: return false;
+  }
+  shape_values_[y] = std::move(out);
+  return true;
+}
+
+int EtLowering::materialize(const Value* v, const std::vector<EtInt>& ints) {
+  std::vector<int> parts;
+  for (const EtInt& i : ints) parts.push_back(call("aten::scalar_tensor", "out", {int_value(i)}, DType::I64, {}));
+  if (v->rank() == 0) return parts.at(0);
+  return call("aten::stack", "out", {tensor_list(parts), int_value(0)}, DType::I64,
+              {EtInt::of(static_cast<int64_t>(parts.size()))});
+}
+
+int EtLowering::constant_tensor(const Value* v) {
+  const uint32_t index = constants_.add(v, bytes_of_(*v));
+  if (const auto it = constant_values_.find(index); it != constant_values_.end()) return it->second;
+  std::vector<int64_t> sizes;
+  for (const Dim& d : v->shape) {
+    HFX_CHECK(d.is_static(), "internal error: executorch: constant '", v->name, "' has a symbolic dim");
+    sizes.push_back(d.value());
+  }
+  auto t = tensor_of(v->dtype, sizes, false);
+  t->data_buffer_idx = index;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(*t));
+  return constant_values_[index] = add_value(std::move(u));
+}
+
+int EtLowering::tensor(const Value* v) {
+  if (const auto it = tensors_.find(v); it != tensors_.end()) return it->second;
+  if (v->is_constant()) return tensors_[v] = constant_tensor(v);
+  if (const auto it = shape_values_.find(v); it != shape_values_.end()) return tensors_[v] = materialize(v, it->second);
+  fail("internal error: executorch: value '", v->name, "' used before it is computed");
+}
+
+void EtLowering::lower_graph() {
+  for (const Value* v : graph_.inputs) {
+    const int id = new_tensor(v->dtype, bounds(v->shape));
+    tensors_[v] = id;
+    if (is_buffer(v)) pinned_.insert(id);
+    else plan_->inputs.push_back(id);
+  }
+  const std::set<const Node*> needed = needed_nodes();
+  for (const Node* n : graph_.order) {
+    if (!needed.count(n)) continue;
+    if (lower_shape_arithmetic(*n)) continue;
+    const EtOpRule& rule = et_rule(n->op);
+    if (!rule.lower) fail("internal error: executorch: no lowering for ", op_name(n->op), " (", n->name, ")");
+    rule.lower(*this, *n);
+  }
+  for (const Value* v : graph_.outputs) {
+    if (!returned(v)) continue;
+    int id = tensor(v);
+    // An output must be a tensor the method computes, once: inputs and constants are copied.
+    const bool computed = std::find(planned_.begin(), planned_.end(), id) != planned_.end() &&
+                          std::find(plan_->inputs.begin(), plan_->inputs.end(), id) == plan_->inputs.end();
+    if (!computed || std::find(plan_->outputs.begin(), plan_->outputs.end(), id) != plan_->outputs.end())
+      id = call("aten::clone", "out", {id, null_value()}, v->dtype, bounds(v->shape));
+    plan_->outputs.push_back(id);
+  }
+  plan_memory();
+  auto chain = std::make_unique<etfb::ChainT>();
+  chain->inputs = plan_->inputs;
+  chain->outputs = plan_->outputs;
+  chain->instructions = std::move(instructions_);
+  plan_->chains.push_back(std::move(chain));
+  plan_->container_meta_type = std::make_unique<etfb::ContainerMetadataT>();
+  plan_->container_meta_type->encoded_inp_str = flat_tuple_spec(plan_->inputs.size(), true);
+  plan_->container_meta_type->encoded_out_str = flat_tuple_spec(plan_->outputs.size(), false);
+}
+
+// Greedy by size, largest first: each tensor takes the lowest offset that overlaps no tensor
+// alive at the same time. A tensor lives from the instruction that writes it to its last reader;
+// inputs from the start, outputs to the end.
+void EtLowering::plan_memory() {
+  std::map<int, std::pair<int, int>> life;
+  for (int id : planned_) life[id] = {INT_MAX, -1};
+  auto touch = [&](int id, int at) {
+    const auto it = life.find(id);
+    if (it == life.end()) return;
+    it->second.first = std::min(it->second.first, at);
+    it->second.second = std::max(it->second.second, at);
+  };
+  for (int id : plan_->inputs) touch(id, -1);
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    const auto* call = instructions_[i]->instr_args.AsKernelCall();
+    for (int arg : call->args) {
+      touch(arg, static_cast<int>(i));
+      const etfb::EValueT& ev = *plan_->values[static_cast<size_t>(arg)];
+      if (const auto* list = ev.val.AsTensorList())
+        for (int t : list->items) touch(t, static_cast<int>(i));
+      if (const auto* list = ev.val.AsOptionalTensorList())
+        for (int t : list->items) touch(t, static_cast<int>(i));
+    }
+  }
+  for (int id : plan_->outputs) touch(id, INT_MAX - 1);
+  for (int id : pinned_) touch(id, -1), touch(id, INT_MAX);
+  std::vector<int> order = planned_;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return planned_bytes_[a] > planned_bytes_[b]; });
+  struct Placed {
+    uint64_t offset, end;
+    int first, last;
+  };
+  std::vector<Placed> placed;
+  uint64_t arena = 0;
+  for (int id : order) {
+    const auto [first, last] = life[id];
+    const uint64_t bytes = (std::max<uint64_t>(planned_bytes_[id], 1) + kPlanAlignment - 1) / kPlanAlignment * kPlanAlignment;
+    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    for (const Placed& p : placed)
+      if (p.first <= last && first <= p.last) busy.emplace_back(p.offset, p.end);
+    std::sort(busy.begin(), busy.end());
+    uint64_t offset = 0;
+    for (const auto& [begin, end] : busy) {
+      if (offset + bytes <= begin) break;
+      offset = std::max(offset, end);
+    }
+    placed.push_back({offset, offset + bytes, first, last});
+    arena = std::max(arena, offset + bytes);
+    auto* t = plan_->values[static_cast<size_t>(id)]->val.AsTensor();
+    t->allocation_info = std::make_unique<etfb::AllocationDetailsT>();
+    t->allocation_info->memory_id = 1;
+    t->allocation_info->memory_offset_low = static_cast<uint32_t>(offset & 0xffffffffu);
+    t->allocation_info->memory_offset_high = static_cast<uint32_t>(offset >> 32);
+  }
+  plan_->non_const_buffer_sizes = {0, static_cast<int64_t>(arena)};
+}
+
+std::unique_ptr<etfb::ExecutionPlanT> EtLowering::take_plan() { return std::move(plan_); }
+
+}  // namespace hfx

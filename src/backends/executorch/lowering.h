@@ -1,0 +1,150 @@
+// Lowering of IR graphs to ExecuTorch execution plans (one method of a .pte): `.out` kernel calls
+// of the runtime's portable/optimized ATen kernels over EValues, symbolic dims as Int EValues the
+// prim ops compute (sym_size, executorch_prim::add/sub/mul), and a memory plan of every
+// intermediate tensor at its upper-bound size. Each op's lowering is a small function registered in
+// ops.cpp (HFX_ET_OP); EtLowering holds what they share.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+#include "program_generated.h"
+
+namespace hfx {
+
+namespace etfb = executorch_flatbuffer;
+
+// EValue payloads.
+etfb::KernelTypesUnion et_int(int64_t v);
+etfb::KernelTypesUnion et_bool(bool v);
+
+// An integer argument: a constant, or an Int EValue a prim op writes at run time; `upper` bounds
+// it (tensors are planned at their dims' upper bounds).
+struct EtInt {
+  std::optional<int64_t> constant;
+  int evalue = -1;
+  int64_t upper = 0;
+  static EtInt of(int64_t v) { return {v, -1, v}; }
+};
+
+// The program-wide table of stored constants (the constant segment, shared by every method):
+// data_buffer_idx i is entry i (0 is the runtime's placeholder).
+struct EtConstants {
+  struct Entry {
+    const Value* value;
+    uint64_t offset, bytes;  // within the constant segment
+  };
+  std::vector<Entry> entries{{nullptr, 0, 0}};
+  std::map<std::pair<std::string, DType>, uint32_t> index;  // (ConstantData::key, dtype) -> entry
+  uint64_t end = 0;
+  uint32_t add(const Value* v, uint64_t bytes);
+};
+
+class EtLowering;
+using EtRule = void (*)(EtLowering& l, const Node& n);
+using EtNative = bool (*)(const Node& n);
+struct EtOpRule {
+  EtRule lower = nullptr;
+  EtNative native = nullptr;
+};
+const EtOpRule& et_rule(OpKind op);
+bool register_et_rule(OpKind op, EtRule lower, EtNative native = nullptr);
+// Whether the ExecuTorch backend lowers this high-level node itself (else it is decomposed first).
+bool et_maps_natively(const Node& n);
+
+#define HFX_ET_OP_NATIVE(Op, native)                                                                  \
+  static void et_lower_##Op(EtLowering& l, const Node& n);                                            \
+  [[maybe_unused]] static const bool et_registered_##Op = register_et_rule(OpKind::Op, et_lower_##Op, native); \
+  static void et_lower_##Op([[maybe_unused]] EtLowering& l, [[maybe_unused]] const Node& n)
+#define HFX_ET_OP(Op) HFX_ET_OP_NATIVE(Op, nullptr)
+
+class EtLowering {
+ public:
+  // `bytes_of` is how many bytes the writer stores for a constant (its dtype may be converted).
+  EtLowering(const Graph& graph, std::string method, EtConstants& constants, uint64_t (*bytes_of)(const Value&));
+
+  // A static cache (input.<name> -> ScatterElements at the positions -> output.<name>) becomes a
+  // mutable buffer of the method, written in place and kept between execute() calls: neither an
+  // input nor an output of the method.
+  bool updates_in_place(const Node& n) const { return in_place_.count(&n) != 0; }
+  bool is_buffer(const Value* v) const { return buffers_.count(v) != 0; }
+  bool returned(const Value* output) const { return !in_place_outputs_.count(output); }
+  // The in-place update of a static cache: the buffer's rows at the (batch 1) positions.
+  void update_in_place(const Node& n);
+
+  // Lowers every node and plans memory; then take_plan() is the method.
+  void lower_graph();
+  std::unique_ptr<etfb::ExecutionPlanT> take_plan();
+
+  // What the op rules build with. EValues are indices into the plan's values.
+  int in(const Node& n, size_t i) { return tensor(n.inputs.at(i)); }
+  int tensor(const Value* v);
+  int int_value(int64_t v);
+  int int_value(const EtInt& v) { return v.constant ? int_value(*v.constant) : v.evalue; }
+  int bool_value(bool v);
+  int double_value(double v);
+  int string_value(const std::string& v);
+  int null_value();
+  int int_list(const std::vector<EtInt>& items);
+  int int_list(const std::vector<int64_t>& items);
+  int tensor_list(const std::vector<int>& tensors);
+  int optional_tensor_list(const std::vector<int>& tensors);  // -1: None
+  // A new planned tensor of `dtype` whose dims are at most `dims`' upper bounds.
+  int new_tensor(DType dtype, const std::vector<EtInt>& dims);
+  std::vector<EtInt> bounds(const Shape& shape) const;  // no instructions: upper bounds only
+  // Emits `name.overload(args..., outs..., outs...)` (ATen's out-variant convention).
+  void kernel(std::string_view name, std::string_view overload, std::vector<int> args, const std::vector<int>& outs);
+  // An in-place kernel (`name_`): it writes and returns its first argument.
+  void kernel_in_place(std::string_view name, std::string_view overload, std::vector<int> args);
+  // A kernel whose single result is a new tensor; returns it.
+  int call(std::string_view name, std::string_view overload, std::vector<int> args, DType dtype,
+           const std::vector<EtInt>& dims);
+  // The kernel's result is n's output.
+  void result(const Node& n, std::string_view name, std::string_view overload, std::vector<int> args);
+  void define(const Value* v, int evalue) { tensors_[v] = evalue; }
+
+  EtInt sym_int(const Dim& d);
+  std::vector<EtInt> sym_ints(const Shape& shape);
+  int sym_list(const Shape& shape) { return int_list(sym_ints(shape)); }
+  // `a op b` (op: add, sub, mul) as a prim op, folded when both are constants.
+  EtInt arith(std::string_view op, const EtInt& a, const EtInt& b);
+  // Shape arithmetic: the integers of an int64 value computed from shapes (null if a tensor).
+  const std::vector<EtInt>* shape_value(const Value* v);
+
+ private:
+  int add_value(etfb::KernelTypesUnion val);
+  bool lower_shape_arithmetic(const Node& n);
+  int materialize(const Value* v, const std::vector<EtInt>& ints);
+  int constant_tensor(const Value* v);
+  int input_tensor(const Value* v);
+  void plan_memory();
+  void plan_in_place_updates();
+  std::set<const Node*> needed_nodes() const;
+  int operator_index(std::string_view name, std::string_view overload);
+
+  const Graph& graph_;
+  EtConstants& constants_;
+  uint64_t (*bytes_of_)(const Value&);
+  std::unique_ptr<etfb::ExecutionPlanT> plan_;
+  std::vector<std::unique_ptr<etfb::InstructionT>> instructions_;
+  std::map<std::pair<std::string, std::string>, int> operators_;
+  std::map<const Value*, int> tensors_;
+  std::map<const Value*, std::vector<EtInt>> shape_values_;
+  std::map<const Symbol*, EtInt> symbol_ints_;
+  std::map<int64_t, int> ints_;
+  std::map<uint32_t, int> constant_values_;  // data_buffer_idx -> EValue
+  std::map<const Node*, const Value*> in_place_;  // update -> the positions it writes at
+  std::map<const Value*, int> buffers_;            // state input -> its buffer (-1 until made)
+  std::set<const Value*> in_place_outputs_;
+  std::vector<int> planned_;                 // tensors the memory plan places
+  std::set<int> pinned_;                     // buffers: alive across calls, never shared
+  std::map<int, uint64_t> planned_bytes_;
+};
+
+}  // namespace hfx

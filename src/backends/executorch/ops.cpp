@@ -1,0 +1,201 @@
+// The ExecuTorch lowering of each IR op, one registered function per op: the runtime's
+// `aten::*.out` kernels, with every argument of their schemas in order (defaults written out, as
+// the runtime reads arguments by position). High-level ops without a rule here are decomposed
+// into primitives first. IR primitives follow ONNX semantics; each rule notes where ATen differs.
+#include "backends/executorch/lowering.h"
+#include "core/error.h"
+
+namespace hfx {
+namespace {
+
+#define HFX_ET_BINARY(Op, name, overload) \
+  HFX_ET_OP(Op) { l.result(n, name, overload, {l.in(n, 0), l.in(n, 1)}); }
+HFX_ET_BINARY(Mul, "aten::mul", "out")
+HFX_ET_BINARY(Max, "aten::maximum", "out")
+HFX_ET_BINARY(Min, "aten::minimum", "out")
+HFX_ET_BINARY(Equal, "aten::eq", "Tensor_out")
+HFX_ET_BINARY(Less, "aten::lt", "Tensor_out")
+HFX_ET_BINARY(LessOrEqual, "aten::le", "Tensor_out")
+HFX_ET_BINARY(Greater, "aten::gt", "Tensor_out")
+HFX_ET_BINARY(And, "aten::logical_and", "out")
+HFX_ET_BINARY(BitwiseAnd, "aten::bitwise_and", "Tensor_out")
+HFX_ET_BINARY(BitShiftRight, "aten::bitwise_right_shift", "Tensor_out")
+HFX_ET_BINARY(Pow, "aten::pow", "Tensor_Tensor_out")
+#undef HFX_ET_BINARY
+
+// add.out / sub.out take an alpha (1).
+HFX_ET_OP(Add) { l.result(n, "aten::add", "out", {l.in(n, 0), l.in(n, 1), l.int_value(1)}); }
+HFX_ET_OP(Sub) { l.result(n, "aten::sub", "out", {l.in(n, 0), l.in(n, 1), l.int_value(1)}); }
+
+// ONNX divides integers truncating; div.out would give floats.
+HFX_ET_OP(Div) {
+  if (is_float(n.outputs[0]->dtype)) return l.result(n, "aten::div", "out", {l.in(n, 0), l.in(n, 1)});
+  l.result(n, "aten::div", "out_mode", {l.in(n, 0), l.in(n, 1), l.string_value("trunc")});
+}
+
+#define HFX_ET_UNARY(Op, name) \
+  HFX_ET_OP(Op) { l.result(n, name, "out", {l.in(n, 0)}); }
+HFX_ET_UNARY(Neg, "aten::neg")
+HFX_ET_UNARY(Sqrt, "aten::sqrt")
+HFX_ET_UNARY(Reciprocal, "aten::reciprocal")
+HFX_ET_UNARY(Exp, "aten::exp")
+HFX_ET_UNARY(Tanh, "aten::tanh")
+HFX_ET_UNARY(Erf, "aten::erf")
+HFX_ET_UNARY(Cos, "aten::cos")
+HFX_ET_UNARY(Sin, "aten::sin")
+HFX_ET_UNARY(Sigmoid, "aten::sigmoid")
+HFX_ET_UNARY(Not, "aten::logical_not")
+#undef HFX_ET_UNARY
+
+HFX_ET_OP(GELU) {
+  const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
+  l.result(n, "aten::gelu", "out", {l.in(n, 0), l.string_value(tanh ? "tanh" : "none")});
+}
+
+HFX_ET_OP(Softmax) {
+  l.result(n, "aten::_softmax", "out", {l.in(n, 0), l.int_value(n.attrs_as<AxisAttrs>().axis), l.bool_value(false)});
+}
+
+// ONNX reduces over every axis when none are given; ATen's dim lists name them.
+std::vector<int64_t> reduce_axes(const Node& n) {
+  std::vector<int64_t> axes = n.attrs_as<ReduceAttrs>().axes;
+  if (axes.empty())
+    for (size_t i = 0; i < n.inputs[0]->rank(); ++i) axes.push_back(static_cast<int64_t>(i));
+  return axes;
+}
+HFX_ET_OP(ReduceMean) {
+  l.result(n, "aten::mean", "out", {l.in(n, 0), l.int_list(reduce_axes(n)),
+                                    l.bool_value(n.attrs_as<ReduceAttrs>().keepdims), l.null_value()});
+}
+HFX_ET_OP(ReduceSum) {
+  l.result(n, "aten::sum", "IntList_out", {l.in(n, 0), l.int_list(reduce_axes(n)),
+                                           l.bool_value(n.attrs_as<ReduceAttrs>().keepdims), l.null_value()});
+}
+HFX_ET_OP(ReduceMax) {
+  l.result(n, "aten::amax", "out",
+           {l.in(n, 0), l.int_list(reduce_axes(n)), l.bool_value(n.attrs_as<ReduceAttrs>().keepdims)});
+}
+
+// topk.values writes (values, indices); the IR op keeps one of them.
+HFX_ET_OP(TopK) {
+  const TopKAttrs& a = n.attrs_as<TopKAttrs>();
+  const Value* y = n.outputs[0];
+  const int values = l.new_tensor(n.inputs[0]->dtype, l.bounds(y->shape));
+  const int indices = l.new_tensor(DType::I64, l.bounds(y->shape));
+  l.kernel("aten::topk", "values",
+           {l.in(n, 0), l.int_value(a.k), l.int_value(-1), l.bool_value(true), l.bool_value(true)}, {values, indices});
+  l.define(y, a.indices ? indices : values);
+}
+
+HFX_ET_OP(Cast) { l.result(n, "aten::_to_copy", "out", {l.in(n, 0), l.bool_value(false), l.null_value()}); }
+
+HFX_ET_OP(Reshape) {
+  l.result(n, "aten::view_copy", "out", {l.in(n, 0), l.sym_list(n.attrs_as<ShapeAttrs>().shape)});
+}
+
+// The Expand's shape input is shape arithmetic; its result's dims say the same.
+HFX_ET_OP(Expand) {
+  l.result(n, "aten::expand_copy", "out",
+           {l.in(n, 0), l.sym_list(n.attrs_as<ShapeAttrs>().shape), l.bool_value(false)});
+}
+
+HFX_ET_OP(Transpose) {
+  l.result(n, "aten::permute_copy", "out", {l.in(n, 0), l.int_list(n.attrs_as<PermAttrs>().perm)});
+}
+
+HFX_ET_OP(Slice) {
+  const SliceAttrs& s = n.attrs_as<SliceAttrs>();
+  l.result(n, "aten::slice_copy", "Tensor_out",
+           {l.in(n, 0), l.int_value(s.axis), l.int_value(s.start), l.int_value(s.end), l.int_value(1)});
+}
+
+HFX_ET_OP(Concat) {
+  std::vector<int> parts;
+  for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(l.in(n, i));
+  l.result(n, "aten::cat", "out", {l.tensor_list(parts), l.int_value(n.attrs_as<ConcatAttrs>().axis)});
+}
+HFX_ET_OP(KVAppend) { l.result(n, "aten::cat", "out", {l.tensor_list({l.in(n, 0), l.in(n, 1)}), l.int_value(2)}); }
+
+// ONNX Gather: data[..., indices, ...] with the indices' dims in place of `axis`, which is what
+// index.Tensor does with one index tensor after `axis` full slices.
+HFX_ET_OP(Gather) {
+  std::vector<int> indices(static_cast<size_t>(n.attrs_as<AxisAttrs>().axis), -1);
+  indices.push_back(l.in(n, 1));
+  l.result(n, "aten::index", "Tensor_out", {l.in(n, 0), l.optional_tensor_list(indices)});
+}
+
+HFX_ET_OP(Unsqueeze) {
+  const Value* x = n.inputs[0];
+  int cur = l.in(n, 0);
+  Shape shape = x->shape;
+  for (int64_t axis : n.attrs_as<AxesAttrs>().axes) {  // sorted: each inserts at its final place
+    shape.insert(shape.begin() + axis, Dim(1));
+    cur = l.call("aten::unsqueeze_copy", "out", {cur, l.int_value(axis)}, x->dtype, l.bounds(shape));
+  }
+  l.define(n.outputs[0], cur);
+}
+
+HFX_ET_OP(Where) { l.result(n, "aten::where", "self_out", {l.in(n, 0), l.in(n, 1), l.in(n, 2)}); }
+
+// start, limit and delta are shape arithmetic (Int EValues).
+HFX_ET_OP(Range) {
+  std::vector<int> ends;
+  for (size_t i = 0; i < 3; ++i) {
+    const auto* s = l.shape_value(n.inputs[i]);
+    HFX_CHECK(s && s->size() == 1, "executorch: Range over a computed tensor (", n.name, ")");
+    ends.push_back(l.int_value(s->front()));
+  }
+  l.result(n, "aten::arange", "start_out", ends);
+}
+
+HFX_ET_OP(ScatterElements) {
+  if (l.updates_in_place(n)) return l.update_in_place(n);
+  l.result(n, "aten::scatter", "src_out",
+           {l.in(n, 0), l.int_value(n.attrs_as<AxisAttrs>().axis), l.in(n, 1), l.in(n, 2)});
+}
+
+// ONNX MatMul broadcasts the batch dims; bmm multiplies [B, M, K] by [B, K, N]: each operand is
+// expanded to the result's batch dims and viewed as 3-D, and the product viewed back.
+HFX_ET_OP(MatMul) {
+  const Value* a = n.inputs[0];
+  const Value* b = n.inputs[1];
+  const Value* y = n.outputs[0];
+  if (a->rank() == 2 && b->rank() == 2) return l.result(n, "aten::mm", "out", {l.in(n, 0), l.in(n, 1)});
+  HFX_CHECK(a->rank() >= 2 && b->rank() >= 2, "executorch: MatMul of a vector (", n.name, ")");
+  const Shape batch(y->shape.begin(), y->shape.end() - 2);
+  EtInt count = EtInt::of(1);
+  for (const EtInt& d : l.sym_ints(batch)) count = l.arith("mul", count, d);
+  auto as_3d = [&](const Value* v, size_t i) {
+    int cur = l.in(n, i);
+    const Shape own(v->shape.end() - 2, v->shape.end());
+    Shape full = batch;
+    full.insert(full.end(), own.begin(), own.end());
+    if (!(v->shape == full)) cur = l.call("aten::expand_copy", "out", {cur, l.sym_list(full), l.bool_value(false)},
+                                          v->dtype, l.bounds(full));
+    if (batch.size() == 1) return cur;
+    std::vector<EtInt> dims = {count};
+    for (const EtInt& d : l.sym_ints(own)) dims.push_back(d);
+    std::vector<EtInt> upper = l.bounds(own);
+    upper.insert(upper.begin(), count);
+    return l.call("aten::view_copy", "out", {cur, l.int_list(dims)}, v->dtype, upper);
+  };
+  const int a3 = as_3d(a, 0), b3 = as_3d(b, 1);
+  std::vector<EtInt> dims = {count};
+  for (const EtInt& d : l.bounds(Shape(y->shape.end() - 2, y->shape.end()))) dims.push_back(d);
+  const int product = l.call("aten::bmm", "out", {a3, b3}, y->dtype, dims);
+  if (batch.size() == 1) return l.define(y, product);
+  l.result(n, "aten::view_copy", "out", {product, l.sym_list(y->shape)});
+}
+
+// High-level ops the runtime has kernels for: the weight stays [out, in] (linear reads it
+// transposed).
+HFX_ET_OP(Linear) {
+  l.result(n, "aten::linear", "out", {l.in(n, 0), l.in(n, 1), n.input(2) ? l.in(n, 2) : l.null_value()});
+}
+HFX_ET_OP(Embedding) {
+  l.result(n, "aten::embedding", "out",
+           {l.in(n, 0), l.in(n, 1), l.int_value(-1), l.bool_value(false), l.bool_value(false)});
+}
+
+}  // namespace
+}  // namespace hfx

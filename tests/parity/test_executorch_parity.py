@@ -1,0 +1,98 @@
+"""ExecuTorch parity: the tiny random models of the ONNX parity suite exported with
+``--format executorch --executorch-backend portable`` (a .pte written without torch), loaded by
+ExecuTorch's own runtime with program verification on, and run on a left-padded batch against
+transformers eager."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_onnx_parity import BASE, CASES, PROMPT_LENGTHS, hf_logits, make_inputs, masked_max_abs_diff
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("executorch")
+
+PORTABLE_FP32_TOL = 1e-5
+INPUT_NAMES = ("input_ids", "attention_mask", "position_ids")
+# Memory is planned at each dim's upper bound: the batch of make_inputs and its prompt, bounded.
+DIMS = ("--dim", f"batch=1:{len(PROMPT_LENGTHS)}", "--dim", "sequence=1:16")
+METADATA = ("get_max_seq_len", "get_max_context_len", "get_vocab_size", "get_n_layers", "use_kv_cache",
+            "enable_dynamic_shape", "use_sdpa_with_kv_cache")
+
+
+def load_program(path: Path):
+    """ExecuTorch's runtime, verifying the program's internal consistency as it loads."""
+    from executorch.runtime import Runtime, Verification
+
+    return Runtime.get().load_program(str(path), verification=Verification.InternalConsistency)
+
+
+def et_logits(program, inputs) -> np.ndarray:
+    (logits,) = program.load_method("forward").execute([torch.from_numpy(a) for a in inputs])
+    return logits.numpy()
+
+
+def check_executorch_export(out: Path, vocab: int) -> None:
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["format"] == "executorch"
+    comp = manifest["components"]["model"]
+    assert comp["file"] == "model.pte" and comp["program"] == "forward"
+    assert [i["name"] for i in comp["inputs"]] == list(INPUT_NAMES)
+    assert comp["outputs"] == [{"name": "logits", "dtype": "float32", "shape": ["batch", "sequence", vocab]}]
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "export.json", "generation_config.json",
+                                                      "model.pte"]
+
+
+def run_case(model_type, variant, model_dir, model, out, export_model, support_matrix, *extra,
+             tol=PORTABLE_FP32_TOL):
+    try:
+        export_model(model_dir, out, "--format", "executorch", "--executorch-backend", "portable", *DIMS, *extra)
+        vocab = model.config.vocab_size
+        check_executorch_export(out, vocab)
+        inputs = make_inputs(vocab)
+        program = load_program(out / "model.pte")
+        diff = masked_max_abs_diff(et_logits(program, inputs), hf_logits(model, inputs), inputs[1])
+        assert diff <= tol, f"{model_type}/{variant} as .pte: max abs diff {diff:.3e} > {tol:.0e}"
+    except Exception as e:
+        support_matrix.record(model_type, variant, False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}",
+                              backend="executorch")
+        raise
+    support_matrix.record(model_type, variant, True, diff, backend="executorch")
+    return program, inputs
+
+
+@pytest.mark.parametrize("model_type,variant,overrides", CASES, ids=[f"{m}-{v}" for m, v, _ in CASES])
+def test_executorch_portable_parity_fp32(model_type, variant, overrides, tmp_path, make_tiny_model, export_model,
+                                         support_matrix):
+    model_dir, model = make_tiny_model(tmp_path / "hf", model_type, {**BASE, **overrides})
+    run_case(model_type, variant, model_dir, model, tmp_path / "out", export_model, support_matrix)
+
+
+def test_executorch_shorter_inputs_and_metadata(tmp_path, make_tiny_model, export_model, support_matrix):
+    """One program serves every shape up to its bounds (a single row, a shorter prompt), and the
+    LLM runner's metadata methods hold what the export was bounded by."""
+    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", dict(BASE))
+    program, _ = run_case("qwen3", "shapes", model_dir, model, tmp_path / "out", export_model, support_matrix)
+    for lengths in [(1,), (16,), (7, 3)]:
+        inputs = make_inputs(model.config.vocab_size, lengths=lengths, seed=len(lengths))
+        diff = masked_max_abs_diff(et_logits(program, inputs), hf_logits(model, inputs), inputs[1])
+        assert diff <= PORTABLE_FP32_TOL, (lengths, diff)
+    meta = {name: program.load_method(name).execute([])[0] for name in METADATA}
+    assert meta == {"get_max_seq_len": 16, "get_max_context_len": 16, "get_vocab_size": model.config.vocab_size,
+                    "get_n_layers": 0, "use_kv_cache": False, "enable_dynamic_shape": True,
+                    "use_sdpa_with_kv_cache": False}
+    assert set(program.method_names) == {"forward", *METADATA}
+
+
+def test_executorch_bf16_checkpoint(tmp_path, make_tiny_model, export_model, support_matrix):
+    from transformers import AutoModelForCausalLM
+
+    model_dir, _ = make_tiny_model(tmp_path / "hf", "qwen3", dict(BASE), dtype="bfloat16")
+    reference = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager",
+                                                     dtype=torch.float32).eval()
+    run_case("qwen3", "bf16-checkpoint-to-fp32", model_dir, reference, tmp_path / "out", export_model,
+             support_matrix)

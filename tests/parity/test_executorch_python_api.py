@@ -1,0 +1,77 @@
+"""The Python API's ExecuTorch exporter (ExecutorchExporter / ExecutorchConfig): its .pte as the
+docs use it (`Runtime.get().load_program("model.pte").load_method("forward").execute(...)`), and
+a static-cache generation export whose cache lives in the program, against transformers eager."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("executorch")
+pytest.importorskip("hfexport._core", reason="the compiled core is not built")
+
+import hfexport  # noqa: E402
+from hfexport import AutoExportConfig, AutoHfExporter, ConfigError, ExecutorchConfig, ExecutorchExporter  # noqa: E402
+from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: E402
+
+LLAMA = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+PROMPT = [5, 17, 9, 33, 61, 2, 40]
+NEW = 12
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from conftest import build_tiny_model
+
+    path, _ = build_tiny_model(tmp_path_factory.mktemp("llama-executorch"), "llama", LLAMA, weight_std=0.2)
+    return path, AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def test_executorch_forward_as_documented(llama, tmp_path):
+    """`ExecutorchExporter().export(model, {"input_ids": ids})`, saved as model.pte and run by
+    ExecuTorch's runtime with the inputs' values in order: transformers' logits."""
+    from executorch.runtime import Runtime
+
+    _, model = llama
+    inputs = {"input_ids": torch.tensor([PROMPT])}
+    config = AutoExportConfig.from_dict({"export_format": "executorch"})
+    assert isinstance(config, ExecutorchConfig)
+    exporter = AutoHfExporter.from_config(config)
+    assert isinstance(exporter, ExecutorchExporter)
+    exported = exporter.export(model, inputs, config=config)
+    assert exported.manifest["verification"]["passed"]
+    with torch.no_grad():
+        want = model(**inputs).logits
+    exported.save(tmp_path / "model.pte")
+    (got,) = Runtime.get().load_program(str(tmp_path / "model.pte")).load_method("forward").execute(
+        list(inputs.values()))
+    assert float((got - want).abs().max()) <= 1e-5
+    assert torch.allclose(exported(**inputs)["logits"], want, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\.pte"):
+        exported.save(tmp_path / "model.onnx")
+
+
+def test_executorch_static_cache_generation(llama, tmp_path):
+    """export_for_generation with a static cache: one `forward` method holding the cache; generate
+    gives transformers' greedy tokens, also after save_pretrained / from_pretrained."""
+    _, model = llama
+    ids = torch.tensor([PROMPT])
+    exported = ExecutorchExporter().export_for_generation(
+        model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+        generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    got = exported.generate(ids, max_new_tokens=NEW, ignore_eos=True)
+    assert got.tolist() == want.tolist()
+    exported.save_pretrained(tmp_path / "saved")
+    again = hfexport.ExportedModel.from_pretrained(tmp_path / "saved")
+    assert again.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("fields,mention", [({"backend": "cuda"}, "backend"), ({"backend": "xnnpack"}, "XNNPACK"),
+                                            ({"alloc_graph_input": False}, "alloc_graph_input")])
+def test_executorch_config_errors(fields, mention):
+    with pytest.raises(ConfigError, match=mention):
+        ExecutorchConfig(**fields)
