@@ -20,7 +20,8 @@ COLUMNS = [
     ("onnx", "ort-gqa", "dynamic"), ("onnx", "ort-gqa", "multi-token"), ("onnx", "ort-gqa", "static"),
     ("onnx", "any", "float16"), ("openvino", "-", "forward"), ("openvino", "-", "stateful"), ("openvino", "-", "float16"),
     ("pt2", "-", "forward"), ("pt2", "-", "dynamic"), ("pt2", "-", "multi-token"), ("pt2", "-", "static"),
-    ("pt2", "-", "float16"), ("executorch", "-", "forward"), ("executorch", "-", "static"),
+    ("pt2", "-", "float16"), ("executorch", "portable", "forward"), ("executorch", "xnnpack", "forward"),
+    ("executorch", "portable", "static"), ("executorch", "xnnpack", "static"),
 ]
 
 
@@ -30,6 +31,9 @@ def classify(row: dict) -> tuple[str, str, str]:
     if row["format"] == "onnx":
         m = re.search(r"\[(ort|ort-gqa) ops\]", variant)
         profile = m.group(1) if m else "standard"
+    if row["format"] == "executorch":
+        m = re.search(r"\[(portable|xnnpack)\]", variant)
+        profile = m.group(1) if m else "xnnpack"
     if "float16" in variant:
         return row["format"], "any" if row["format"] == "onnx" else "-", "float16"
     m = re.match(r"generate-(dynamic|multi-token|static)-", variant)

@@ -284,28 +284,26 @@ class DynamoConfig(ExportConfigMixin):
         return "pt2"
 
 
-# transformers.exporters' ExecuTorch backends; hfexport writes the portable kernels' programs
-# (the XNNPACK delegate is not written yet).
-_EXECUTORCH_BACKENDS = ("portable", "xnnpack")
+# The ExecuTorch backends hfexport writes: XNNPACK-delegated linears (transformers.exporters'
+# default), or the runtime's portable/optimized ATen kernels only.
+_EXECUTORCH_BACKENDS = ("xnnpack", "portable")
 
 
 @_checked_fields
 class ExecutorchConfig(ExportConfigMixin):
     """transformers.exporters' ExecutorchConfig: a .pte program (hfexport's `executorch` format),
-    written without tracing; `backend` "portable" runs ExecuTorch's portable/optimized ATen kernels.
-    A generation export keeps its static cache as mutable buffers of the `forward` method."""
+    written without tracing; `backend` "xnnpack" delegates the linears to XNNPACK, "portable" runs
+    only ExecuTorch's portable/optimized ATen kernels. A generation export keeps its static cache
+    as mutable buffers of the `forward` method."""
 
     export_format: str = "executorch"
-    backend: str = "portable"
+    backend: str = "xnnpack"
 
     def _validate(self) -> None:
         super()._validate()
         if self.backend not in _EXECUTORCH_BACKENDS:
             raise ConfigError(f"ExecutorchConfig: backend {self.backend!r} is not one of "
                               f"{', '.join(_EXECUTORCH_BACKENDS)}")
-        if self.backend == "xnnpack":
-            raise ConfigError("ExecutorchConfig: backend 'xnnpack': hfexport does not write the XNNPACK delegate "
-                              "yet; use backend='portable'")
 
     def core_backend(self, generation: bool) -> dict:
         out = super().core_backend(generation)

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -61,6 +62,13 @@ struct WrittenComponent {
 class ExportWriter {
  public:
   virtual ~ExportWriter() = default;
+  // The checkpoint's special tokens, for formats whose runners read them from the program itself
+  // (ExecuTorch's metadata methods); given before the first component is written.
+  struct TokenIds {
+    std::vector<int64_t> eos;
+    std::optional<int64_t> bos;
+  };
+  virtual void set_token_ids(const TokenIds& ids) { (void)ids; }
   // Lowers `graph` (its passes have run; lowering may add small constants) and writes its files.
   virtual WrittenComponent write(const std::string& name, Graph& graph) = 0;
   virtual void finish() = 0;

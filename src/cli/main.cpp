@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
   exp->add_flag("--aot", flags.aot, "pt2: also compile each program with AOTInductor (runs Python with torch)");
   exp->add_option("--executorch-backend", flags.executorch_backend,
-                  "executorch: portable (aten kernels, no delegate) | xnnpack (not written yet)");
+                  "executorch: xnnpack (linears delegated to XNNPACK; the default) | portable (the runtime's aten kernels only)");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
   exp->add_option("--decompose", flags.decompose,

@@ -68,6 +68,19 @@ json eos_token_ids(const Checkpoint& ckpt) {
   return ids;
 }
 
+// bos_token_id as generate reads it: generation_config.json, else config.json.
+ExportWriter::TokenIds token_ids(const Checkpoint& ckpt) {
+  ExportWriter::TokenIds ids;
+  for (const json& id : eos_token_ids(ckpt)) ids.eos.push_back(id.get<int64_t>());
+  const JsonConfig* sources[] = {ckpt.generation_config() ? &*ckpt.generation_config() : nullptr, &ckpt.config()};
+  for (const JsonConfig* src : sources)
+    if (src && src->has(key::kBosTokenId) && src->at(key::kBosTokenId).is_number_integer()) {
+      ids.bos = src->at(key::kBosTokenId).get<int64_t>();
+      break;
+    }
+  return ids;
+}
+
 json generation_json(const GenerationConfig& g, const ExportModel& model, const Checkpoint& ckpt,
                      const json& cache_pairs, bool stateful, bool shares_buffer, bool keys_by_slot) {
   const std::string_view cache = stateful ? manifest::cache::kStateful
@@ -199,6 +212,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   bool stateful = false, shares_buffer = false, keys_by_slot = false;
   std::string quantized_compute;  // as the backend resolved it
   const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
+  writer->set_token_ids(token_ids(ckpt));
   for (Component& c : model.components) {
     progress("hfexport: writing " + c.name);
     for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};

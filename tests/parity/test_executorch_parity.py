@@ -1,5 +1,6 @@
 """ExecuTorch parity: the tiny random models of the ONNX parity suite exported with
-``--format executorch --executorch-backend portable`` (a .pte written without torch), loaded by
+``--format executorch`` (a .pte written without torch) on both ExecuTorch backends — ``portable``
+(the runtime's ATen kernels) and ``xnnpack`` (linears delegated to XNNPACK) — loaded by
 ExecuTorch's own runtime with program verification on, and run on a left-padded batch against
 transformers eager."""
 
@@ -17,6 +18,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("executorch")
 
 PORTABLE_FP32_TOL = 1e-5
+XNNPACK_FP32_TOL = 1e-4  # XNNPACK's own GEMM kernels (blocked accumulation order)
+TOL = {"portable": PORTABLE_FP32_TOL, "xnnpack": XNNPACK_FP32_TOL}
+XNNPACK_PAYLOAD = b"XH00"  # the header of each XnnpackBackend payload
 INPUT_NAMES = ("input_ids", "attention_mask", "position_ids")
 # Memory is planned at each dim's upper bound: the batch of make_inputs and its prompt, bounded.
 DIMS = ("--dim", f"batch=1:{len(PROMPT_LENGTHS)}", "--dim", "sequence=1:16")
@@ -47,45 +51,53 @@ def check_executorch_export(out: Path, vocab: int) -> None:
                                                       "model.pte"]
 
 
-def run_case(model_type, variant, model_dir, model, out, export_model, support_matrix, *extra,
-             tol=PORTABLE_FP32_TOL):
+def run_case(model_type, variant, model_dir, model, out, export_model, support_matrix, *extra, backend="portable"):
+    tol = TOL[backend]
     try:
-        export_model(model_dir, out, "--format", "executorch", "--executorch-backend", "portable", *DIMS, *extra)
+        export_model(model_dir, out, "--format", "executorch", "--executorch-backend", backend, *DIMS, *extra)
         vocab = model.config.vocab_size
         check_executorch_export(out, vocab)
+        payloads = (out / "model.pte").read_bytes().count(XNNPACK_PAYLOAD)
+        assert (payloads > 0) == (backend == "xnnpack"), f"{payloads} XNNPACK payloads in a {backend} program"
         inputs = make_inputs(vocab)
         program = load_program(out / "model.pte")
         diff = masked_max_abs_diff(et_logits(program, inputs), hf_logits(model, inputs), inputs[1])
         assert diff <= tol, f"{model_type}/{variant} as .pte: max abs diff {diff:.3e} > {tol:.0e}"
     except Exception as e:
-        support_matrix.record(model_type, variant, False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}",
-                              backend="executorch")
+        support_matrix.record(model_type, f"{variant} [{backend}]", False, None,
+                              f"{type(e).__name__}: {str(e).splitlines()[0][:120]}", backend="executorch")
         raise
-    support_matrix.record(model_type, variant, True, diff, backend="executorch")
+    support_matrix.record(model_type, f"{variant} [{backend}]", True, diff, backend="executorch")
     return program, inputs
 
 
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
 @pytest.mark.parametrize("model_type,variant,overrides", CASES, ids=[f"{m}-{v}" for m, v, _ in CASES])
-def test_executorch_portable_parity_fp32(model_type, variant, overrides, tmp_path, make_tiny_model, export_model,
-                                         support_matrix):
+def test_executorch_parity_fp32(model_type, variant, overrides, backend, tmp_path, make_tiny_model, export_model,
+                                support_matrix):
     model_dir, model = make_tiny_model(tmp_path / "hf", model_type, {**BASE, **overrides})
-    run_case(model_type, variant, model_dir, model, tmp_path / "out", export_model, support_matrix)
+    run_case(model_type, variant, model_dir, model, tmp_path / "out", export_model, support_matrix, backend=backend)
 
 
-def test_executorch_shorter_inputs_and_metadata(tmp_path, make_tiny_model, export_model, support_matrix):
-    """One program serves every shape up to its bounds (a single row, a shorter prompt), and the
-    LLM runner's metadata methods hold what the export was bounded by."""
-    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", dict(BASE))
-    program, _ = run_case("qwen3", "shapes", model_dir, model, tmp_path / "out", export_model, support_matrix)
-    for lengths in [(1,), (16,), (7, 3)]:
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
+def test_executorch_shorter_inputs_and_metadata(backend, tmp_path, make_tiny_model, export_model, support_matrix):
+    """One program serves every shape up to its bounds (a single row, a shorter prompt; XNNPACK
+    reshapes its delegates to each), and the LLM runner's metadata methods hold what the export
+    was bounded by."""
+    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", {**BASE, "bos_token_id": 1, "eos_token_id": [2, 7]})
+    program, _ = run_case("qwen3", "shapes", model_dir, model, tmp_path / "out", export_model, support_matrix,
+                          backend=backend)
+    for lengths in [(1,), (16,), (7, 3), (2, 16, 5)]:
         inputs = make_inputs(model.config.vocab_size, lengths=lengths, seed=len(lengths))
         diff = masked_max_abs_diff(et_logits(program, inputs), hf_logits(model, inputs), inputs[1])
-        assert diff <= PORTABLE_FP32_TOL, (lengths, diff)
+        assert diff <= TOL[backend], (lengths, diff)
     meta = {name: program.load_method(name).execute([])[0] for name in METADATA}
     assert meta == {"get_max_seq_len": 16, "get_max_context_len": 16, "get_vocab_size": model.config.vocab_size,
                     "get_n_layers": 0, "use_kv_cache": False, "enable_dynamic_shape": True,
                     "use_sdpa_with_kv_cache": False}
-    assert set(program.method_names) == {"forward", *METADATA}
+    assert program.load_method("get_eos_ids").execute([]) == [2, 7]
+    assert program.load_method("get_bos_id").execute([]) == [1]
+    assert set(program.method_names) == {"forward", "get_eos_ids", "get_bos_id", *METADATA}
 
 
 def test_executorch_bf16_checkpoint(tmp_path, make_tiny_model, export_model, support_matrix):
@@ -95,4 +107,4 @@ def test_executorch_bf16_checkpoint(tmp_path, make_tiny_model, export_model, sup
     reference = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager",
                                                      dtype=torch.float32).eval()
     run_case("qwen3", "bf16-checkpoint-to-fp32", model_dir, reference, tmp_path / "out", export_model,
-             support_matrix)
+             support_matrix, backend="xnnpack")

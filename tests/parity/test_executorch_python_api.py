@@ -36,7 +36,7 @@ def test_executorch_forward_as_documented(llama, tmp_path):
     _, model = llama
     inputs = {"input_ids": torch.tensor([PROMPT])}
     config = AutoExportConfig.from_dict({"export_format": "executorch"})
-    assert isinstance(config, ExecutorchConfig)
+    assert isinstance(config, ExecutorchConfig) and config.backend == "xnnpack"
     exporter = AutoHfExporter.from_config(config)
     assert isinstance(exporter, ExecutorchExporter)
     exported = exporter.export(model, inputs, config=config)
@@ -44,6 +44,7 @@ def test_executorch_forward_as_documented(llama, tmp_path):
     with torch.no_grad():
         want = model(**inputs).logits
     exported.save(tmp_path / "model.pte")
+    assert b"XnnpackBackend" in (tmp_path / "model.pte").read_bytes()
     (got,) = Runtime.get().load_program(str(tmp_path / "model.pte")).load_method("forward").execute(
         list(inputs.values()))
     assert float((got - want).abs().max()) <= 1e-5
@@ -70,7 +71,7 @@ def test_executorch_static_cache_generation(llama, tmp_path):
     assert again.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
 
 
-@pytest.mark.parametrize("fields,mention", [({"backend": "cuda"}, "backend"), ({"backend": "xnnpack"}, "XNNPACK"),
+@pytest.mark.parametrize("fields,mention", [({"backend": "cuda"}, "backend"), ({"backend": "mlx"}, "backend"),
                                             ({"alloc_graph_input": False}, "alloc_graph_input")])
 def test_executorch_config_errors(fields, mention):
     with pytest.raises(ConfigError, match=mention):

@@ -792,8 +792,9 @@ def test_pt2_greedy_matches_transformers(name, mode, tiny, tmp_path, export_mode
     record(support_matrix, tm.model_type, f"generate-{mode}-{name.split('-', 1)[1]}", run, backend="pt2")
 
 
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_executorch_greedy_matches_transformers(name, tiny, tmp_path, export_model, support_matrix):
+def test_executorch_greedy_matches_transformers(name, backend, tiny, tmp_path, export_model, support_matrix):
     """.pte with the static cache as mutable buffers of its `forward` method, written in place
     (index_put_) and kept by the loaded method between calls: the runner passes only tokens, mask
     and positions. A second request on the same method (stale rows past its prompt) matches too."""
@@ -801,8 +802,8 @@ def test_executorch_greedy_matches_transformers(name, tiny, tmp_path, export_mod
     tm = tiny(name)
 
     def run() -> float:
-        out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--for-generation",
-                           "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN))
+        out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--executorch-backend", backend,
+                           "--for-generation", "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN))
         manifest = json.loads((out / "export.json").read_text())
         decode = manifest["components"]["decode"]
         assert [i["name"] for i in decode["inputs"]] == ["input_ids", "attention_mask", "position_ids"]
@@ -819,7 +820,8 @@ def test_executorch_greedy_matches_transformers(name, tiny, tmp_path, export_mod
             err = max(err, compare(tokens, logits, tm.reference(lengths), f"{name} executorch prompts {lengths}"))
         return err
 
-    record(support_matrix, tm.model_type, f"generate-static-{name.split('-', 1)[1]}", run, backend="executorch")
+    record(support_matrix, tm.model_type, f"generate-static-{name.split('-', 1)[1]} [{backend}]", run,
+           backend="executorch")
 
 
 def test_pt2_aot_package_gives_the_same_tokens(tiny, tmp_path, export_model):

@@ -327,6 +327,27 @@ def test_pt2_greedy_matches_dequantized_transformers(name, tiny, tmp_path, expor
 
 
 # --------------------------------------------------------------------------------------------
+# .pte: uint8 codes in the constant segment, dequantized by the portable kernels before a float
+# linear, on either backend (XNNPACK's own 4-bit weights are not written yet)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_executorch_forward_matches_dequantized_transformers(name, bits, tiny, tmp_path, export_model):
+    pytest.importorskip("executorch")
+    from test_executorch_parity import DIMS, et_logits, load_program
+
+    model_dir, model = tiny(name)
+    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", *DIMS, "--quantize", f"int{bits}")
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["quantization"]["compute"] == "float"
+    inputs = make_inputs(model.config.vocab_size)
+    err = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs),
+                              hf_logits(quantized_reference(model, bits, 32), inputs), inputs[1])
+    assert err <= TOL, f"{name} int{bits}: .pte logits differ from the dequantized reference by {err:.3e}"
+
+
+# --------------------------------------------------------------------------------------------
 # bad options
 
 

@@ -21,6 +21,7 @@ namespace {
 constexpr const char* kProgramFile = "model.pte";
 constexpr uint64_t kSegmentAlignment = 128;  // ExecutorchBackendConfig.segment_alignment
 constexpr size_t kExtendedHeaderSize = 32;   // "eh00" header, after the flatbuffer's first 8 bytes
+constexpr uint64_t kWeightAlignment = 16;    // exir's tensor alignment
 constexpr const char* kExecutorchBackendKey = "executorch_backend";
 // ExecuTorch's default max_seq_length: every tensor is planned at its dims' upper bounds, so the
 // bounds a server would use (32768 tokens) would plan gigabytes.
@@ -28,21 +29,29 @@ constexpr int64_t kDefaultMaxSequence = 128;
 
 // The LLM runner's metadata methods (extension/llm/runner/constants.h), each a constant method.
 struct Metadata {
-  std::vector<std::pair<std::string, int64_t>> ints;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> ints;
   std::vector<std::pair<std::string, bool>> bools;
 };
 
-std::unique_ptr<etfb::ExecutionPlanT> constant_method(const std::string& name, etfb::KernelTypesUnion value) {
+// A method that returns constants (one output per value), as ExecuTorch's constant_methods.
+std::unique_ptr<etfb::ExecutionPlanT> constant_method(const std::string& name, std::vector<etfb::KernelTypesUnion> values) {
   auto plan = std::make_unique<etfb::ExecutionPlanT>();
   plan->name = name;
-  auto ev = std::make_unique<etfb::EValueT>();
-  ev->val = std::move(value);
-  plan->values.push_back(std::move(ev));
-  plan->outputs = {0};
+  for (auto& value : values) {
+    auto ev = std::make_unique<etfb::EValueT>();
+    ev->val = std::move(value);
+    plan->outputs.push_back(static_cast<int>(plan->values.size()));
+    plan->values.push_back(std::move(ev));
+  }
   plan->chains.push_back(std::make_unique<etfb::ChainT>());
-  plan->chains.back()->outputs = {0};
+  plan->chains.back()->outputs = plan->outputs;
   plan->non_const_buffer_sizes = {0};
   return plan;
+}
+
+// XNNPACK, ExecuTorch's (and transformers.exporters') default, unless the config says portable.
+bool uses_xnnpack(const ExportConfig& config) {
+  return config.backend.value(kExecutorchBackendKey, std::string("xnnpack")) == "xnnpack";
 }
 
 void put_u32(std::string& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
@@ -51,13 +60,13 @@ void put_u64(std::string& out, size_t at, uint64_t v) { std::memcpy(out.data() +
 class ExecutorchWriter final : public ExportWriter {
  public:
   ExecutorchWriter(const ExportConfig& config, const std::filesystem::path& dir)
-      : path_(dir / kProgramFile), config_(config) {}
+      : path_(dir / kProgramFile), config_(config), xnnpack_(uses_xnnpack(config)) {}
 
   WrittenComponent write(const std::string& name, Graph& graph) override {
     // The LLM runner calls its method `forward`; other components keep their names.
     const bool main_method = name == manifest::component::kModel || name == manifest::component::kDecode;
     const std::string method = main_method ? "forward" : name;
-    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes);
+    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_);
     lowering.lower_graph();
     if (main_method) record_metadata(graph);
     // A static cache lives in the method (mutable buffers): the caller passes neither.
@@ -70,36 +79,66 @@ class ExecutorchWriter final : public ExportWriter {
     return written;
   }
 
+  void set_token_ids(const TokenIds& ids) override { token_ids_ = ids; }
+
   void finish() override {
     auto program = std::make_unique<etfb::ProgramT>();
     program->version = 0;
     for (auto& plan : plans_) program->execution_plan.push_back(std::move(plan));
-    for (const auto& [key, v] : metadata_.ints) program->execution_plan.push_back(constant_method(key, et_int(v)));
-    for (const auto& [key, v] : metadata_.bools) program->execution_plan.push_back(constant_method(key, et_bool(v)));
-    // Segment 0 is the constant segment (emitted even when empty); offsets[0] is a placeholder.
-    auto segment = std::make_unique<etfb::DataSegmentT>();
-    segment->offset = 0;
-    segment->size = constants_.end;
-    program->segments.push_back(std::move(segment));
+    for (const auto& [key, v] : metadata_.ints) {
+      std::vector<etfb::KernelTypesUnion> values;
+      for (int64_t i : v) values.push_back(et_int(i));
+      program->execution_plan.push_back(constant_method(key, std::move(values)));
+    }
+    for (const auto& [key, v] : metadata_.bools) {
+      std::vector<etfb::KernelTypesUnion> values;
+      values.push_back(et_bool(v));
+      program->execution_plan.push_back(constant_method(key, std::move(values)));
+    }
+    // Segment 0 is the constant segment (emitted even when empty; offsets[0] is a placeholder),
+    // then each delegate payload and named weight, 128-aligned.
+    segment_offsets_ = {0};
+    uint64_t end = constants_.end;
+    for (const EtConstants::Segment& seg : constants_.segments) {
+      segment_offsets_.push_back(align(end, kSegmentAlignment));
+      end = segment_offsets_.back() + seg.size;
+    }
+    for (size_t i = 0; i < segment_offsets_.size(); ++i) {
+      auto segment = std::make_unique<etfb::DataSegmentT>();
+      segment->offset = segment_offsets_[i];
+      segment->size = i == 0 ? constants_.end : constants_.segments[i - 1].size;
+      program->segments.push_back(std::move(segment));
+    }
+    segment_bytes_ = end;
     program->constant_segment = std::make_unique<etfb::SubsegmentOffsetsT>();
     program->constant_segment->segment_index = 0;
     for (const EtConstants::Entry& e : constants_.entries) program->constant_segment->offsets.push_back(e.offset);
+    for (const auto& [key, segment] : constants_.named) {
+      auto named = std::make_unique<etfb::NamedDataT>();
+      named->key = key;
+      named->segment_index = segment;
+      program->named_data.push_back(std::move(named));
+    }
 
     flatbuffers::FlatBufferBuilder fbb;
     fbb.Finish(etfb::Program::Pack(fbb, program.get()), etfb::ProgramIdentifier());
     const std::string bytes = with_extended_header(fbb.GetBufferPointer(), fbb.GetSize());
-    const uint64_t base = (bytes.size() + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
-    write_constants(base);
+    const uint64_t base = align(bytes.size(), kSegmentAlignment);
+    write_weights(base);
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) fail(path_.string(), ": cannot open for writing: ", std::strerror(errno));
     try {
       pwrite_fully(fd, bytes.data(), bytes.size(), 0, path_);
+      for (size_t i = 0; i < constants_.segments.size(); ++i)
+        if (!constants_.segments[i].value)
+          pwrite_fully(fd, constants_.segments[i].bytes.data(), constants_.segments[i].bytes.size(),
+                       base + segment_offsets_[i + 1], path_);
     } catch (...) {
       ::close(fd);
       throw;
     }
     if (::close(fd) != 0) fail(path_.string(), ": cannot write: ", std::strerror(errno));
-    std::filesystem::resize_file(path_, base + constants_.end);
+    std::filesystem::resize_file(path_, base + segment_bytes_);
   }
 
  private:
@@ -119,22 +158,33 @@ class ExecutorchWriter final : public ExportWriter {
     const uint64_t program_size = out.size();
     put_u64(out, 16, program_size);
     put_u64(out, 24, (program_size + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment);
-    put_u64(out, 32, constants_.end);
+    put_u64(out, 32, segment_bytes_);
     return out;
   }
 
-  // The constant segment from `base` on: each entry at the offset the program records.
-  void write_constants(uint64_t base) {
-    WeightFile file(path_, 16);
-    std::vector<WeightFile::Item> items;
+  // Every stored tensor from `base` on, at the offset the program records: the constant
+  // segment's entries, then the named weights' segments (payloads are written as bytes).
+  void write_weights(uint64_t base) {
+    std::vector<std::pair<uint64_t, const Value*>> placed;
     for (size_t i = 1; i < constants_.entries.size(); ++i)
-      items.push_back({constants_.entries[i].value, false, i == 1 ? base : 0});
+      placed.emplace_back(base + constants_.entries[i].offset, constants_.entries[i].value);
+    for (size_t i = 0; i < constants_.segments.size(); ++i)
+      if (constants_.segments[i].value) placed.emplace_back(base + segment_offsets_[i + 1], constants_.segments[i].value);
+    WeightFile file(path_, kWeightAlignment);
+    std::vector<WeightFile::Item> items;
+    uint64_t end = 0;
+    for (const auto& [offset, value] : placed) {
+      items.push_back({value, false, offset - end});  // the file aligns to 16, which every offset is
+      end = offset + WeightFile::stored_bytes(*value);
+    }
     const auto spans = file.append_all(items);
     for (size_t i = 0; i < spans.size(); ++i)
-      HFX_CHECK(spans[i].offset == base + constants_.entries[i + 1].offset,
-                "internal error: executorch: constant ", i + 1, " stored at ", spans[i].offset);
+      HFX_CHECK(spans[i].offset == placed[i].first, "internal error: executorch: tensor ", placed[i].second->name,
+                " stored at ", spans[i].offset, ", not ", placed[i].first);
     file.close();
   }
+
+  static uint64_t align(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
   void record_metadata(const Graph& graph) {
     const Value* logits = graph.outputs.front();
@@ -142,11 +192,13 @@ class ExecutorchWriter final : public ExportWriter {
     for (const Value* v : graph.inputs)
       if (v->name == "input_ids" && v->rank() == 2)
         max_sequence = v->shape[1].is_static() ? v->shape[1].value() : v->shape[1].symbol()->max;
-    metadata_.ints = {{"get_max_seq_len", max_sequence},
-                      {"get_max_context_len", config_.generation.static_cache() ? config_.generation.max_cache_len
-                                                                                 : max_sequence},
-                      {"get_vocab_size", logits->shape.back().is_static() ? logits->shape.back().value() : 0},
-                      {"get_n_layers", static_cast<int64_t>(graph.state_pairs.size() / 2)}};
+    metadata_.ints = {{"get_max_seq_len", {max_sequence}},
+                      {"get_max_context_len", {config_.generation.static_cache() ? config_.generation.max_cache_len
+                                                                                  : max_sequence}},
+                      {"get_vocab_size", {logits->shape.back().is_static() ? logits->shape.back().value() : 0}},
+                      {"get_n_layers", {static_cast<int64_t>(graph.state_pairs.size() / 2)}}};
+    if (!token_ids_.eos.empty()) metadata_.ints.push_back({"get_eos_ids", token_ids_.eos});
+    if (token_ids_.bos) metadata_.ints.push_back({"get_bos_id", {*token_ids_.bos}});
     metadata_.bools = {{"use_kv_cache", config_.generation.enabled},
                        {"enable_dynamic_shape", true},
                        {"use_sdpa_with_kv_cache", false}};
@@ -154,9 +206,13 @@ class ExecutorchWriter final : public ExportWriter {
 
   std::filesystem::path path_;
   ExportConfig config_;
+  bool xnnpack_;
   EtConstants constants_;
+  std::vector<uint64_t> segment_offsets_;  // relative to the segment base
+  uint64_t segment_bytes_ = 0;
   std::vector<std::unique_ptr<etfb::ExecutionPlanT>> plans_;
   Metadata metadata_;
+  TokenIds token_ids_;
 };
 
 class ExecutorchBackend final : public Backend {
@@ -178,13 +234,11 @@ class ExecutorchBackend final : public Backend {
       const nlohmann::json& b = config.backend.at(kExecutorchBackendKey);
       if (!b.is_string() || (b != "portable" && b != "xnnpack"))
         fail(spell("backend.executorch_backend"), ": expected \"portable\" or \"xnnpack\"");
-      if (b == "xnnpack")
-        fail(spell("backend.executorch_backend"), " xnnpack: the XNNPACK delegate is not written yet; use portable");
     }
     forced_decompositions(config, spell);
     if (config.quantization.compute == WeightQuantization::Compute::Int8)
-      fail(spell("quantization.compute"), " int8: the portable kernels dequantize weights and compute in float; "
-           "leave ", spell("quantization.compute"), " unset");
+      fail(spell("quantization.compute"), " int8: a .pte dequantizes its weights into float linears (XNNPACK's "
+           "4-bit weights are not written yet); leave ", spell("quantization.compute"), " unset");
   }
 
   // Memory is planned at each dim's upper bound: the sequence is bounded as ExecuTorch's own
@@ -199,6 +253,7 @@ class ExecutorchBackend final : public Backend {
   }
 
   std::vector<Pass> passes(const ExportConfig& config) const override {
+    // Quantized linears are dequantized into float ones (run by the portable kernels).
     WeightQuantization quantize = config.quantization;
     if (quantize.enabled()) quantize.compute = WeightQuantization::Compute::Float;
     return {

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 
+#include "backends/executorch/xnnpack.h"
 #include "core/error.h"
 
 namespace hfx {
@@ -83,6 +84,21 @@ uint32_t EtConstants::add(const Value* v, uint64_t bytes) {
   return index[key] = static_cast<uint32_t>(entries.size() - 1);
 }
 
+uint32_t EtConstants::add_payload(std::string bytes) {
+  const uint64_t size = bytes.size();
+  segments.push_back({std::move(bytes), nullptr, size});
+  return static_cast<uint32_t>(segments.size());
+}
+
+const std::string& EtConstants::add_named(const Value* v, uint64_t bytes) {
+  const auto key = std::make_pair(v->constant->key(), v->dtype);
+  if (const auto it = named_key.find(key); it != named_key.end()) return it->second;
+  segments.push_back({{}, v, bytes});
+  std::string name = v->name + "." + std::string(dtype_name(v->dtype));
+  named.emplace_back(name, static_cast<uint32_t>(segments.size()));
+  return named_key[key] = name;
+}
+
 const EtOpRule& et_rule(OpKind op) {
   static const EtOpRule none;
   const auto it = et_rules().find(op);
@@ -100,8 +116,12 @@ bool et_maps_natively(const Node& n) {
 }
 
 EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& constants,
-                       uint64_t (*bytes_of)(const Value&))
-    : graph_(graph), constants_(constants), bytes_of_(bytes_of), plan_(std::make_unique<etfb::ExecutionPlanT>()) {
+                       uint64_t (*bytes_of)(const Value&), bool xnnpack)
+    : graph_(graph),
+      constants_(constants),
+      bytes_of_(bytes_of),
+      xnnpack_(xnnpack),
+      plan_(std::make_unique<etfb::ExecutionPlanT>()) {
   plan_->name = std::move(method);
   plan_in_place_updates();
 }
@@ -148,6 +168,54 @@ std::set<const Node*> EtLowering::needed_nodes() const {
     for (const Value* v : n->inputs) want(v);
   }
   return needed;
+}
+
+std::vector<int64_t> EtLowering::upper_dims(const Value* v) const {
+  std::vector<int64_t> dims;
+  for (const EtInt& d : bounds(v->shape)) dims.push_back(d.upper);
+  return dims;
+}
+
+// y = the XnnpackBackend payload in `segment` applied to x (its one input and output).
+void EtLowering::emit_xnnpack(uint32_t segment, const Value* x, const Value* y) {
+  auto delegate = std::make_unique<etfb::BackendDelegateT>();
+  delegate->id = "XnnpackBackend";
+  delegate->processed = std::make_unique<etfb::BackendDelegateDataReferenceT>();
+  delegate->processed->location = etfb::DataLocation::SEGMENT;
+  delegate->processed->index = segment;
+  plan_->delegates.push_back(std::move(delegate));
+  const int out = new_tensor(y->dtype, bounds(y->shape));
+  etfb::DelegateCallT call;
+  call.delegate_index = static_cast<int>(plan_->delegates.size() - 1);
+  call.args = {tensor(x), out};
+  auto ins = std::make_unique<etfb::InstructionT>();
+  ins->instr_args.Set(std::move(call));
+  instructions_.push_back(std::move(ins));
+  define(y, out);
+}
+
+bool EtLowering::delegates(const Node& n) const {
+  if (!xnnpack_ || n.op != OpKind::Linear) return false;
+  const Value* bias = n.input(2);
+  return n.inputs[0]->dtype == DType::F32 && n.inputs[1]->is_constant() && n.inputs[1]->dtype == DType::F32 &&
+         (!bias || (bias->is_constant() && bias->dtype == DType::F32));
+}
+
+// An XnnpackBackend payload per linear: its input and output are the delegate's external values,
+// its weight (and bias) named data, prepacked by XNNPACK when the method loads.
+void EtLowering::delegate_linear(const Node& n) {
+  auto weight_of = [&](const Value* v) {
+    XnnWeight w{constants_.add_named(v, bytes_of_(*v)), {}, bytes_of_(*v)};
+    for (const Dim& d : v->shape) w.dims.push_back(d.value());
+    return w;
+  };
+  const Value* x = n.inputs[0];
+  const Value* y = n.outputs[0];
+  const XnnWeight weight = weight_of(n.inputs[1]);
+  const std::optional<XnnWeight> bias = n.input(2) ? std::optional(weight_of(n.input(2))) : std::nullopt;
+  const uint32_t segment = constants_.add_payload(xnnpack_fully_connected(upper_dims(x), upper_dims(y), weight,
+                                                                          bias ? &*bias : nullptr));
+  emit_xnnpack(segment, x, y);
 }
 
 void EtLowering::update_in_place(const Node& n) {
@@ -494,8 +562,9 @@ void EtLowering::plan_memory() {
   };
   for (int id : plan_->inputs) touch(id, -1);
   for (size_t i = 0; i < instructions_.size(); ++i) {
-    const auto* call = instructions_[i]->instr_args.AsKernelCall();
-    for (int arg : call->args) {
+    const auto& instr = instructions_[i]->instr_args;
+    const std::vector<int>& args = instr.AsKernelCall() ? instr.AsKernelCall()->args : instr.AsDelegateCall()->args;
+    for (int arg : args) {
       touch(arg, static_cast<int>(i));
       const etfb::EValueT& ev = *plan_->values[static_cast<size_t>(arg)];
       if (const auto* list = ev.val.AsTensorList())

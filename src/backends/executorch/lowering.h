@@ -33,8 +33,9 @@ struct EtInt {
   static EtInt of(int64_t v) { return {v, -1, v}; }
 };
 
-// The program-wide table of stored constants (the constant segment, shared by every method):
-// data_buffer_idx i is entry i (0 is the runtime's placeholder).
+// What every method of the program shares, each stored once: the constant segment (segment 0;
+// data_buffer_idx i is entry i, 0 the runtime's placeholder) and further segments, each a
+// delegate's payload or a weight a payload reads by key (Program.named_data).
 struct EtConstants {
   struct Entry {
     const Value* value;
@@ -44,6 +45,18 @@ struct EtConstants {
   std::map<std::pair<std::string, DType>, uint32_t> index;  // (ConstantData::key, dtype) -> entry
   uint64_t end = 0;
   uint32_t add(const Value* v, uint64_t bytes);
+
+  struct Segment {
+    std::string bytes;            // a payload
+    const Value* value = nullptr;  // or a weight
+    uint64_t size = 0;
+  };
+  std::vector<Segment> segments;  // program segment i + 1
+  std::vector<std::pair<std::string, uint32_t>> named;  // key -> program segment
+  std::map<std::pair<std::string, DType>, std::string> named_key;
+  uint32_t add_payload(std::string bytes);
+  // The named-data key of a weight (stored once, in a segment of its own).
+  const std::string& add_named(const Value* v, uint64_t bytes);
 };
 
 class EtLowering;
@@ -67,7 +80,9 @@ bool et_maps_natively(const Node& n);
 class EtLowering {
  public:
   // `bytes_of` is how many bytes the writer stores for a constant (its dtype may be converted).
-  EtLowering(const Graph& graph, std::string method, EtConstants& constants, uint64_t (*bytes_of)(const Value&));
+  // `xnnpack`: float32 linears are delegated to XNNPACK (one XnnpackBackend payload each).
+  EtLowering(const Graph& graph, std::string method, EtConstants& constants, uint64_t (*bytes_of)(const Value&),
+             bool xnnpack = false);
 
   // A static cache (input.<name> -> ScatterElements at the positions -> output.<name>) becomes a
   // mutable buffer of the method, written in place and kept between execute() calls: neither an
@@ -77,6 +92,9 @@ class EtLowering {
   bool returned(const Value* output) const { return !in_place_outputs_.count(output); }
   // The in-place update of a static cache: the buffer's rows at the (batch 1) positions.
   void update_in_place(const Node& n);
+  // Whether this Linear runs as an XNNPACK delegate, and its lowering as one.
+  bool delegates(const Node& n) const;
+  void delegate_linear(const Node& n);
 
   // Lowers every node and plans memory; then take_plan() is the method.
   void lower_graph();
@@ -119,6 +137,8 @@ class EtLowering {
 
  private:
   int add_value(etfb::KernelTypesUnion val);
+  std::vector<int64_t> upper_dims(const Value* v) const;
+  void emit_xnnpack(uint32_t segment, const Value* x, const Value* y);
   bool lower_shape_arithmetic(const Node& n);
   int materialize(const Value* v, const std::vector<EtInt>& ints);
   int constant_tensor(const Value* v);
@@ -131,6 +151,7 @@ class EtLowering {
   const Graph& graph_;
   EtConstants& constants_;
   uint64_t (*bytes_of_)(const Value&);
+  bool xnnpack_;
   std::unique_ptr<etfb::ExecutionPlanT> plan_;
   std::vector<std::unique_ptr<etfb::InstructionT>> instructions_;
   std::map<std::pair<std::string, std::string>, int> operators_;

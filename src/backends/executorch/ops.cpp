@@ -190,6 +190,7 @@ HFX_ET_OP(MatMul) {
 // High-level ops the runtime has kernels for: the weight stays [out, in] (linear reads it
 // transposed).
 HFX_ET_OP(Linear) {
+  if (l.delegates(n)) return l.delegate_linear(n);
   l.result(n, "aten::linear", "out", {l.in(n, 0), l.in(n, 1), n.input(2) ? l.in(n, 2) : l.null_value()});
 }
 HFX_ET_OP(Embedding) {

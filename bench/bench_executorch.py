@@ -1,0 +1,154 @@
+"""Benchmark .pte exports against transformers.exporters' ExecutorchExporter (XNNPACK), in one run.
+
+1. Export (the Qwen3-0.6B-shaped bfloat16 checkpoint of the other benchmarks, 28 layers, to a
+   float32 static-cache generation program, max_cache_len 128): wall time and peak RSS of
+   `hfexport export --format executorch --for-generation --static-cache` (the whole process,
+   median of three) and of transformers' `ExecutorchExporter().export_for_generation(...)` +
+   `save_pretrained` (timed after the model is loaded; peak RSS of its whole process), each in a
+   fresh child process.
+2. Decode (batch 1, float32, a 32-token prompt, then greedy steps): tokens per second of each
+   program in ExecuTorch's runtime, through the same Python loop: ours keeps the cache in the
+   method (mutable buffers), theirs takes the cache as inputs and returns it (fed back each step,
+   as their docs' Python loop does), plus each as a fraction of the read-bandwidth ceiling (a
+   batch-1 step reads every weight once). Greedy tokens are compared with transformers eager.
+
+  .venv/bin/python bench/bench_executorch.py [--layers 28]
+
+A benchmark, not a test: it fails only when something cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = Path(os.environ.get("HFEXPORT_BENCH_DIR", "/tmp/hfexport-bench"))
+PROMPT, STEPS, MAX_CACHE_LEN = 32, 64, 128
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_pt2 import child, peak_rss_of, read_bandwidth, warm  # noqa: E402
+
+TRANSFORMERS_EXPORT = """
+import json, sys, time, torch
+from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers.exporters import ExecutorchConfig, ExecutorchExporter
+start = time.perf_counter()
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, attn_implementation="sdpa").eval()
+ids = torch.randint(0, 1000, (1, 8))
+t = time.perf_counter()
+exported = ExecutorchExporter().export_for_generation(
+    model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, config=ExecutorchConfig(backend="xnnpack"),
+    generation_config=GenerationConfig(cache_implementation="static", max_cache_len=%d, max_new_tokens=2,
+                                       do_sample=False, pad_token_id=0))
+exported.save_pretrained(sys.argv[2])
+print(json.dumps({"wall": time.perf_counter() - t, "load": t - start}))
+""" % MAX_CACHE_LEN
+
+DECODE = """
+import json, sys, time, numpy as np, torch
+sys.path.insert(0, sys.argv[4])
+kind, ckpt, work = sys.argv[1], sys.argv[2], sys.argv[3]
+PROMPT, STEPS, N = %d, %d, %d
+torch.manual_seed(0)
+prompt = torch.randint(0, 1000, (1, PROMPT))
+if kind == "eager":
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=STEPS + 1, do_sample=False,
+                             eos_token_id=None, pad_token_id=0, cache_implementation="static")
+    print(json.dumps({"tokens": out[0, PROMPT:].tolist(), "tok_s": None}))
+    sys.exit(0)
+if kind == "hfexport":
+    import hfexport
+    runner = hfexport.open_runner(work)
+    ids = prompt.numpy()
+    logits = runner.prefill(ids, np.ones_like(ids), STEPS + 1)
+    tokens, times = [int(logits[0].argmax())], []
+    for _ in range(STEPS):
+        t = time.perf_counter(); logits = runner.step(np.array([tokens[-1]])); times.append(time.perf_counter() - t)
+        tokens.append(int(logits[0].argmax()))
+else:  # transformers' decode.pte: the cache goes in as inputs and comes back as the first outputs
+    from executorch.runtime import Runtime
+    method = Runtime.get().load_program(work + "/decode.pte").load_method("forward")
+    meta = method.metadata
+    caches = []
+    for i in range(3, meta.num_inputs()):
+        m = meta.input_tensor_meta(i)
+        dtype = {6: torch.float32, 4: torch.int64}[int(m.dtype())]
+        caches.append(torch.zeros(tuple(m.sizes()), dtype=dtype))
+    def step(token, pos):
+        global caches
+        mask = (torch.arange(N) <= pos)[None, None, None, :]
+        out = method.execute([torch.tensor([[token]]), mask, torch.tensor([[pos]]), *caches])
+        caches = list(out[: len(caches)])
+        return out[len(caches)]
+    for pos in range(PROMPT - 1):
+        step(int(prompt[0, pos]), pos)
+    logits = step(int(prompt[0, -1]), PROMPT - 1)
+    tokens, times = [int(logits[0, -1].argmax())], []
+    for i in range(STEPS):
+        t = time.perf_counter(); logits = step(tokens[-1], PROMPT + i); times.append(time.perf_counter() - t)
+        tokens.append(int(logits[0, -1].argmax()))
+print(json.dumps({"tokens": tokens, "tok_s": STEPS / sum(times)}))
+""" % (PROMPT, STEPS, MAX_CACHE_LEN)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hfexport", type=Path, default=REPO / ".venv" / "bin" / "hfexport")
+    p.add_argument("--layers", type=int, default=28)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    env_python = str(REPO / "python")
+    ckpt = BENCH / f"qwen3-0.6b-{args.layers}L-seed0"
+    size = (ckpt / "model.safetensors").stat().st_size
+    with tempfile.TemporaryDirectory(prefix="bench-executorch-") as tmp:
+        work = Path(tmp)
+        warm(ckpt / "model.safetensors")
+        cmd = [str(args.hfexport), "export", str(ckpt), "-o", str(work / "ours"), "--format", "executorch",
+               "--for-generation", "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), "--overwrite"]
+        ours = sorted(peak_rss_of(cmd) for _ in range(3))[1]  # the median of three
+        wall, rss, out = peak_rss_of([sys.executable, "-c", TRANSFORMERS_EXPORT, str(ckpt), str(work / "theirs")])
+        theirs = json.loads(out.strip().splitlines()[-1])
+        files = {k: sum(f.stat().st_size for f in (work / k).glob("*.pte")) for k in ("ours", "theirs")}
+        print(f"export ({args.layers} layers, bf16 checkpoint {size / 2**30:.2f} GiB in the page cache, to float32 "
+              f"static-cache programs, max_cache_len {MAX_CACHE_LEN}, XNNPACK):")
+        print(f"  hfexport      {ours[0]:7.2f} s (median of 3, whole process)  peak RSS {ours[1] / 2**20:7.0f} MiB "
+              f"({100 * ours[1] / size:.1f} % of the checkpoint)  .pte {files['ours'] / 2**30:.2f} GiB")
+        print(f"  transformers  {theirs['wall']:7.2f} s export + save, {theirs['load']:.2f} s to load the model first"
+              f"  peak RSS {rss / 2**20:7.0f} MiB ({100 * rss / size:.0f} %)  .pte {files['theirs'] / 2**30:.2f} GiB")
+        print(f"  ratio: {theirs['wall'] / ours[0]:.1f}x faster than its export + save; {rss / ours[1]:.1f}x less "
+              "peak RSS")
+        rows = {}
+        for kind in ("hfexport", "transformers", "eager"):
+            rows[kind], _ = child(DECODE, kind, str(ckpt), str(work / ("ours" if kind == "hfexport" else "theirs")),
+                                  env_python)
+        ceiling = read_bandwidth() / (size * 2)  # the weights read as float32
+        print(f"decode (float32, batch 1, prompt {PROMPT}, {STEPS} steps, ExecuTorch's runtime; ceiling "
+              f"{ceiling:.1f} tok/s = one core's read bandwidth / {size * 2 / 2**30:.2f} GiB):")
+        for kind in ("hfexport", "transformers"):
+            print(f"  {kind:13s} {rows[kind]['tok_s']:7.2f} tok/s  ({100 * rows[kind]['tok_s'] / ceiling:.0f} % of "
+                  "the ceiling)")
+        print(f"  ratio: {rows['hfexport']['tok_s'] / rows['transformers']['tok_s']:.2f}x transformers' program")
+        want = rows["eager"]["tokens"]
+        print(f"  greedy tokens identical to transformers eager: "
+              f"{ {k: rows[k]['tokens'] == want for k in ('hfexport', 'transformers')} }")
+        result = {"checkpoint_bytes": size, "export": {"hfexport": {"wall_s": ours[0], "peak_rss": ours[1]},
+                                                       "transformers": {"export_save_s": theirs["wall"],
+                                                                        "load_s": theirs["load"], "peak_rss": rss}},
+                  "files": files, "ceiling_tok_s": ceiling, "decode": rows}
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

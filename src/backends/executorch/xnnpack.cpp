@@ -1,0 +1,110 @@
+#include "backends/executorch/xnnpack.h"
+
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "core/error.h"
+#include "xnnpack/schema_generated.h"
+
+namespace hfx {
+namespace {
+
+namespace xfb = fb_xnnpack;
+
+constexpr uint32_t kNoValue = std::numeric_limits<uint32_t>::max();  // an absent id (no bias; internal values)
+constexpr uint32_t kExternalInput = 1, kExternalOutput = 2;          // XNNTensorValue.flags
+constexpr size_t kHeaderSize = 32;                                   // the 30-byte XNNHeader, padded
+
+std::vector<uint32_t> dims_of(const std::vector<int64_t>& dims) {
+  std::vector<uint32_t> out;
+  for (int64_t d : dims) {
+    HFX_CHECK(d >= 0 && d < kNoValue, "executorch: XNNPACK dim ", d, " out of range");
+    out.push_back(static_cast<uint32_t>(d));
+  }
+  return out;
+}
+
+// A float32 value; `constant` indexes the graph's constant_data (0: none), `external` the
+// delegate's inputs then outputs.
+void add_value(xfb::XNNGraphT& g, const std::vector<int64_t>& dims, uint32_t constant, uint32_t external,
+               uint32_t flags) {
+  xfb::XNNTensorValueT t;
+  t.datatype = xfb::XNNDatatype::xnn_datatype_fp32;
+  t.dims = dims_of(dims);
+  t.num_dims = static_cast<uint32_t>(t.dims.size());
+  t.constant_buffer_idx = constant;
+  t.external_id = external;
+  t.flags = flags;
+  t.id_out = static_cast<uint32_t>(g.xvalues.size());
+  auto v = std::make_unique<xfb::XValueT>();
+  v->xvalue_union.Set(std::move(t));
+  g.xvalues.push_back(std::move(v));
+}
+
+template <class Node>
+void add_node(xfb::XNNGraphT& g, xfb::XNodeUnion type, Node node) {
+  auto n = std::make_unique<xfb::XNodeT>();
+  // Aliased node types (XNNAdd: _XNNNode2x1, ...) give the union no typed Set().
+  n->xnode_union.type = type;
+  n->xnode_union.value = new Node(std::move(node));
+  n->debug_handle = static_cast<uint32_t>(g.xnodes.size() + 1);
+  g.xnodes.push_back(std::move(n));
+}
+
+uint32_t add_constant(xfb::XNNGraphT& g, const XnnWeight& w) {
+  auto c = std::make_unique<xfb::ConstantDataOffsetT>();
+  c->offset = std::numeric_limits<uint64_t>::max();  // read by key from the named data
+  c->size = w.bytes;
+  c->named_key = w.key;
+  g.constant_data.push_back(std::move(c));
+  return static_cast<uint32_t>(g.constant_data.size() - 1);
+}
+
+void put_u32(std::string& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
+
+// XNNHeader: 4 zero bytes, "XH00", u16 header length (30), u32 flatbuffer offset and size, u32
+// constant data offset (after the flatbuffer, 16-aligned), u64 constant data size (0: weights
+// are named data).
+std::string with_header(const flatbuffers::FlatBufferBuilder& fbb) {
+  const size_t size = fbb.GetSize();
+  const size_t constants = (kHeaderSize + size + 15) / 16 * 16;
+  std::string out(constants, '\0');
+  std::memcpy(out.data() + 4, "XH00", 4);
+  const uint16_t header_length = 30;
+  std::memcpy(out.data() + 8, &header_length, sizeof header_length);
+  put_u32(out, 10, static_cast<uint32_t>(kHeaderSize));
+  put_u32(out, 14, static_cast<uint32_t>(size));
+  put_u32(out, 18, static_cast<uint32_t>(constants));
+  std::memcpy(out.data() + kHeaderSize, fbb.GetBufferPointer(), size);
+  return out;
+}
+
+}  // namespace
+
+std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
+                                    const XnnWeight& weight, const XnnWeight* bias) {
+  xfb::XNNGraphT g;
+  g.version = "0";
+  g.constant_data.push_back(std::make_unique<xfb::ConstantDataOffsetT>());  // 0: "not a constant"
+  add_value(g, x_dims, 0, 0, kExternalInput);
+  add_value(g, weight.dims, add_constant(g, weight), kNoValue, 0);
+  const uint32_t bias_id = bias ? static_cast<uint32_t>(g.xvalues.size()) : kNoValue;
+  if (bias) add_value(g, bias->dims, add_constant(g, *bias), kNoValue, 0);
+  const auto y = static_cast<uint32_t>(g.xvalues.size());
+  add_value(g, y_dims, 0, 1, kExternalOutput);
+  xfb::XNNFullyConnectedT fc;
+  fc.input1_id = 0;
+  fc.filter_id = 1;
+  fc.bias_id = bias_id;
+  fc.output_id = y;
+  add_node(g, xfb::XNodeUnion::XNNFullyConnected, std::move(fc));
+  g.num_externs = 2;
+  g.input_ids = {0};
+  g.output_ids = {y};
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(xfb::XNNGraph::Pack(fbb, &g), xfb::XNNGraphIdentifier());
+  return with_header(fbb);
+}
+
+}  // namespace hfx

@@ -1,0 +1,23 @@
+// XNNPACK delegate payloads: what ExecuTorch's XnnpackBackend reads from a delegate's segment, an
+// XNNGraph flatbuffer (XNNPACK's schema.fbs, "XN01") behind a 32-byte header. Weights are not in
+// the payload: each names a Program.named_data entry.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hfx {
+
+// A weight the payload reads from the program's named data.
+struct XnnWeight {
+  std::string key;
+  std::vector<int64_t> dims;
+  uint64_t bytes = 0;
+};
+
+// One float32 fully connected layer, y[..., N] = x[..., K] · W[N, K]ᵀ (+ b[N]): x the delegate's
+// input, y its output (their dims are upper bounds; the runtime reshapes to the actual ones).
+std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
+                                    const XnnWeight& weight, const XnnWeight* bias);
+
+}  // namespace hfx
