@@ -603,7 +603,8 @@ void EtLowering::plan_memory() {
     t->allocation_info->memory_offset_low = static_cast<uint32_t>(offset & 0xffffffffu);
     t->allocation_info->memory_offset_high = static_cast<uint32_t>(offset >> 32);
   }
-  plan_->non_const_buffer_sizes = {0, static_cast<int64_t>(arena)};
+  // Slack past the last tensor: XNNPACK's kernels may read a few bytes beyond their inputs.
+  plan_->non_const_buffer_sizes = {0, static_cast<int64_t>(arena + kPlanAlignment)};
 }
 
 std::unique_ptr<etfb::ExecutionPlanT> EtLowering::take_plan() { return std::move(plan_); }
