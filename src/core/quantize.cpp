@@ -1,6 +1,8 @@
 #include "core/quantize.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <cmath>
 
 #include "core/error.h"
@@ -15,6 +17,24 @@ void check_weight_quantization(const WeightQuantization& q, const std::string& b
     fail(group_field, " must be a power of two of at least 16, got ", q.group_size);
 }
 
+namespace {
+
+float round_to_bf16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;  // round to nearest even
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+float positive_bf16_scale(float extreme, float zero) {
+  if (extreme == 0.0f) return 1.0f;
+  const float scale = round_to_bf16(extreme < 0.0f ? extreme / -zero : extreme / (zero - 1.0f));
+  return std::max(scale, std::numeric_limits<float>::min());  // normal, as XNNPACK checks
+}
+
+}  // namespace
+
 void quantize_rows(const float* w, size_t rows, size_t cols, const WeightQuantization& q, uint8_t* codes,
                    float* scales) {
   const auto group = static_cast<size_t>(q.group_size);
@@ -28,7 +48,7 @@ void quantize_rows(const float* w, size_t rows, size_t cols, const WeightQuantiz
       float extreme = 0.0f;  // the value of largest magnitude, with its sign
       for (size_t i = 0; i < group; ++i)
         if (std::fabs(src[i]) > std::fabs(extreme)) extreme = src[i];
-      const float scale = extreme / -zero;
+      const float scale = q.positive_bf16_scales ? positive_bf16_scale(extreme, zero) : extreme / -zero;
       scales[r * groups + gi] = scale;
       uint8_t* dst = codes + (r * cols + gi * group) * static_cast<size_t>(q.bits) / 8;
       for (size_t i = 0; i < group; ++i) {

@@ -19,6 +19,11 @@ struct WeightQuantization {
   // Int8: the runtime may quantize activations to int8 inside the MatMul (fastest); Float:
   // it multiplies by the dequantized weights; Auto: the backend's fastest.
   enum class Compute { Auto, Int8, Float } compute = Compute::Auto;
+  // XNNPACK's blockwise 4-bit weights want every scale positive, normal and bfloat16: a group
+  // whose extreme m is positive gets scale m / (2^(bits-1) - 1) (m maps to the top code) instead
+  // of the negative m / -2^(bits-1), an all-zero group scale 1, and scales are rounded to
+  // bfloat16 before the codes are computed. Off: the scheme above.
+  bool positive_bf16_scales = false;
 
   bool enabled() const { return bits != 0; }
   int64_t zero_point() const { return int64_t{1} << (bits - 1); }

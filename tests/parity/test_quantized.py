@@ -36,19 +36,25 @@ WEIGHT_STD = 0.2
 CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("quantized")}
 
 
-def dequantize(w: np.ndarray, bits: int, group: int) -> np.ndarray:
-    """The documented scheme, applied to a float32 [N, K] matrix."""
+def dequantize(w: np.ndarray, bits: int, group: int, positive_bf16: bool = False) -> np.ndarray:
+    """The documented scheme, applied to a float32 [N, K] matrix; `positive_bf16`: its variant for
+    XNNPACK's blockwise 4-bit weights (a positive extreme m scaled by m / (2^(bits-1) - 1), an
+    all-zero group by 1, scales rounded to bfloat16 first)."""
     n, k = w.shape
     g = w.reshape(n, k // group, group)
     zero = 2 ** (bits - 1)
     extreme = np.take_along_axis(g, np.abs(g).argmax(axis=-1)[..., None], axis=-1)  # first largest |w|
     scale = extreme / np.float32(-zero)
+    if positive_bf16:
+        scale = np.where(extreme > 0, extreme / np.float32(zero - 1), scale)
+        scale = torch.from_numpy(np.ascontiguousarray(scale, dtype=np.float32)).to(torch.bfloat16).float().numpy()
+        scale = np.where(extreme == 0, np.float32(1), np.maximum(scale, np.finfo(np.float32).tiny))
     with np.errstate(divide="ignore", invalid="ignore"):
         levels = np.where(scale == 0, 0, np.clip(np.rint(g / scale), -zero, zero - 1))
     return (levels * scale).astype(np.float32).reshape(n, k)
 
 
-def quantized_reference(model, bits: int, group: int):
+def quantized_reference(model, bits: int, group: int, positive_bf16: bool = False):
     """A copy of `model` whose nn.Linear weights (input size divisible by `group`) are dequantized,
     and GPT-2's Conv1D ones ([in, out]: quantized per group of inputs too). A tied embedding stays
     tied, so it reads the dequantized lm_head too (the export stores the table once, as the
@@ -60,26 +66,26 @@ def quantized_reference(model, bits: int, group: int):
         for module in ref.modules():
             if isinstance(module, torch.nn.Linear) and module.in_features % group == 0:
                 w = module.weight.detach().float().numpy()
-                module.weight.copy_(torch.from_numpy(dequantize(w, bits, group)))
+                module.weight.copy_(torch.from_numpy(dequantize(w, bits, group, positive_bf16)))
             elif isinstance(module, Conv1D) and module.weight.shape[0] % group == 0:
                 w = module.weight.detach().float().numpy().T
-                module.weight.copy_(torch.from_numpy(np.ascontiguousarray(dequantize(w, bits, group).T)))
+                module.weight.copy_(torch.from_numpy(np.ascontiguousarray(dequantize(w, bits, group, positive_bf16).T)))
             elif type(module).__name__.endswith("Router") and module.weight.shape[1] % group == 0:
                 # MoE routers hold their [E, H] weight directly (not an nn.Linear); the export's is a Linear
                 w = module.weight.detach().float().numpy()
-                module.weight.copy_(torch.from_numpy(dequantize(w, bits, group)))
+                module.weight.copy_(torch.from_numpy(dequantize(w, bits, group, positive_bf16)))
             elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter) and module.gate_up_proj.dim() == 3:
-                dequantize_experts(module, bits, group)
+                dequantize_experts(module, bits, group, positive_bf16)
     return ref.eval()
 
 
-def dequantize_experts(experts, bits: int, group: int) -> None:
+def dequantize_experts(experts, bits: int, group: int, positive_bf16: bool = False) -> None:
     """MoE experts' fused [E, out, in] weights (gpt-oss: [E, in, out]), per expert along the input."""
     transposed = experts.gate_up_proj.shape[1] == experts.down_proj.shape[2]  # gpt-oss: [E, H, 2I], [E, I, H]
     for p in (experts.gate_up_proj, experts.down_proj):
         w = p.detach().float().numpy()
         w = w.transpose(0, 2, 1) if transposed else w
-        deq = np.stack([dequantize(e, bits, group) for e in w])
+        deq = np.stack([dequantize(e, bits, group, positive_bf16) for e in w])
         p.copy_(torch.from_numpy(np.ascontiguousarray(deq.transpose(0, 2, 1) if transposed else deq)))
 
 
@@ -327,8 +333,9 @@ def test_pt2_greedy_matches_dequantized_transformers(name, tiny, tmp_path, expor
 
 
 # --------------------------------------------------------------------------------------------
-# .pte: uint8 codes in the constant segment, dequantized by the portable kernels before a float
-# linear, on either backend (XNNPACK's own 4-bit weights are not written yet)
+# .pte: the portable backend dequantizes uint8 codes (constant segment) before a float linear;
+# the xnnpack backend runs 4-bit linears as XNNPACK's blockwise 4-bit weights with per-token
+# int8 activations (ExecuTorch's 8da4w) and dequantizes 8-bit ones
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -338,13 +345,39 @@ def test_executorch_forward_matches_dequantized_transformers(name, bits, tiny, t
     from test_executorch_parity import DIMS, et_logits, load_program
 
     model_dir, model = tiny(name)
-    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", *DIMS, "--quantize", f"int{bits}")
+    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", "--executorch-backend", "portable",
+                       *DIMS, "--quantize", f"int{bits}")
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["quantization"]["compute"] == "float"
     inputs = make_inputs(model.config.vocab_size)
     err = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs),
                               hf_logits(quantized_reference(model, bits, 32), inputs), inputs[1])
     assert err <= TOL, f"{name} int{bits}: .pte logits differ from the dequantized reference by {err:.3e}"
+
+
+# Int8 activations can flip a mixture-of-experts router's top-k for a token, which moves its logits
+# by more than the activation rounding: the closeness bound is for dense models.
+DENSE = [n for n, (model_type, _) in CONFIGS.items() if model_type not in ("mixtral", "qwen3_moe", "gpt_oss")]
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_executorch_xnnpack_8da4w(name, tiny, tmp_path, export_model):
+    """XNNPACK's 4-bit linears, as ExecuTorch's 8da4w: codes stored as they are, positive bf16
+    scales (XNNPACK refuses others), activations quantized to int8 per token inside the delegate.
+    Against transformers with the same dequantized weights: close, as onnxruntime's int8 compute."""
+    pytest.importorskip("executorch")
+    from test_executorch_parity import DIMS, et_logits, load_program
+
+    model_dir, model = tiny(name)
+    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", *DIMS, "--quantize", "int4")
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["quantization"]["compute"] == "int8"
+    assert (out / "model.pte").read_bytes().count(b"XH00") > 0  # MoE experts stay dequantized matmuls
+    inputs = make_inputs(model.config.vocab_size)
+    want = hf_logits(quantized_reference(model, 4, 32, positive_bf16=True), inputs)
+    err = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs), want, inputs[1])
+    scale = float(np.abs(want).max())
+    assert err <= 0.05 * scale, f"{name} 8da4w: {err:.3e} vs logit scale {scale:.2f}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "backends/weight_file.h"
@@ -71,6 +72,30 @@ TEST(Quantize, PositiveExtremeGivesNegativeScale) {
   EXPECT_EQ(scales[0], -1.0f);
   EXPECT_EQ(codes[0], 0 | (15 << 4));
   EXPECT_EQ(codes[1], 7 | (15 << 4));
+}
+
+TEST(Quantize, PositiveBf16ScalesForXnnpack) {
+  // XNNPACK's variant: extreme +7 -> scale +1 (7 takes the top code); extreme -8 -> scale +1 as
+  // before; an all-zero group -> scale 1; a scale rounded to bfloat16 before the codes.
+  WeightQuantization q = scheme(4, 16);
+  q.positive_bf16_scales = true;
+  std::vector<float> w(64, 0.0f);
+  w[0] = 7, w[1] = -7, w[2] = 1;           // group 0: extreme +7
+  w[16] = -8, w[17] = 8;                   // group 1: extreme -8 (the first largest)
+  w[48] = 0.1f;                            // group 3: 0.1 / 7 is not bfloat16
+  std::vector<uint8_t> codes(32);
+  std::vector<float> scales(4);
+  quantize_rows(w.data(), 1, 64, q, codes.data(), scales.data());
+  EXPECT_EQ(scales[0], 1.0f);
+  EXPECT_EQ(codes[0], (7 + 8) | ((-7 + 8) << 4));
+  EXPECT_EQ(scales[1], 1.0f);
+  EXPECT_EQ(codes[8], (-8 + 8) | ((7 + 8) << 4));  // +8 clamps to the top code
+  EXPECT_EQ(scales[2], 1.0f);                    // all zero
+  uint32_t bits;
+  std::memcpy(&bits, &scales[3], sizeof bits);
+  EXPECT_GT(scales[3], 0.0f);
+  EXPECT_EQ(bits & 0xFFFFu, 0u);  // bfloat16-exact
+  EXPECT_NEAR(scales[3], 0.1f / 7, 0.1f / 7 / 128);
 }
 
 // The mean reconstruction error of the previous scheme (scale = max|w| / 7 or 127, code 0 unused).

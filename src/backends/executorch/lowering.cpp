@@ -218,6 +218,33 @@ void EtLowering::delegate_linear(const Node& n) {
   emit_xnnpack(segment, x, y);
 }
 
+// 8da4w: the activations quantized to int8 per token inside the delegate, the weight's 4-bit codes
+// as they are (the IR's layout is XNNPACK's qbint4), its scales (positive and bfloat16-exact by
+// the scheme the backend asked for) stored as bfloat16.
+void EtLowering::delegate_quantized_linear(const Node& n) {
+  const QuantizedLinearAttrs& a = n.attrs_as<QuantizedLinearAttrs>();
+  const Value* x = n.inputs[0];
+  const Value* codes = n.inputs[1];
+  const Value* scales = n.inputs[2];
+  const Value* y = n.outputs[0];
+  HFX_CHECK(a.bits == 4 && codes->is_constant() && scales->is_constant(), "internal error: executorch: ", n.name,
+            " is not a 4-bit linear over constants");
+  const int64_t rows = codes->shape.at(0).value(), cols = x->shape.back().value();
+  const XnnWeight code_data{constants_.add_named(codes, bytes_of_(*codes)), {rows, cols}, bytes_of_(*codes)};
+  Value& bf16 = constants_.converted.emplace_back(*scales);
+  bf16.dtype = DType::BF16;
+  bf16.producer = nullptr;
+  const XnnWeight scale_data{constants_.add_named(&bf16, bytes_of_(bf16)), {}, bytes_of_(bf16)};
+  std::optional<XnnWeight> bias;
+  if (const Value* b = n.input(3)) {
+    HFX_CHECK(b->is_constant() && b->dtype == DType::F32, "internal error: executorch: bias of ", n.name);
+    bias = XnnWeight{constants_.add_named(b, bytes_of_(*b)), {b->shape.at(0).value()}, bytes_of_(*b)};
+  }
+  emit_xnnpack(constants_.add_payload(xnnpack_fully_connected_qb4(upper_dims(x), upper_dims(y), code_data,
+                                                                  scale_data, a.group_size, bias ? &*bias : nullptr)),
+               x, y);
+}
+
 void EtLowering::update_in_place(const Node& n) {
   const Value* positions = in_place_.at(&n);
   const Value* fresh = n.inputs[2];

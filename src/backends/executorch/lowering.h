@@ -5,6 +5,7 @@
 // ops.cpp (HFX_ET_OP); EtLowering holds what they share.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +55,7 @@ struct EtConstants {
   std::vector<Segment> segments;  // program segment i + 1
   std::vector<std::pair<std::string, uint32_t>> named;  // key -> program segment
   std::map<std::pair<std::string, DType>, std::string> named_key;
+  std::deque<Value> converted;  // weights stored in another dtype than the graph's (bf16 scales)
   uint32_t add_payload(std::string bytes);
   // The named-data key of a weight (stored once, in a segment of its own).
   const std::string& add_named(const Value* v, uint64_t bytes);
@@ -92,9 +94,11 @@ class EtLowering {
   bool returned(const Value* output) const { return !in_place_outputs_.count(output); }
   // The in-place update of a static cache: the buffer's rows at the (batch 1) positions.
   void update_in_place(const Node& n);
-  // Whether this Linear runs as an XNNPACK delegate, and its lowering as one.
+  // Whether this Linear runs as an XNNPACK delegate, and its lowering as one; a 4-bit
+  // QuantizedLinear that may quantize activations (int8_compute: 8da4w) always does.
   bool delegates(const Node& n) const;
   void delegate_linear(const Node& n);
+  void delegate_quantized_linear(const Node& n);
 
   // Lowers every node and plans memory; then take_plan() is the method.
   void lower_graph();

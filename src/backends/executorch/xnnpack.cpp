@@ -42,6 +42,24 @@ void add_value(xfb::XNNGraphT& g, const std::vector<int64_t>& dims, uint32_t con
   g.xvalues.push_back(std::move(v));
 }
 
+void push_value(xfb::XNNGraphT& g, xfb::XNNQuantizedTensorValueT q) {
+  auto v = std::make_unique<xfb::XValueT>();
+  v->xvalue_union.Set(std::move(q));
+  g.xvalues.push_back(std::move(v));
+}
+
+std::unique_ptr<xfb::XNNTensorValueT> quantized_tensor(const xfb::XNNGraphT& g, xfb::XNNDatatype type,
+                                                      const std::vector<int64_t>& dims, uint32_t constant) {
+  auto t = std::make_unique<xfb::XNNTensorValueT>();
+  t->datatype = type;
+  t->dims = dims_of(dims);
+  t->num_dims = static_cast<uint32_t>(t->dims.size());
+  t->constant_buffer_idx = constant;
+  t->external_id = kNoValue;
+  t->id_out = static_cast<uint32_t>(g.xvalues.size());
+  return t;
+}
+
 template <class Node>
 void add_node(xfb::XNNGraphT& g, xfb::XNodeUnion type, Node node) {
   auto n = std::make_unique<xfb::XNodeT>();
@@ -96,6 +114,57 @@ std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const st
   xfb::XNNFullyConnectedT fc;
   fc.input1_id = 0;
   fc.filter_id = 1;
+  fc.bias_id = bias_id;
+  fc.output_id = y;
+  add_node(g, xfb::XNodeUnion::XNNFullyConnected, std::move(fc));
+  g.num_externs = 2;
+  g.input_ids = {0};
+  g.output_ids = {y};
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(xfb::XNNGraph::Pack(fbb, &g), xfb::XNNGraphIdentifier());
+  return with_header(fbb);
+}
+
+std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
+                                        const XnnWeight& codes, const XnnWeight& scales, int64_t group_size,
+                                        const XnnWeight* bias) {
+  HFX_CHECK(codes.dims.size() == 2 && codes.dims[1] % group_size == 0, "executorch: 4-bit weight ", codes.key,
+            " is not [N, K] in groups of ", group_size);
+  xfb::XNNGraphT g;
+  g.version = "0";
+  g.constant_data.push_back(std::make_unique<xfb::ConstantDataOffsetT>());
+  add_value(g, x_dims, 0, 0, kExternalInput);  // 0: x
+  {                                            // 1: x as int8, quantized per token at run time
+    xfb::XNNQuantizedTensorValueT q;
+    q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qdint8, x_dims, 0);
+    xfb::PerTokenDynamicQuantT per_token;
+    per_token.num_nonbatch_dims = 1;
+    q.quant_params.Set(std::move(per_token));
+    push_value(g, std::move(q));
+  }
+  {  // 2: the weight
+    const uint32_t code_data = add_constant(g, codes);
+    xfb::XNNQuantizedTensorValueT q;
+    q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qbint4, codes.dims, code_data);
+    xfb::PerChannelGroupQuantT groups;
+    groups.channel_dim = 0;
+    groups.group_size = static_cast<int32_t>(group_size);
+    groups.scale_buffer_idx = add_constant(g, scales);
+    groups.num_scales = static_cast<uint32_t>(codes.dims[0] * codes.dims[1] / group_size);
+    q.quant_params.Set(std::move(groups));
+    push_value(g, std::move(q));
+  }
+  const uint32_t bias_id = bias ? static_cast<uint32_t>(g.xvalues.size()) : kNoValue;
+  if (bias) add_value(g, bias->dims, add_constant(g, *bias), kNoValue, 0);
+  const auto y = static_cast<uint32_t>(g.xvalues.size());
+  add_value(g, y_dims, 0, 1, kExternalOutput);
+  xfb::_XNNNode1x1T convert;
+  convert.input_id = 0;
+  convert.output_id = 1;
+  add_node(g, xfb::XNodeUnion::XNNConvert, std::move(convert));
+  xfb::XNNFullyConnectedT fc;
+  fc.input1_id = 1;
+  fc.filter_id = 2;
   fc.bias_id = bias_id;
   fc.output_id = y;
   add_node(g, xfb::XNodeUnion::XNNFullyConnected, std::move(fc));

@@ -20,4 +20,12 @@ struct XnnWeight {
 std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
                                     const XnnWeight& weight, const XnnWeight* bias);
 
+// One 4-bit linear as ExecuTorch's 8da4w export writes it: x converted to int8 per token
+// (XNNConvert to dynamic qdint8), then a fully connected layer over blockwise 4-bit weights
+// (qbint4: [N, K] as K/2 bytes per row, the earlier value in the low nibble, code = q + 8) with one
+// positive bfloat16 scale per group of `group_size` values along K.
+std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
+                                        const XnnWeight& codes, const XnnWeight& scales, int64_t group_size,
+                                        const XnnWeight* bias);
+
 }  // namespace hfx
