@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/executorch/xnnpack.h"
+#include "backends/shape_arithmetic.h"
 #include "core/error.h"
 
 namespace hfx {
@@ -444,17 +445,10 @@ const std::vector<EtInt>* EtLowering::shape_value(const Value* v) {
   if (!v) return nullptr;
   if (const auto it = shape_values_.find(v); it != shape_values_.end()) return &it->second;
   // Small int64 constants take part in shape arithmetic as numbers.
-  constexpr size_t kMaxShapeConstant = 16;
-  if (!v->is_constant() || v->dtype != DType::I64 || v->constant->op != ConstantData::Op::Owned ||
-      v->constant->src_dtype != DType::I64 || v->constant->nbytes() > kMaxShapeConstant * sizeof(int64_t) ||
-      v->rank() > 1)
-    return nullptr;
-  std::vector<EtInt> ints(v->constant->nbytes() / sizeof(int64_t));
-  for (size_t i = 0; i < ints.size(); ++i) {
-    int64_t x;
-    std::memcpy(&x, v->constant->bytes() + i * sizeof(int64_t), sizeof x);
-    ints[i] = EtInt::of(x);
-  }
+  const std::optional<std::vector<int64_t>> literal = small_int64_constant(v);
+  if (!literal) return nullptr;
+  std::vector<EtInt> ints;
+  for (int64_t x : *literal) ints.push_back(EtInt::of(x));
   return &(shape_values_[v] = std::move(ints));
 }
 
@@ -466,46 +460,11 @@ bool EtLowering::lower_shape_arithmetic(const Node& n) {
     shape_values_[y] = sym_ints(n.inputs[0]->shape);
     return true;
   }
-  if (y->dtype != DType::I64 || y->rank() > 1) return false;
-  std::vector<const std::vector<EtInt>*> args;
-  for (const Value* v : n.inputs) {
-    if (!v) continue;
-    const auto* s = shape_value(v);
-    if (!s) return false;
-    args.push_back(s);
-  }
-  std::vector<EtInt> out;
-  switch (n.op) {
-    case OpKind::Gather:
-      if (n.attrs_as<AxisAttrs>().axis != 0) return false;
-      for (const EtInt& i : *args[1]) {
-        if (!i.constant) return false;
-        const int64_t size = static_cast<int64_t>(args[0]->size()), at = *i.constant < 0 ? *i.constant + size : *i.constant;
-        HFX_CHECK(at >= 0 && at < size, "executorch: shape element ", *i.constant, " of ", size);
-        out.push_back((*args[0])[static_cast<size_t>(at)]);
-      }
-      break;
-    case OpKind::Add:
-    case OpKind::Sub:
-    case OpKind::Mul: {
-      const auto& a = *args[0];
-      const auto& b = *args[1];
-      const size_t count = std::max(a.size(), b.size());
-      if ((a.size() != count && a.size() != 1) || (b.size() != count && b.size() != 1)) return false;
-      const std::string_view op = n.op == OpKind::Add ? "add" : n.op == OpKind::Sub ? "sub" : "mul";
-      for (size_t i = 0; i < count; ++i) out.push_back(arith(op, a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]));
-      break;
-    }
-    case OpKind::Concat:
-      for (const auto* a : args) out.insert(out.end(), a->begin(), a->end());
-      break;
-    case OpKind::Unsqueeze:
-    case OpKind::Reshape:
-      out = *args[0];
-      break;
-    default: return false;
-  }
-  shape_values_[y] = std::move(out);
+  auto out = fold_shape_arithmetic<EtInt>(
+      n, [&](const Value* v) { return shape_value(v); }, [](const EtInt& i) { return i.constant; },
+      [&](std::string_view op, const EtInt& a, const EtInt& b) { return arith(op, a, b); });
+  if (!out) return false;
+  shape_values_[y] = std::move(*out);
   return true;
 }
 

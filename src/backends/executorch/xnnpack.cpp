@@ -98,22 +98,26 @@ std::string with_header(const flatbuffers::FlatBufferBuilder& fbb) {
   return out;
 }
 
-}  // namespace
-
-std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
-                                    const XnnWeight& weight, const XnnWeight* bias) {
+// A graph whose constant_data starts with the runtime's "not a constant" entry 0, and x as
+// external input 0.
+xfb::XNNGraphT graph_with_input(const std::vector<int64_t>& x_dims) {
   xfb::XNNGraphT g;
   g.version = "0";
-  g.constant_data.push_back(std::make_unique<xfb::ConstantDataOffsetT>());  // 0: "not a constant"
+  g.constant_data.push_back(std::make_unique<xfb::ConstantDataOffsetT>());
   add_value(g, x_dims, 0, 0, kExternalInput);
-  add_value(g, weight.dims, add_constant(g, weight), kNoValue, 0);
+  return g;
+}
+
+// Ends `g` with y = fully_connected(input, filter) (+ bias) as external output 1, and packs it.
+std::string finish_fully_connected(xfb::XNNGraphT& g, uint32_t input, uint32_t filter, const XnnWeight* bias,
+                                   const std::vector<int64_t>& y_dims) {
   const uint32_t bias_id = bias ? static_cast<uint32_t>(g.xvalues.size()) : kNoValue;
   if (bias) add_value(g, bias->dims, add_constant(g, *bias), kNoValue, 0);
   const auto y = static_cast<uint32_t>(g.xvalues.size());
   add_value(g, y_dims, 0, 1, kExternalOutput);
   xfb::XNNFullyConnectedT fc;
-  fc.input1_id = 0;
-  fc.filter_id = 1;
+  fc.input1_id = input;
+  fc.filter_id = filter;
   fc.bias_id = bias_id;
   fc.output_id = y;
   add_node(g, xfb::XNodeUnion::XNNFullyConnected, std::move(fc));
@@ -125,16 +129,22 @@ std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const st
   return with_header(fbb);
 }
 
+}  // namespace
+
+std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
+                                    const XnnWeight& weight, const XnnWeight* bias) {
+  xfb::XNNGraphT g = graph_with_input(x_dims);  // 0: x
+  add_value(g, weight.dims, add_constant(g, weight), kNoValue, 0);  // 1: the weight
+  return finish_fully_connected(g, 0, 1, bias, y_dims);
+}
+
 std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
                                         const XnnWeight& codes, const XnnWeight& scales, int64_t group_size,
                                         const XnnWeight* bias) {
   HFX_CHECK(codes.dims.size() == 2 && codes.dims[1] % group_size == 0, "executorch: 4-bit weight ", codes.key,
             " is not [N, K] in groups of ", group_size);
-  xfb::XNNGraphT g;
-  g.version = "0";
-  g.constant_data.push_back(std::make_unique<xfb::ConstantDataOffsetT>());
-  add_value(g, x_dims, 0, 0, kExternalInput);  // 0: x
-  {                                            // 1: x as int8, quantized per token at run time
+  xfb::XNNGraphT g = graph_with_input(x_dims);  // 0: x
+  {                                             // 1: x as int8, quantized per token at run time
     xfb::XNNQuantizedTensorValueT q;
     q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qdint8, x_dims, 0);
     xfb::PerTokenDynamicQuantT per_token;
@@ -154,26 +164,11 @@ std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, cons
     q.quant_params.Set(std::move(groups));
     push_value(g, std::move(q));
   }
-  const uint32_t bias_id = bias ? static_cast<uint32_t>(g.xvalues.size()) : kNoValue;
-  if (bias) add_value(g, bias->dims, add_constant(g, *bias), kNoValue, 0);
-  const auto y = static_cast<uint32_t>(g.xvalues.size());
-  add_value(g, y_dims, 0, 1, kExternalOutput);
   xfb::_XNNNode1x1T convert;
   convert.input_id = 0;
   convert.output_id = 1;
   add_node(g, xfb::XNodeUnion::XNNConvert, std::move(convert));
-  xfb::XNNFullyConnectedT fc;
-  fc.input1_id = 1;
-  fc.filter_id = 2;
-  fc.bias_id = bias_id;
-  fc.output_id = y;
-  add_node(g, xfb::XNodeUnion::XNNFullyConnected, std::move(fc));
-  g.num_externs = 2;
-  g.input_ids = {0};
-  g.output_ids = {y};
-  flatbuffers::FlatBufferBuilder fbb;
-  fbb.Finish(xfb::XNNGraph::Pack(fbb, &g), xfb::XNNGraphIdentifier());
-  return with_header(fbb);
+  return finish_fully_connected(g, 1, 2, bias, y_dims);
 }
 
 }  // namespace hfx

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/shape_arithmetic.h"
 #include "core/error.h"
 
 namespace hfx {
@@ -269,17 +270,10 @@ const std::vector<SymInt>* Pt2Lowering::shape_value(const Value* v) {
   if (!v) return nullptr;
   if (const auto it = shape_values_.find(v); it != shape_values_.end()) return &it->second;
   // Small int64 constants take part in shape arithmetic as numbers.
-  constexpr size_t kMaxShapeConstant = 16;
-  if (!v->is_constant() || v->dtype != DType::I64 || v->constant->op != ConstantData::Op::Owned ||
-      v->constant->src_dtype != DType::I64 || v->constant->nbytes() > kMaxShapeConstant * sizeof(int64_t) ||
-      v->rank() > 1)
-    return nullptr;
-  std::vector<SymInt> ints(v->constant->nbytes() / sizeof(int64_t));
-  for (size_t i = 0; i < ints.size(); ++i) {
-    int64_t x;
-    std::memcpy(&x, v->constant->bytes() + i * sizeof(int64_t), sizeof x);
-    ints[i] = {SymExpr::constant(x), ""};
-  }
+  const std::optional<std::vector<int64_t>> literal = small_int64_constant(v);
+  if (!literal) return nullptr;
+  std::vector<SymInt> ints;
+  for (int64_t x : *literal) ints.push_back({SymExpr::constant(x), ""});
   return &(shape_values_[v] = std::move(ints));
 }
 
@@ -291,46 +285,12 @@ bool Pt2Lowering::lower_shape_arithmetic(const Node& n) {
     shape_values_[y] = sym_ints(n.inputs[0]->shape);
     return true;
   }
-  if (y->dtype != DType::I64 || y->rank() > 1) return false;
-  std::vector<const std::vector<SymInt>*> args;
-  for (const Value* v : n.inputs) {
-    if (!v) continue;
-    const auto* s = shape_value(v);
-    if (!s) return false;
-    args.push_back(s);
-  }
-  std::vector<SymInt> out;
-  switch (n.op) {
-    case OpKind::Gather:
-      if (n.attrs_as<AxisAttrs>().axis != 0) return false;
-      for (const SymInt& i : *args[1]) {
-        if (!i.name.empty()) return false;
-        const int64_t size = static_cast<int64_t>(args[0]->size()), at = *i.expr.value < 0 ? *i.expr.value + size : *i.expr.value;
-        HFX_CHECK(at >= 0 && at < size, "pt2: shape element ", *i.expr.value, " of ", size);
-        out.push_back((*args[0])[static_cast<size_t>(at)]);
-      }
-      break;
-    case OpKind::Add:
-    case OpKind::Sub:
-    case OpKind::Mul: {
-      const auto& a = *args[0];
-      const auto& b = *args[1];
-      const size_t count = std::max(a.size(), b.size());
-      if ((a.size() != count && a.size() != 1) || (b.size() != count && b.size() != 1)) return false;
-      const std::string_view op = n.op == OpKind::Add ? "add" : n.op == OpKind::Sub ? "sub" : "mul";
-      for (size_t i = 0; i < count; ++i) out.push_back(sym_arith(op, a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]));
-      break;
-    }
-    case OpKind::Concat:
-      for (const auto* a : args) out.insert(out.end(), a->begin(), a->end());
-      break;
-    case OpKind::Unsqueeze:
-    case OpKind::Reshape:
-      out = *args[0];
-      break;
-    default: return false;
-  }
-  shape_values_[y] = std::move(out);
+  auto out = fold_shape_arithmetic<SymInt>(
+      n, [&](const Value* v) { return shape_value(v); },
+      [](const SymInt& i) { return i.name.empty() ? i.expr.value : std::nullopt; },
+      [&](std::string_view op, const SymInt& a, const SymInt& b) { return sym_arith(op, a, b); });
+  if (!out) return false;
+  shape_values_[y] = std::move(*out);
   return true;
 }
 
