@@ -294,20 +294,40 @@ class ExecutorchConfig(ExportConfigMixin):
     """transformers.exporters' ExecutorchConfig: a .pte program (hfexport's `executorch` format),
     written without tracing; `backend` "xnnpack" delegates the linears to XNNPACK, "portable" runs
     only ExecuTorch's portable/optimized ATen kernels. A generation export keeps its static cache
-    as mutable buffers of the `forward` method."""
+    as mutable buffers of the `forward` method; with `alloc_graph_input=False,
+    alloc_graph_output=False` (and `alloc_mutable_buffers=False`, as transformers' zero-copy
+    recipe sets it) the inputs and outputs get no planned memory and the cache is the caller's:
+    inputs [input_ids, attention_mask, position_ids, cache x N], outputs [cache x N, logits,
+    cache x N], written in place once the caller binds output N + 1 + i onto cache input i
+    (`Method::set_output_data_ptr`)."""
 
     export_format: str = "executorch"
     backend: str = "xnnpack"
+    alloc_graph_input: bool = True
+    alloc_graph_output: bool = True
+    alloc_mutable_buffers: bool = True
 
     def _validate(self) -> None:
         super()._validate()
         if self.backend not in _EXECUTORCH_BACKENDS:
             raise ConfigError(f"ExecutorchConfig: backend {self.backend!r} is not one of "
                               f"{', '.join(_EXECUTORCH_BACKENDS)}")
+        for field in ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"):
+            if not isinstance(getattr(self, field), bool):
+                raise ConfigError(f"ExecutorchConfig: {field} must be True or False, got {getattr(self, field)!r}")
+        if self.alloc_graph_input != self.alloc_graph_output:
+            raise ConfigError("ExecutorchConfig: alloc_graph_input and alloc_graph_output must be equal: hfexport "
+                              "plans both (the default) or neither (the zero-copy interface)")
+        if self.alloc_graph_input and not self.alloc_mutable_buffers:
+            raise ConfigError("ExecutorchConfig: alloc_mutable_buffers=False needs alloc_graph_input=False and "
+                              "alloc_graph_output=False: hfexport's cache is a planned mutable buffer, or the "
+                              "caller's (no planned memory at all)")
 
     def core_backend(self, generation: bool) -> dict:
         out = super().core_backend(generation)
         out["executorch_backend"] = self.backend
+        if not self.alloc_graph_input:
+            out["alloc_graph_io"] = False
         return out
 
 

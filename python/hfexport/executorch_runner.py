@@ -1,13 +1,18 @@
 """Decode loop over an ExecuTorch export (.pte), with ExecuTorch's Python runtime. The static KV
 cache is a mutable buffer of the `forward` method, written in place at the positions of each
 call and kept by the loaded method between calls: each call passes the tokens, a 4-D boolean mask
-over the cache's slots and their positions, never the cache."""
+over the cache's slots and their positions, never the cache. A --no-alloc-graph-io export takes
+the cache as inputs too (the zero-copy interface): the runner passes the same zeroed tensors every
+call. ExecuTorch's Python Method has no set_output_data_ptr: it binds each output that has no
+planned memory to storage of its own, kept across calls, and the cache inputs are the same tensors
+as those outputs, so the method writes and reads the cache there (the C++ loop binds them onto
+the caller's buffers instead)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .manifest import CACHE_STATEFUL, DECODE, ExportManifest
+from .manifest import CACHE_STATEFUL, CACHE_STATIC, DECODE, SHARES_BUFFER, ExportManifest
 from .runner import DecodeRunner, GenerationError
 from .versions import check_runtime_versions
 
@@ -19,9 +24,16 @@ def load_program(path):
     return Runtime.get().load_program(str(path), verification=Verification.InternalConsistency)
 
 
+def callers_cache(generation: dict) -> bool:
+    """A --no-alloc-graph-io export: the cache is passed in and returned (zero-copy interface)."""
+    return generation.get("cache") == CACHE_STATIC and bool(generation.get(SHARES_BUFFER))
+
+
 class ExecutorchGraph:
     """One method of a .pte for ExportedModel(**inputs): numpy in, numpy out, by name. A method
-    with a static cache is loaded afresh for each call (its buffers start zeroed)."""
+    with a static cache is loaded afresh for each call (its buffers start zeroed). One that takes
+    the cache (--no-alloc-graph-io) keeps it in the method's output storage (see above): a call
+    may pass a zero cache (a fresh method) or the cache the previous call returned, not another."""
 
     def __init__(self, path, manifest_data: dict, program: str = "forward", **options):
         check_runtime_versions(manifest_data, ["executorch"])
@@ -29,16 +41,34 @@ class ExecutorchGraph:
         component = next(c for c in manifest_data["components"].values() if c.get("program") == program)
         self.input_names = [i["name"] for i in component["inputs"]]
         self.output_names = [o["name"] for o in component["outputs"]]
-        self.stateful = bool((manifest_data.get("generation") or {}).get("cache_pairs"))
-        self.method = None
+        generation = manifest_data.get("generation") or {}
+        self.cache_pairs = [(p["input"], p["output"]) for p in generation.get("cache_pairs", []) if "input" in p]
+        self.stateful = bool(generation.get("cache_pairs")) and not self.cache_pairs
+        self.method, self.last_cache = None, None
+
+    def _method_for(self, feeds: dict[str, np.ndarray]):
+        if self.method is None or self.stateful:
+            return load_program(self.path).load_method(self.method_name)
+        if not self.cache_pairs:
+            return self.method
+        fed = [feeds[i] for i, _ in self.cache_pairs]
+        if all(not c.any() for c in fed):
+            return load_program(self.path).load_method(self.method_name)
+        if self.last_cache is None or not all(np.array_equal(a, b) for a, b in zip(fed, self.last_cache)):
+            raise ValueError("this .pte takes its cache zero-copy (--no-alloc-graph-io), which ExecuTorch's Python "
+                             "runtime keeps in the method's own output storage: pass a zero cache or the one the "
+                             "previous call returned (or bind buffers with set_output_data_ptr in C++)")
+        return self.method
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
-        if self.method is None or self.stateful:
-            self.method = load_program(self.path).load_method(self.method_name)
+        self.method = self._method_for(feeds)
         outputs = self.method.execute([torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self.input_names])
-        return {name: value.numpy() for name, value in zip(self.output_names, outputs)}
+        result = {name: value.numpy() for name, value in zip(self.output_names, outputs)}
+        if self.cache_pairs:
+            self.last_cache = [result[o] for _, o in self.cache_pairs]
+        return result
 
 
 class ExecutorchRunner(DecodeRunner):
@@ -46,21 +76,30 @@ class ExecutorchRunner(DecodeRunner):
         self.manifest = manifest
         check_runtime_versions(manifest.data, ["executorch"])
         gen = manifest.generation
-        if manifest.cache != CACHE_STATEFUL or not gen.get("max_cache_len"):
+        if (manifest.cache != CACHE_STATEFUL and not callers_cache(gen)) or not gen.get("max_cache_len"):
             raise GenerationError(f"{manifest.directory}: not an ExecuTorch export with a static cache")
         self.max_cache_len = int(gen["max_cache_len"])
         self.path = manifest.file_of(DECODE)
-        self.method_name = manifest.component(DECODE).get("program", "forward")
+        component = manifest.component(DECODE)
+        self.method_name = component.get("program", "forward")
         self.method = None
+        # The zero-copy interface's cache inputs (after ids, mask, positions): the same tensors
+        # every call; the logits come after the N returned caches.
+        self.caches = []
+        if callers_cache(gen):
+            import torch
+
+            self.caches = [torch.zeros(i["shape"], dtype=getattr(torch, i["dtype"])) for i in component["inputs"][3:]]
+        self.logits_index = len(self.caches)
 
     def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         import torch
 
         slots = np.arange(self.max_cache_len)
         mask = (slots[None, None, :] <= positions[:, :, None])[:, None]
-        (logits,) = self.method.execute([torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
-                                         torch.from_numpy(np.ascontiguousarray(positions))])
-        return logits[:, -1].float().numpy()
+        outputs = self.method.execute([torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
+                                       torch.from_numpy(np.ascontiguousarray(positions)), *self.caches])
+        return outputs[self.logits_index][:, -1].float().numpy()
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
         batch, length = input_ids.shape

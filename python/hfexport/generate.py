@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.prompt is not None:
             return generate_text(runner, args, sampler)
         ids = parse_ids(args.input_ids)
-        vocab_limit = runner.manifest.component(DECODE)["outputs"][0]["shape"][-1]
+        logits = next(o for o in runner.manifest.component(DECODE)["outputs"] if o["name"] == "logits")
+        vocab_limit = logits["shape"][-1]
         if ids.min() < 0 or ids.max() >= vocab_limit:
             raise GenerationError(f"--input-ids: token ids must be in [0, {vocab_limit})")
         tokens = generate(runner, ids, max_new_tokens=args.max_new_tokens, sampler=sampler,

@@ -99,6 +99,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"backend.decompose", "--decompose"},
     {"backend.aot", "--aot"},
     {"backend.executorch_backend", "--executorch-backend"},
+    {"backend.alloc_graph_io", "--no-alloc-graph-io"},
 };
 
 // Flags that set one key of the backend options, and the formats that take it: given with another
@@ -112,6 +113,7 @@ constexpr BackendFlag kBackendFlags[] = {
     {"--decompose", "decompose", {"onnx", "openvino", "pt2", "executorch"}},
     {"--aot", "aot", {"pt2", "", "", ""}},
     {"--executorch-backend", "executorch_backend", {"executorch", "", "", ""}},
+    {"--no-alloc-graph-io", "alloc_graph_io", {"executorch", "", "", ""}},
 };
 
 // Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
@@ -160,7 +162,7 @@ struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
   std::string format, dtype, quantize, quantize_compute, onnx_ops, executorch_backend;
   std::vector<std::string> dims, decompose, inputs;
-  bool overwrite = false, verbose = false, aot = false;
+  bool overwrite = false, verbose = false, aot = false, no_alloc_graph_io = false;
   bool for_generation = false, multi_token = false, static_cache = false;
   int64_t max_cache_len = 0, batch_size = 1, group_size = 0;
 };
@@ -198,6 +200,7 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
     c.backend[std::string(b.key)] = b.key == "decompose" ? nlohmann::json(f.decompose)
                                     : b.key == "aot"     ? nlohmann::json(true)
                                     : b.key == "executorch_backend" ? nlohmann::json(f.executorch_backend)
+                                    : b.key == "alloc_graph_io"     ? nlohmann::json(false)
                                                          : nlohmann::json(f.onnx_ops);
   }
   return c;
@@ -228,6 +231,9 @@ int main(int argc, char** argv) {
   exp->add_flag("--aot", flags.aot, "pt2: also compile each program with AOTInductor (runs Python with torch)");
   exp->add_option("--executorch-backend", flags.executorch_backend,
                   "executorch: xnnpack (linears delegated to XNNPACK; the default) | portable (the runtime's aten kernels only)");
+  exp->add_flag("--no-alloc-graph-io", flags.no_alloc_graph_io,
+                "executorch: no planned memory for inputs and outputs; a static cache is the caller's, passed in and "
+                "returned as outputs [cache x N, logits, cache x N] for set_output_data_ptr (zero copy)");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
   exp->add_option("--decompose", flags.decompose,

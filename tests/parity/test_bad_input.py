@@ -405,6 +405,18 @@ def test_executorch_backend_is_for_executorch(model, out, run_hfexport):
                        "--executorch-backend", "executorch")
 
 
+def test_no_alloc_graph_io_is_for_executorch(model, out, run_hfexport):
+    assert_clean_error(export(run_hfexport, model, out, "--format", "pt2", "--no-alloc-graph-io"), out,
+                       "--no-alloc-graph-io", "executorch")
+
+
+def test_executorch_alloc_graph_io_not_a_bool(model, out, tmp_path, run_hfexport):
+    config = tmp_path / "config.json"
+    config.write_text('{"format": "executorch", "backend": {"alloc_graph_io": "no"}}')
+    assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", "--config", config), out,
+                       "alloc_graph_io", "true or false")
+
+
 def test_executorch_bad_backend(model, out, run_hfexport):
     assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", "--executorch-backend", "gpu"), out,
                        "--executorch-backend", "portable", "xnnpack")

@@ -108,3 +108,20 @@ def test_executorch_bf16_checkpoint(tmp_path, make_tiny_model, export_model, sup
                                                      dtype=torch.float32).eval()
     run_case("qwen3", "bf16-checkpoint-to-fp32", model_dir, reference, tmp_path / "out", export_model,
              support_matrix, backend="xnnpack")
+
+
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
+def test_executorch_forward_without_planned_io(backend, tmp_path, make_tiny_model, export_model, support_matrix):
+    """--no-alloc-graph-io: the inputs and the logits get no planned memory (the runtime uses the
+    caller's input buffers; the Python runtime binds the output to storage of its own), the same
+    logits; one program for every shape up to its bounds still."""
+    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", dict(BASE))
+    program, _ = run_case("qwen3", "no-planned-io", model_dir, model, tmp_path / "out", export_model, support_matrix,
+                          "--no-alloc-graph-io", backend=backend)
+    meta = program.load_method("forward").metadata
+    assert not any(meta.input_tensor_meta(i).is_memory_planned() for i in range(meta.num_inputs()))
+    assert not meta.output_tensor_meta(0).is_memory_planned()
+    for lengths in [(1,), (7, 3)]:
+        inputs = make_inputs(model.config.vocab_size, lengths=lengths, seed=len(lengths))
+        diff = masked_max_abs_diff(et_logits(program, inputs), hf_logits(model, inputs), inputs[1])
+        assert diff <= TOL[backend], (lengths, diff)

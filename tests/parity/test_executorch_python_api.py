@@ -4,6 +4,7 @@ a static-cache generation export whose cache lives in the program, against trans
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -71,8 +72,55 @@ def test_executorch_static_cache_generation(llama, tmp_path):
     assert again.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
 
 
+def test_executorch_zero_copy_generation(llama, tmp_path):
+    """transformers' zero-copy recipe, ExecutorchConfig(alloc_graph_input=False,
+    alloc_graph_output=False, alloc_mutable_buffers=False): nothing planned for the method's inputs
+    and outputs, the cache passed in and returned ([cache x N, logits, cache x N]); generate gives
+    transformers' greedy tokens. Called as a graph, it takes a zero cache or the one it returned."""
+    from hfexport.forward import open_graph
+
+    _, model = llama
+    ids = torch.tensor([PROMPT])
+    config = ExecutorchConfig(alloc_graph_input=False, alloc_graph_output=False, alloc_mutable_buffers=False)
+    exported = ExecutorchExporter().export_for_generation(
+        model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, config=config,
+        generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    assert exported.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
+    exported.save_pretrained(tmp_path / "saved")
+    meta = hfexport.executorch_runner.load_program(tmp_path / "saved" / "model.pte").load_method("forward").metadata
+    layers = 2 * LLAMA["num_hidden_layers"]
+    assert meta.num_inputs() == 3 + layers and meta.num_outputs() == 2 * layers + 1
+    assert not any(meta.input_tensor_meta(i).is_memory_planned() for i in range(meta.num_inputs()))
+    assert not any(meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs()))
+
+    manifest = hfexport.load_manifest(tmp_path / "saved")
+    graph = open_graph("executorch", tmp_path / "saved" / "model.pte", manifest.data)
+    pairs = manifest.generation["cache_pairs"]
+    spec = {i["name"]: i for i in manifest.component("decode")["inputs"]}
+    zeros = {p["input"]: np.zeros(spec[p["input"]]["shape"], np.float32) for p in pairs}
+    slots = np.arange(32)
+
+    def call(tokens, start, cache):
+        positions = np.arange(start, start + len(tokens))[None]
+        mask = (slots[None, None, :] <= positions[:, :, None])[:, None]
+        return graph({"input_ids": np.array([tokens]), "attention_mask": mask, "position_ids": positions, **cache})
+
+    first = call(PROMPT, 0, zeros)
+    assert int(first["logits"][0, -1].argmax()) == want[0, len(PROMPT)]
+    returned = {p["input"]: first[p["output"]] for p in pairs}
+    second = call([int(want[0, len(PROMPT)])], len(PROMPT), returned)
+    assert int(second["logits"][0, -1].argmax()) == want[0, len(PROMPT) + 1]
+    with pytest.raises(ValueError, match="zero-copy"):
+        call([3], len(PROMPT) + 1, {k: v + 1 for k, v in returned.items()})
+
+
 @pytest.mark.parametrize("fields,mention", [({"backend": "cuda"}, "backend"), ({"backend": "mlx"}, "backend"),
-                                            ({"alloc_graph_input": False}, "alloc_graph_input")])
+                                            ({"alloc_graph_input": False}, "alloc_graph_input"),
+                                            ({"alloc_mutable_buffers": False}, "alloc_mutable_buffers"),
+                                            ({"alloc_graph_output": "no"}, "alloc_graph_output")])
 def test_executorch_config_errors(fields, mention):
     with pytest.raises(ConfigError, match=mention):
         ExecutorchConfig(**fields)

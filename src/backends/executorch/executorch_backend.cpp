@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -19,10 +20,16 @@ namespace hfx {
 namespace {
 
 constexpr const char* kProgramFile = "model.pte";
+// The zero-copy interface's first N outputs: the cache inputs, returned as they were written.
+const std::string kReturnedPrefix = "returned.";
 constexpr uint64_t kSegmentAlignment = 128;  // ExecutorchBackendConfig.segment_alignment
 constexpr size_t kExtendedHeaderSize = 32;   // "eh00" header, after the flatbuffer's first 8 bytes
 constexpr uint64_t kWeightAlignment = 16;    // exir's tensor alignment
 constexpr const char* kExecutorchBackendKey = "executorch_backend";
+// false: no planned memory for the methods' inputs and outputs, and a static cache that is the
+// caller's (transformers.exporters' alloc_graph_input/alloc_graph_output/alloc_mutable_buffers
+// all false: the zero-copy interface its C++ decode loop binds with set_output_data_ptr).
+constexpr const char* kAllocGraphIoKey = "alloc_graph_io";
 // ExecuTorch's default max_seq_length: every tensor is planned at its dims' upper bounds, so the
 // bounds a server would use (32768 tokens) would plan gigabytes.
 constexpr int64_t kDefaultMaxSequence = 128;
@@ -54,27 +61,42 @@ bool uses_xnnpack(const ExportConfig& config) {
   return config.backend.value(kExecutorchBackendKey, std::string("xnnpack")) == "xnnpack";
 }
 
+bool plans_graph_io(const ExportConfig& config) { return config.backend.value(kAllocGraphIoKey, true); }
+
 void put_u32(std::string& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
 void put_u64(std::string& out, size_t at, uint64_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
 
 class ExecutorchWriter final : public ExportWriter {
  public:
   ExecutorchWriter(const ExportConfig& config, const std::filesystem::path& dir)
-      : path_(dir / kProgramFile), config_(config), xnnpack_(uses_xnnpack(config)) {}
+      : path_(dir / kProgramFile), config_(config), xnnpack_(uses_xnnpack(config)), planned_io_(plans_graph_io(config)) {}
 
   WrittenComponent write(const std::string& name, Graph& graph) override {
     // The LLM runner calls its method `forward`; other components keep their names.
     const bool main_method = name == manifest::component::kModel || name == manifest::component::kDecode;
     const std::string method = main_method ? "forward" : name;
-    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_);
+    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_);
     lowering.lower_graph();
     if (main_method) record_metadata(graph);
-    // A static cache lives in the method (mutable buffers): the caller passes neither.
-    WrittenComponent written{kProgramFile, method, {}, {}, {}, !graph.state_pairs.empty()};
+    // A static cache lives in the method (mutable buffers), which the caller passes neither in nor
+    // out; or it is the caller's, bound in place (one buffer per pair).
+    const bool state_inside = planned_io_ && !graph.state_pairs.empty();
+    WrittenComponent written{kProgramFile, method, {}, {}, {}, state_inside};
+    written.cache_shares_buffer = !planned_io_ && !graph.state_pairs.empty();
     for (const Value* v : graph.inputs)
       if (!lowering.is_buffer(v)) written.inputs.push_back({v->name, v->dtype, v->shape});
+    auto cache_outputs = [&](bool returned_copy) {
+      if (planned_io_) return;
+      for (const Value* v : lowering.cache_inputs()) {
+        const StatePair& pair = *std::find_if(graph.state_pairs.begin(), graph.state_pairs.end(),
+                                              [&](const StatePair& p) { return p.input == v; });
+        written.outputs.push_back({returned_copy ? kReturnedPrefix + pair.name : pair.output->name, v->dtype, v->shape});
+      }
+    };
+    cache_outputs(true);
     for (const Value* v : graph.outputs)
       if (lowering.returned(v)) written.outputs.push_back({v->name, v->dtype, v->shape});
+    cache_outputs(false);
     plans_.push_back(lowering.take_plan());
     return written;
   }
@@ -207,6 +229,7 @@ class ExecutorchWriter final : public ExportWriter {
   std::filesystem::path path_;
   ExportConfig config_;
   bool xnnpack_;
+  bool planned_io_;
   EtConstants constants_;
   std::vector<uint64_t> segment_offsets_;  // relative to the segment base
   uint64_t segment_bytes_ = 0;
@@ -228,8 +251,11 @@ class ExecutorchBackend final : public Backend {
 
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
     for (const auto& [key, value] : config.backend.items())
-      if (key != "decompose" && key != kExecutorchBackendKey)
-        fail(spell("backend"), ": unknown executorch option '", key, "' (known: decompose, ", kExecutorchBackendKey, ")");
+      if (key != "decompose" && key != kExecutorchBackendKey && key != kAllocGraphIoKey)
+        fail(spell("backend"), ": unknown executorch option '", key, "' (known: decompose, ", kExecutorchBackendKey, ", ",
+             kAllocGraphIoKey, ")");
+    if (config.backend.contains(kAllocGraphIoKey) && !config.backend.at(kAllocGraphIoKey).is_boolean())
+      fail(spell("backend.alloc_graph_io"), ": expected true or false");
     if (config.backend.contains(kExecutorchBackendKey)) {
       const nlohmann::json& b = config.backend.at(kExecutorchBackendKey);
       if (!b.is_string() || (b != "portable" && b != "xnnpack"))

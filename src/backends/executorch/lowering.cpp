@@ -117,11 +117,12 @@ bool et_maps_natively(const Node& n) {
 }
 
 EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& constants,
-                       uint64_t (*bytes_of)(const Value&), bool xnnpack)
+                       uint64_t (*bytes_of)(const Value&), bool xnnpack, bool planned_io)
     : graph_(graph),
       constants_(constants),
       bytes_of_(bytes_of),
       xnnpack_(xnnpack),
+      planned_io_(planned_io),
       plan_(std::make_unique<etfb::ExecutionPlanT>()) {
   plan_->name = std::move(method);
   plan_in_place_updates();
@@ -144,9 +145,12 @@ void EtLowering::plan_in_place_updates() {
         HFX_CHECK(v != pair.input || n == update || n->op == OpKind::ShapeOf, "executorch: state ", pair.name,
                   " is read by ", n->name, " besides its in-place update");
     in_place_[update] = unsqueeze->inputs[0];
-    buffers_[pair.input] = -1;
+    if (planned_io_) buffers_[pair.input] = -1;
     in_place_outputs_.insert(pair.output);
   }
+  for (const Value* v : graph_.inputs)
+    for (const StatePair& pair : graph_.state_pairs)
+      if (pair.input == v && in_place_outputs_.count(pair.output)) cache_inputs_.push_back(v);
 }
 
 // The nodes the method runs: what the returned outputs and the cache updates need (an in-place
@@ -498,12 +502,18 @@ int EtLowering::tensor(const Value* v) {
   fail("internal error: executorch: value '", v->name, "' used before it is computed");
 }
 
+// A tensor of the method's inputs or outputs whose memory the caller provides.
+int EtLowering::unplanned(int id) {
+  planned_.erase(std::remove(planned_.begin(), planned_.end(), id), planned_.end());
+  return id;
+}
+
 void EtLowering::lower_graph() {
   for (const Value* v : graph_.inputs) {
     const int id = new_tensor(v->dtype, bounds(v->shape));
     tensors_[v] = id;
     if (is_buffer(v)) pinned_.insert(id);
-    else plan_->inputs.push_back(id);
+    else plan_->inputs.push_back(planned_io_ ? id : unplanned(id));
   }
   const std::set<const Node*> needed = needed_nodes();
   for (const Node* n : graph_.order) {
@@ -513,16 +523,7 @@ void EtLowering::lower_graph() {
     if (!rule.lower) fail("internal error: executorch: no lowering for ", op_name(n->op), " (", n->name, ")");
     rule.lower(*this, *n);
   }
-  for (const Value* v : graph_.outputs) {
-    if (!returned(v)) continue;
-    int id = tensor(v);
-    // An output must be a tensor the method computes, once: inputs and constants are copied.
-    const bool computed = std::find(planned_.begin(), planned_.end(), id) != planned_.end() &&
-                          std::find(plan_->inputs.begin(), plan_->inputs.end(), id) == plan_->inputs.end();
-    if (!computed || std::find(plan_->outputs.begin(), plan_->outputs.end(), id) != plan_->outputs.end())
-      id = call("aten::clone", "out", {id, null_value()}, v->dtype, bounds(v->shape));
-    plan_->outputs.push_back(id);
-  }
+  add_outputs();
   plan_memory();
   auto chain = std::make_unique<etfb::ChainT>();
   chain->inputs = plan_->inputs;
@@ -532,6 +533,24 @@ void EtLowering::lower_graph() {
   plan_->container_meta_type = std::make_unique<etfb::ContainerMetadataT>();
   plan_->container_meta_type->encoded_inp_str = flat_tuple_spec(plan_->inputs.size(), true);
   plan_->container_meta_type->encoded_out_str = flat_tuple_spec(plan_->outputs.size(), false);
+}
+
+void EtLowering::add_outputs() {
+  // The caller's cache comes back first and last, as the same tensors (written in place).
+  if (!planned_io_)
+    for (const Value* v : cache_inputs_) plan_->outputs.push_back(tensor(v));
+  for (const Value* v : graph_.outputs) {
+    if (!returned(v)) continue;
+    int id = tensor(v);
+    // An output must be a tensor the method computes, once: inputs and constants are copied.
+    const bool computed = std::find(planned_.begin(), planned_.end(), id) != planned_.end() &&
+                          std::find(plan_->inputs.begin(), plan_->inputs.end(), id) == plan_->inputs.end();
+    if (!computed || std::find(plan_->outputs.begin(), plan_->outputs.end(), id) != plan_->outputs.end())
+      id = call("aten::clone", "out", {id, null_value()}, v->dtype, bounds(v->shape));
+    plan_->outputs.push_back(planned_io_ ? id : unplanned(id));
+  }
+  if (!planned_io_)
+    for (const Value* v : cache_inputs_) plan_->outputs.push_back(tensor(v));
 }
 
 // Greedy by size, largest first: each tensor takes the lowest offset that overlaps no tensor

@@ -83,15 +83,21 @@ class EtLowering {
  public:
   // `bytes_of` is how many bytes the writer stores for a constant (its dtype may be converted).
   // `xnnpack`: float32 linears are delegated to XNNPACK (one XnnpackBackend payload each).
+  // `planned_io` false: the method's inputs and outputs get no planned memory (the caller's
+  // buffers are used as they are; outputs are bound with Method::set_output_data_ptr).
   EtLowering(const Graph& graph, std::string method, EtConstants& constants, uint64_t (*bytes_of)(const Value&),
-             bool xnnpack = false);
+             bool xnnpack = false, bool planned_io = true);
 
-  // A static cache (input.<name> -> ScatterElements at the positions -> output.<name>) becomes a
-  // mutable buffer of the method, written in place and kept between execute() calls: neither an
-  // input nor an output of the method.
+  // A static cache (input.<name> -> ScatterElements at the positions -> output.<name>) is written
+  // in place. With planned I/O it is a mutable buffer of the method, kept between execute()
+  // calls: neither an input nor an output. Without, it is the caller's: an input, and returned
+  // as outputs [cache x N, the graph's outputs, cache x N] (ExecuTorch's zero-copy interface:
+  // the caller binds output N + 1 + i onto cache input i).
   bool updates_in_place(const Node& n) const { return in_place_.count(&n) != 0; }
   bool is_buffer(const Value* v) const { return buffers_.count(v) != 0; }
   bool returned(const Value* output) const { return !in_place_outputs_.count(output); }
+  // The state inputs updated in place, in input order (the order of the cache outputs).
+  const std::vector<const Value*>& cache_inputs() const { return cache_inputs_; }
   // The in-place update of a static cache: the buffer's rows at the (batch 1) positions.
   void update_in_place(const Node& n);
   // Whether this Linear runs as an XNNPACK delegate, and its lowering as one; a 4-bit
@@ -148,6 +154,8 @@ class EtLowering {
   int constant_tensor(const Value* v);
   int input_tensor(const Value* v);
   void plan_memory();
+  void add_outputs();
+  int unplanned(int id);
   void plan_in_place_updates();
   std::set<const Node*> needed_nodes() const;
   int operator_index(std::string_view name, std::string_view overload);
@@ -156,6 +164,7 @@ class EtLowering {
   EtConstants& constants_;
   uint64_t (*bytes_of_)(const Value&);
   bool xnnpack_;
+  bool planned_io_;
   std::unique_ptr<etfb::ExecutionPlanT> plan_;
   std::vector<std::unique_ptr<etfb::InstructionT>> instructions_;
   std::map<std::pair<std::string, std::string>, int> operators_;
@@ -167,6 +176,7 @@ class EtLowering {
   std::map<const Node*, const Value*> in_place_;  // update -> the positions it writes at
   std::map<const Value*, int> buffers_;            // state input -> its buffer (-1 until made)
   std::set<const Value*> in_place_outputs_;
+  std::vector<const Value*> cache_inputs_;
   std::vector<int> planned_;                 // tensors the memory plan places
   std::set<int> pinned_;                     // buffers: alive across calls, never shared
   std::map<int, uint64_t> planned_bytes_;

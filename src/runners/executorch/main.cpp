@@ -1,7 +1,9 @@
 // hfexport-executorch-generate: the decode loop for .pte exports on ExecuTorch's C++ runtime (the
-// executorch wheel's libexecutorch.so and kernel libraries, no torch). The static cache is a set of
-// mutable buffers of the `forward` method: planned memory the host zeroes once and the method
-// keeps between execute() calls. `hfexport generate OUT_DIR ...` hands .pte exports to it.
+// executorch wheel's libexecutorch.so and kernel libraries, no torch). The static cache is either a
+// set of mutable buffers of the `forward` method (planned memory the host zeroes once and the
+// method keeps between execute() calls), or, in --no-alloc-graph-io exports, buffers of the host's
+// that each call binds as cache input i and as output N + 1 + i, which the method writes in place.
+// `hfexport generate OUT_DIR ...` hands .pte exports to it.
 #include <executorch/extension/data_loader/mmap_data_loader.h>
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/extension/tensor/tensor.h>
@@ -39,7 +41,8 @@ class ExecutorchSession final : public DecodeSession {
   explicit ExecutorchSession(const Manifest& manifest)
       : path_(manifest.file_of(manifest::component::kDecode).string()) {
     const nlohmann::json& gen = manifest.generation();
-    if (manifest.cache() != manifest::cache::kStateful || !gen.contains(manifest::key::kMaxCacheLen))
+    const bool callers_cache = manifest.cache() == manifest::cache::kStatic && gen.value(manifest::key::kSharesBuffer, false);
+    if ((manifest.cache() != manifest::cache::kStateful && !callers_cache) || !gen.contains(manifest::key::kMaxCacheLen))
       fail(path_, ": not an ExecuTorch export with a static cache");
     max_cache_len_ = gen.at(manifest::key::kMaxCacheLen).get<int64_t>();
     method_name_ = manifest.component(manifest::component::kDecode).value(manifest::key::kProgram, "forward");
@@ -55,6 +58,7 @@ class ExecutorchSession final : public DecodeSession {
     planned_ = std::make_unique<et::HierarchicalAllocator>(et::Span<et::Span<uint8_t>>(spans_.data(), spans_.size()));
     memory_ = std::make_unique<et::MemoryManager>(&method_allocator_, planned_.get(), &temp_allocator_);
     method_.emplace(take(program_->load_method(method_name_.c_str(), memory_.get()), path_ + ": " + method_name_));
+    if (callers_cache) bind_cache(meta);
   }
 
   std::vector<float> prefill(const std::vector<int64_t>& ids) override {
@@ -85,13 +89,42 @@ class ExecutorchSession final : public DecodeSession {
     check(method_->set_input(et::EValue(*input_ids), 0), path_ + ": input_ids");
     check(method_->set_input(et::EValue(*mask), 1), path_ + ": attention_mask");
     check(method_->set_input(et::EValue(*position_ids), 2), path_ + ": position_ids");
+    const size_t n = caches_.size();
+    for (size_t i = 0; i < n; ++i) {
+      check(method_->set_input(et::EValue(*caches_[i].tensor), 3 + i), path_ + ": cache input " + std::to_string(i));
+      check(method_->set_output_data_ptr(caches_[i].bytes.data(), caches_[i].bytes.size(), n + 1 + i),
+            path_ + ": cache output " + std::to_string(n + 1 + i));
+    }
+    if (n) {
+      logits_.resize(logits_bytes_ / sizeof(float));
+      check(method_->set_output_data_ptr(logits_.data(), logits_bytes_, n), path_ + ": logits");
+    }
     check(method_->execute(), path_ + ": " + method_name_);
-    const executorch::aten::Tensor logits = method_->get_output(0).toTensor();
+    const executorch::aten::Tensor logits = method_->get_output(n).toTensor();
     const auto vocab = static_cast<size_t>(logits.size(logits.dim() - 1));
     const float* last = logits.const_data_ptr<float>() + (static_cast<size_t>(logits.numel()) - vocab);
     return {last, last + vocab};
   }
 
+  // The caller's cache: a zeroed buffer per cache input (inputs 3...), bound in place each call.
+  void bind_cache(const et::MethodMeta& meta) {
+    for (size_t i = 3; i < meta.num_inputs(); ++i) {
+      const et::TensorInfo info = take(meta.input_tensor_meta(i), path_ + ": cache input");
+      Cache& c = caches_.emplace_back();
+      c.bytes.assign(info.nbytes(), 0);
+      std::vector<executorch::aten::SizesType> sizes(info.sizes().begin(), info.sizes().end());
+      c.tensor = executorch::extension::from_blob(c.bytes.data(), std::move(sizes), info.scalar_type());
+    }
+    logits_bytes_ = take(meta.output_tensor_meta(caches_.size()), path_ + ": logits").nbytes();
+  }
+
+  struct Cache {
+    std::vector<uint8_t> bytes;
+    executorch::extension::TensorPtr tensor;
+  };
+  std::vector<Cache> caches_;
+  std::vector<float> logits_;
+  size_t logits_bytes_ = 0;
   std::string path_, method_name_;
   int64_t max_cache_len_ = 0, next_ = 0;
   std::optional<MmapDataLoader> loader_;
