@@ -12,7 +12,15 @@
    as their docs' Python loop does), plus each as a fraction of the read-bandwidth ceiling (a
    batch-1 step reads every weight once). Greedy tokens are compared with transformers eager.
 
-  .venv/bin/python bench/bench_executorch.py [--layers 28]
+`--weights int4`: both programs with 4-bit linears as ExecuTorch's 8da4w (XNNPACK's blockwise
+4-bit weights, group 32, int8 activations per token): ours `--quantize int4`; theirs torchao's
+`quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
+weight_granularity=PerGroup(32)))` (+ `unwrap_tensor_subclass`, without which their exporter's
+`model.to("cpu")` fails) before the same `export_for_generation`. Their scales and ours differ
+(theirs signed, ours positive for XNNPACK), so the tokens are compared between the two, not with
+eager; the ceiling counts the linears' 4-bit codes and bfloat16 scales.
+
+  .venv/bin/python bench/bench_executorch.py [--layers 28] [--weights fp32|int4]
 
 A benchmark, not a test: it fails only when something cannot run.
 """
@@ -33,6 +41,7 @@ BENCH = Path(os.environ.get("HFEXPORT_BENCH_DIR", "/tmp/hfexport-bench"))
 PROMPT, STEPS, MAX_CACHE_LEN = 32, 64, 128
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_export import ensure_checkpoint  # noqa: E402
 from bench_pt2 import child, peak_rss_of, read_bandwidth, warm  # noqa: E402
 
 TRANSFORMERS_EXPORT = """
@@ -41,6 +50,12 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 from transformers.exporters import ExecutorchConfig, ExecutorchExporter
 start = time.perf_counter()
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, attn_implementation="sdpa").eval()
+if sys.argv[3] == "int4":
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.utils import unwrap_tensor_subclass
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    unwrap_tensor_subclass(model)
 ids = torch.randint(0, 1000, (1, 8))
 t = time.perf_counter()
 exported = ExecutorchExporter().export_for_generation(
@@ -101,25 +116,43 @@ print(json.dumps({"tokens": tokens, "tok_s": STEPS / sum(times)}))
 """ % (PROMPT, STEPS, MAX_CACHE_LEN)
 
 
+def int4_step_bytes(ckpt: Path) -> int:
+    """What an 8da4w step reads: every linear (the tied embedding as the head) as 4-bit codes plus
+    one bfloat16 scale per 32 weights; the norms are negligible, the embedding is one row."""
+    with open(ckpt / "model.safetensors", "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    weights = 0
+    tied = "lm_head.weight" not in header
+    for name, t in header.items():
+        if name != "__metadata__" and len(t["shape"]) == 2 and (tied or "embed_tokens" not in name):
+            weights += t["shape"][0] * t["shape"][1]
+    return weights * 9 // 16  # 4 + 16/32 bits
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hfexport", type=Path, default=REPO / ".venv" / "bin" / "hfexport")
     p.add_argument("--layers", type=int, default=28)
+    p.add_argument("--weights", choices=("fp32", "int4"), default="fp32")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     env_python = str(REPO / "python")
-    ckpt = BENCH / f"qwen3-0.6b-{args.layers}L-seed0"
+    ckpt = ensure_checkpoint(BENCH, args.layers, 0, False)
     size = (ckpt / "model.safetensors").stat().st_size
+    int4 = args.weights == "int4"
     with tempfile.TemporaryDirectory(prefix="bench-executorch-") as tmp:
         work = Path(tmp)
         warm(ckpt / "model.safetensors")
         cmd = [str(args.hfexport), "export", str(ckpt), "-o", str(work / "ours"), "--format", "executorch",
-               "--for-generation", "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), "--overwrite"]
+               "--for-generation", "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), "--overwrite",
+               *(["--quantize", "int4"] if int4 else [])]
         ours = sorted(peak_rss_of(cmd) for _ in range(3))[1]  # the median of three
-        wall, rss, out = peak_rss_of([sys.executable, "-c", TRANSFORMERS_EXPORT, str(ckpt), str(work / "theirs")])
+        wall, rss, out = peak_rss_of([sys.executable, "-c", TRANSFORMERS_EXPORT, str(ckpt), str(work / "theirs"),
+                                      args.weights])
         theirs = json.loads(out.strip().splitlines()[-1])
         files = {k: sum(f.stat().st_size for f in (work / k).glob("*.pte")) for k in ("ours", "theirs")}
-        print(f"export ({args.layers} layers, bf16 checkpoint {size / 2**30:.2f} GiB in the page cache, to float32 "
+        kind_of = "8da4w" if int4 else "float32"
+        print(f"export ({args.layers} layers, bf16 checkpoint {size / 2**30:.2f} GiB in the page cache, to {kind_of} "
               f"static-cache programs, max_cache_len {MAX_CACHE_LEN}, XNNPACK):")
         print(f"  hfexport      {ours[0]:7.2f} s (median of 3, whole process)  peak RSS {ours[1] / 2**20:7.0f} MiB "
               f"({100 * ours[1] / size:.1f} % of the checkpoint)  .pte {files['ours'] / 2**30:.2f} GiB")
@@ -128,19 +161,25 @@ def main() -> int:
         print(f"  ratio: {theirs['wall'] / ours[0]:.1f}x faster than its export + save; {rss / ours[1]:.1f}x less "
               "peak RSS")
         rows = {}
-        for kind in ("hfexport", "transformers", "eager"):
+        for kind in ("hfexport", "transformers") + (() if int4 else ("eager",)):
             rows[kind], _ = child(DECODE, kind, str(ckpt), str(work / ("ours" if kind == "hfexport" else "theirs")),
                                   env_python)
-        ceiling = read_bandwidth() / (size * 2)  # the weights read as float32
-        print(f"decode (float32, batch 1, prompt {PROMPT}, {STEPS} steps, ExecuTorch's runtime; ceiling "
-              f"{ceiling:.1f} tok/s = one core's read bandwidth / {size * 2 / 2**30:.2f} GiB):")
+        step_bytes = int4_step_bytes(ckpt) if int4 else size * 2  # the weights a step reads
+        ceiling = read_bandwidth() / step_bytes
+        print(f"decode ({kind_of}, batch 1, prompt {PROMPT}, {STEPS} steps, ExecuTorch's runtime; ceiling "
+              f"{ceiling:.1f} tok/s = one core's read bandwidth / {step_bytes / 2**30:.2f} GiB):")
         for kind in ("hfexport", "transformers"):
             print(f"  {kind:13s} {rows[kind]['tok_s']:7.2f} tok/s  ({100 * rows[kind]['tok_s'] / ceiling:.0f} % of "
                   "the ceiling)")
         print(f"  ratio: {rows['hfexport']['tok_s'] / rows['transformers']['tok_s']:.2f}x transformers' program")
-        want = rows["eager"]["tokens"]
-        print(f"  greedy tokens identical to transformers eager: "
-              f"{ {k: rows[k]['tokens'] == want for k in ('hfexport', 'transformers')} }")
+        if int4:
+            same = sum(a == b for a, b in zip(rows["hfexport"]["tokens"], rows["transformers"]["tokens"]))
+            print(f"  greedy tokens the same in both programs: {same} of {len(rows['hfexport']['tokens'])} "
+                  "(different 4-bit scales)")
+        else:
+            want = rows["eager"]["tokens"]
+            print(f"  greedy tokens identical to transformers eager: "
+                  f"{ {k: rows[k]['tokens'] == want for k in ('hfexport', 'transformers')} }")
         result = {"checkpoint_bytes": size, "export": {"hfexport": {"wall_s": ours[0], "peak_rss": ours[1]},
                                                        "transformers": {"export_save_s": theirs["wall"],
                                                                         "load_s": theirs["load"], "peak_rss": rss}},

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .manifest import CACHE_STATEFUL, CACHE_STATIC, DECODE, SHARES_BUFFER, ExportManifest
-from .runner import DecodeRunner, GenerationError
+from .manifest import CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, PREFILL, SHARES_BUFFER, ExportManifest
+from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions
 from .versions import check_runtime_versions
 
 
@@ -71,7 +71,66 @@ class ExecutorchGraph:
         return result
 
 
-class ExecutorchRunner(DecodeRunner):
+def ExecutorchRunner(manifest: ExportManifest, **options) -> DecodeRunner:
+    """The runner of a .pte generation export: its cache static (in the method or the caller's) or dynamic."""
+    if manifest.cache == CACHE_DYNAMIC:
+        return ExecutorchDynamicRunner(manifest, **options)
+    return ExecutorchStaticRunner(manifest, **options)
+
+
+class ExecutorchDynamicRunner(DecodeRunner):
+    """A dynamic cache: `prefill` (or, multi-token, `forward` over an empty past) returns the
+    present keys and values, which each step feeds back as the past (and gets one row longer)."""
+
+    def __init__(self, manifest: ExportManifest, **options):
+        self.manifest = manifest
+        check_runtime_versions(manifest.data, ["executorch"])
+        self.path = manifest.file_of(DECODE)
+        self.pairs = [(p["input"], p["output"]) for p in manifest.generation["cache_pairs"]]
+        self.components = {c: manifest.component(c) for c in (PREFILL, DECODE) if manifest.has_component(c)}
+        self.program = None
+
+    def _call(self, component: str, feeds: dict) -> np.ndarray:
+        import torch
+
+        def tensor(a: np.ndarray):
+            # An empty past from numpy has strides the runtime refuses; torch's own are contiguous.
+            return torch.from_numpy(np.ascontiguousarray(a)) if a.size else torch.zeros(a.shape, dtype=torch.float32)
+
+        entry = self.components[component]
+        method = self.program.load_method(entry.get("program", "forward"))
+        outputs = method.execute([tensor(feeds[i["name"]]) for i in entry["inputs"]])
+        named = {o["name"]: v for o, v in zip(entry["outputs"], outputs)}
+        self.past = {past: named[present].numpy() for past, present in self.pairs}
+        return named["logits"][:, -1].float().numpy()
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        check_request(self.manifest, input_ids, max_new_tokens)
+        if self.program is None:
+            self.program = load_program(self.path)
+        positions = left_padded_positions(attention_mask)
+        self.attention_mask = attention_mask.astype(np.int64)
+        self.next_position = positions[:, -1] + 1
+        feeds = {"input_ids": input_ids.astype(np.int64), "attention_mask": self.attention_mask,
+                 "position_ids": positions.astype(np.int64)}
+        if PREFILL in self.components:
+            return self._call(PREFILL, feeds)
+        specs = {i["name"]: i for i in self.components[DECODE]["inputs"]}
+        for past, _ in self.pairs:  # multi-token: the prompt over an empty past
+            shape = specs[past]["shape"]
+            feeds[past] = np.zeros((input_ids.shape[0], shape[1], 0, shape[3]), np.dtype(specs[past]["dtype"]))
+        return self._call(DECODE, feeds)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = tokens.astype(np.int64)[:, None]
+        positions = self.next_position[:, None].astype(np.int64)
+        self.next_position = self.next_position + 1
+        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
+        return self._call(DECODE, {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions,
+                                   **self.past})
+
+
+class ExecutorchStaticRunner(DecodeRunner):
     def __init__(self, manifest: ExportManifest, **options):
         self.manifest = manifest
         check_runtime_versions(manifest.data, ["executorch"])

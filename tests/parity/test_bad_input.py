@@ -436,11 +436,6 @@ def test_executorch_int8_compute_only_for_xnnpack_int4(args, model, out, run_hfe
                        out, "--quantize-compute", "4-bit")
 
 
-def test_executorch_generation_not_yet(model, out, run_hfexport):
-    assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", "--for-generation"), out,
-                       "executorch")
-
-
 def test_aot_failure_leaves_nothing(model, out, hfexport_bin, tmp_path):
     """A compile that fails (here: no Python to run it) is one line naming --aot, and no export."""
     import os

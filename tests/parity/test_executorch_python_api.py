@@ -72,6 +72,19 @@ def test_executorch_static_cache_generation(llama, tmp_path):
     assert again.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
 
 
+def test_executorch_dynamic_cache_generation(llama):
+    """export_for_generation without a static cache: `prefill` and `forward` (decode) methods in one
+    program, the cache passed back each step; transformers' greedy tokens."""
+    _, model = llama
+    ids = torch.tensor([PROMPT])
+    exported = ExecutorchExporter().export_for_generation(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    assert exported.manifest["generation"]["cache"] == "dynamic"
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    assert exported.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
+
+
 def test_executorch_zero_copy_generation(llama, tmp_path):
     """transformers' zero-copy recipe, ExecutorchConfig(alloc_graph_input=False,
     alloc_graph_output=False, alloc_mutable_buffers=False): nothing planned for the method's inputs

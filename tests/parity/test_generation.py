@@ -793,46 +793,61 @@ def test_pt2_greedy_matches_transformers(name, mode, tiny, tmp_path, export_mode
     record(support_matrix, tm.model_type, f"generate-{mode}-{name.split('-', 1)[1]}", run, backend="pt2")
 
 
-@pytest.mark.parametrize("cache", ["buffers", "callers"])
+# .pte cache modes: the static cache in the method's mutable buffers or the caller's (zero copy),
+# and the dynamic cache, as prefill + decode methods or one multi-token `forward`.
+ET_MODES = {"static": ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)],
+            "static-zero-copy": ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), "--no-alloc-graph-io"],
+            "dynamic": ["--dim", "batch=1:2"],
+            "multi-token": ["--multi-token-decode", "--dim", "batch=1:2"]}
+
+
+def check_executorch_manifest(manifest: dict, mode: str, layers: int) -> None:
+    decode, generation = manifest["components"]["decode"], manifest["generation"]
+    pairs = generation["cache_pairs"]
+    assert len(pairs) == 2 * layers
+    inputs = [i["name"] for i in decode["inputs"]]
+    outputs = [o["name"] for o in decode["outputs"]]
+    ids = ["input_ids", "attention_mask", "position_ids"]
+    if mode == "static":
+        assert inputs == ids and outputs == ["logits"] and generation["cache"] == "stateful"
+    elif mode == "static-zero-copy":
+        assert inputs == [*ids, *[p["input"] for p in pairs]]
+        assert outputs == [*["returned." + p["name"] for p in pairs], "logits", *[p["output"] for p in pairs]]
+        assert generation["cache"] == "static" and generation["past_present_share_buffer"]
+    else:
+        assert inputs == [*ids, *[p["input"] for p in pairs]] and outputs == ["logits", *[p["output"] for p in pairs]]
+        assert generation["cache"] == "dynamic"
+        assert set(manifest["components"]) == ({"decode"} if mode == "multi-token" else {"prefill", "decode"})
+
+
+@pytest.mark.parametrize("mode", list(ET_MODES))
 @pytest.mark.parametrize("backend", ["portable", "xnnpack"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_executorch_greedy_matches_transformers(name, backend, cache, tiny, tmp_path, export_model, support_matrix):
-    """.pte with the static cache written in place (index_put_) either as mutable buffers of its
-    `forward` method, kept by the loaded method between calls (the runner passes only tokens, mask
-    and positions), or (--no-alloc-graph-io) as the caller's: inputs [ids, mask, positions, cache x
-    N], outputs [cache x N, logits, cache x N], nothing planned for them. A second request on the
-    same method (stale rows past its prompt) matches too."""
+def test_executorch_greedy_matches_transformers(name, backend, mode, tiny, tmp_path, export_model, support_matrix):
+    """.pte generation in each cache mode. Static: written in place (index_put_) either as mutable
+    buffers of its `forward` method, kept by the loaded method between calls (the runner passes
+    only tokens, mask and positions), or (--no-alloc-graph-io) as the caller's: inputs [ids, mask,
+    positions, cache x N], outputs [cache x N, logits, cache x N], nothing planned for them; a
+    second request on the same method (stale rows past its prompt) matches too, batch 1. Dynamic:
+    the past in, the present out (cat), left-padded batches of two included."""
     pytest.importorskip("executorch")
     tm = tiny(name)
 
     def run() -> float:
-        zero_copy = ["--no-alloc-graph-io"] if cache == "callers" else []
         out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--executorch-backend", backend,
-                           "--for-generation", "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), *zero_copy)
-        manifest = json.loads((out / "export.json").read_text())
-        decode, generation = manifest["components"]["decode"], manifest["generation"]
-        pairs = generation["cache_pairs"]
-        assert len(pairs) == 2 * tm.model.config.num_hidden_layers
-        inputs = [i["name"] for i in decode["inputs"]]
-        outputs = [o["name"] for o in decode["outputs"]]
-        if cache == "buffers":
-            assert inputs == ["input_ids", "attention_mask", "position_ids"] and outputs == ["logits"]
-            assert generation["cache"] == "stateful"
-        else:
-            assert inputs == ["input_ids", "attention_mask", "position_ids", *[p["input"] for p in pairs]]
-            assert outputs == [*["returned." + p["name"] for p in pairs], "logits", *[p["output"] for p in pairs]]
-            assert generation["cache"] == "static" and generation["past_present_share_buffer"]
+                           "--for-generation", *ET_MODES[mode])
+        check_executorch_manifest(json.loads((out / "export.json").read_text()), mode,
+                                  tm.model.config.num_hidden_layers)
         runner = hfexport.open_runner(out)
         err = 0.0
-        for lengths in (SINGLE, (11,)):
+        for lengths in (SINGLE, (11,) if mode.startswith("static") else BATCH):
             ids, mask = tm.prompts(lengths)
             logits: list = []
             tokens = hfexport.generate(runner, ids, mask, max_new_tokens=NEW_TOKENS, ignore_eos=True,
                                        step_logits=logits)
-            err = max(err, compare(tokens, logits, tm.reference(lengths), f"{name} executorch prompts {lengths}"))
+            err = max(err, compare(tokens, logits, tm.reference(lengths), f"{name} executorch {mode} {lengths}"))
         return err
 
-    mode = "static" if cache == "buffers" else "static-zero-copy"
     record(support_matrix, tm.model_type, f"generate-{mode}-{name.split('-', 1)[1]} [{backend}]", run,
            backend="executorch")
 
@@ -939,21 +954,20 @@ def test_openvino_cli_generate_runs_the_cpp_runner(tiny, tmp_path, export_model,
     assert_clean_error(bad, None, "exceeds")
 
 
-@pytest.mark.parametrize("cache", ["buffers", "callers"])
-def test_executorch_cli_generate_runs_the_cpp_runner(cache, tiny, tmp_path, export_model, hfexport_bin):
+@pytest.mark.parametrize("mode", list(ET_MODES))
+def test_executorch_cli_generate_runs_the_cpp_runner(mode, tiny, tmp_path, export_model, hfexport_bin):
     """.pte exports are generated by hfexport-executorch-generate (C++ over the executorch wheel's
-    torch-free runtime; the cache kept in the method's planned memory, or with --no-alloc-graph-io
-    in the runner's buffers bound as cache inputs and outputs): with no usable Python the CLI still
-    generates what transformers does, and reports a request past the cache in one line."""
+    torch-free runtime; a static cache kept in the method's planned memory, or with
+    --no-alloc-graph-io in the runner's buffers bound as cache inputs and outputs; a dynamic one
+    passed back each step): with no usable Python the CLI still generates what transformers does,
+    and reports a request past the cache (or the sequence bound) in one line."""
     pytest.importorskip("executorch")
     native = hfexport_bin.parent / "hfexport-executorch-generate"
     assert native.is_file(), f"{native} was not built (the executorch wheel's CMake config not found at build time?)"
     tm = tiny("qwen2-gqa-qkv_bias-theta1e6")
     ids, _ = tm.prompts(SINGLE)
     want = tm.reference(SINGLE).tokens[0].tolist()
-    zero_copy = ["--no-alloc-graph-io"] if cache == "callers" else []
-    out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--for-generation", "--static-cache",
-                       "--max-cache-len", str(MAX_CACHE_LEN), *zero_copy)
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--for-generation", *ET_MODES[mode])
     env = dict(os.environ, HFEXPORT_PYTHON="/nonexistent/python")  # the Python runner cannot be what ran
 
     def generate(*args):
@@ -963,7 +977,9 @@ def test_executorch_cli_generate_runs_the_cpp_runner(cache, tiny, tmp_path, expo
     proc = generate("--max-new-tokens", NEW_TOKENS, "--ignore-eos")
     assert proc.returncode == 0, proc.stderr
     assert [int(t) for t in proc.stdout.split()] == want
-    assert_clean_error(generate("--max-new-tokens", MAX_CACHE_LEN), None, "exceeds", "max_cache_len")
+    too_many = 1000
+    assert_clean_error(generate("--max-new-tokens", too_many), None, "exceeds",
+                       "max_cache_len" if mode.startswith("static") else "bound")
 
 
 @pytest.fixture(scope="module")

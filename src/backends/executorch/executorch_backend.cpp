@@ -78,11 +78,13 @@ class ExecutorchWriter final : public ExportWriter {
     EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_);
     lowering.lower_graph();
     if (main_method) record_metadata(graph);
+    record_bounds(graph);
     // A static cache lives in the method (mutable buffers), which the caller passes neither in nor
-    // out; or it is the caller's, bound in place (one buffer per pair).
-    const bool state_inside = planned_io_ && !graph.state_pairs.empty();
-    WrittenComponent written{kProgramFile, method, {}, {}, {}, state_inside};
-    written.cache_shares_buffer = !planned_io_ && !graph.state_pairs.empty();
+    // out; or it is the caller's, bound in place (one buffer per pair). A dynamic cache goes in as
+    // the past and comes back as the present.
+    const bool in_place = !lowering.cache_inputs().empty();
+    WrittenComponent written{kProgramFile, method, {}, {}, {}, planned_io_ && in_place};
+    written.cache_shares_buffer = !planned_io_ && in_place;
     for (const Value* v : graph.inputs)
       if (!lowering.is_buffer(v)) written.inputs.push_back({v->name, v->dtype, v->shape});
     auto cache_outputs = [&](bool returned_copy) {
@@ -104,6 +106,9 @@ class ExecutorchWriter final : public ExportWriter {
   void set_token_ids(const TokenIds& ids) override { token_ids_ = ids; }
 
   void finish() override {
+    const int64_t context = config_.generation.static_cache() ? config_.generation.max_cache_len
+                                                              : std::max(max_query_, max_context_);
+    metadata_.ints.insert(metadata_.ints.begin(), {{"get_max_seq_len", {max_query_}}, {"get_max_context_len", {context}}});
     auto program = std::make_unique<etfb::ProgramT>();
     program->version = 0;
     for (auto& plan : plans_) program->execution_plan.push_back(std::move(plan));
@@ -208,16 +213,20 @@ class ExecutorchWriter final : public ExportWriter {
 
   static uint64_t align(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
+  // The longest query and sequence any method takes (a dynamic cache's decode takes one token,
+  // its prefill the prompt): the LLM runner's get_max_seq_len and get_max_context_len.
+  void record_bounds(const Graph& graph) {
+    for (const Value* v : graph.inputs) {
+      if (v->rank() != 2 || (v->name != "input_ids" && v->name != "attention_mask")) continue;
+      const Dim& d = v->shape[1];
+      int64_t& bound = v->name == "input_ids" ? max_query_ : max_context_;
+      bound = std::max(bound, d.is_static() ? d.value() : d.symbol()->max);
+    }
+  }
+
   void record_metadata(const Graph& graph) {
     const Value* logits = graph.outputs.front();
-    int64_t max_sequence = 1;
-    for (const Value* v : graph.inputs)
-      if (v->name == "input_ids" && v->rank() == 2)
-        max_sequence = v->shape[1].is_static() ? v->shape[1].value() : v->shape[1].symbol()->max;
-    metadata_.ints = {{"get_max_seq_len", {max_sequence}},
-                      {"get_max_context_len", {config_.generation.static_cache() ? config_.generation.max_cache_len
-                                                                                  : max_sequence}},
-                      {"get_vocab_size", {logits->shape.back().is_static() ? logits->shape.back().value() : 0}},
+    metadata_.ints = {{"get_vocab_size", {logits->shape.back().is_static() ? logits->shape.back().value() : 0}},
                       {"get_n_layers", {static_cast<int64_t>(graph.state_pairs.size() / 2)}}};
     if (!token_ids_.eos.empty()) metadata_.ints.push_back({"get_eos_ids", token_ids_.eos});
     if (token_ids_.bos) metadata_.ints.push_back({"get_bos_id", {*token_ids_.bos}});
@@ -236,6 +245,7 @@ class ExecutorchWriter final : public ExportWriter {
   std::vector<std::unique_ptr<etfb::ExecutionPlanT>> plans_;
   Metadata metadata_;
   TokenIds token_ids_;
+  int64_t max_query_ = 1, max_context_ = 1;
 };
 
 class ExecutorchBackend final : public Backend {
@@ -243,8 +253,8 @@ class ExecutorchBackend final : public Backend {
   std::string_view format() const override { return "executorch"; }
 
   BackendCapabilities capabilities() const override {
-    return {{DType::F32}, "the portable kernels are run and tested in float32 here", {manifest::cache::kStatic},
-            "the cache is a mutable buffer of the program, written in place: --static-cache", false};
+    return {{DType::F32}, "the portable kernels are run and tested in float32 here",
+            {manifest::cache::kStatic, manifest::cache::kDynamic}, "", false};
   }
 
   std::string_view runtime_package() const override { return "executorch"; }
@@ -273,9 +283,18 @@ class ExecutorchBackend final : public Backend {
   ExportConfig graph_config(const ExportConfig& config) const override {
     ExportConfig c = config;
     c.dims.try_emplace("batch", DimRange{1, 1});
-    // A static cache bounds the query by its length already; its buffers have that length.
-    if (!config.generation.static_cache()) c.dims.try_emplace("sequence", DimRange{1, kDefaultMaxSequence});
-    else c.dims.try_emplace("cache", DimRange{config.generation.max_cache_len, config.generation.max_cache_len});
+    // A static cache bounds the query by its length already; its buffers have that length. A
+    // dynamic one holds at most the bounded sequence.
+    if (config.generation.static_cache()) {
+      c.dims.try_emplace("cache", DimRange{config.generation.max_cache_len, config.generation.max_cache_len});
+      return c;
+    }
+    c.dims.try_emplace("sequence", DimRange{1, kDefaultMaxSequence});
+    if (config.generation.enabled) {
+      const int64_t total = c.dims.at("sequence").max;
+      c.dims.try_emplace("total_sequence", DimRange{1, total});
+      c.dims.try_emplace("past_sequence", DimRange{0, c.dims.at("total_sequence").max - 1});
+    }
     return c;
   }
 

@@ -3,6 +3,7 @@
 // set of mutable buffers of the `forward` method (planned memory the host zeroes once and the
 // method keeps between execute() calls), or, in --no-alloc-graph-io exports, buffers of the host's
 // that each call binds as cache input i and as output N + 1 + i, which the method writes in place.
+// A dynamic cache is passed as the past and comes back as the present.
 // `hfexport generate OUT_DIR ...` hands .pte exports to it.
 #include <executorch/extension/data_loader/mmap_data_loader.h>
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
@@ -36,6 +37,53 @@ void check(et::Error e, const std::string& what) {
   if (e != et::Error::Ok) fail(what, ": ExecuTorch error 0x", std::hex, static_cast<int>(e));
 }
 
+// The program, mapped: weights are read from the page cache as kernels touch them, never copied.
+struct EtProgram {
+  explicit EtProgram(const std::string& path)
+      : loader(take(MmapDataLoader::from(path.c_str(), MmapDataLoader::MlockConfig::NoMlock), path)),
+        program(take(et::Program::load(&loader, et::Program::Verification::InternalConsistency), path)) {}
+  MmapDataLoader loader;
+  et::Program program;
+};
+
+// A loaded method with its planned arenas, zeroed: a mutable buffer's initial state (ExecuTorch
+// does not store one).
+class EtMethod {
+ public:
+  EtMethod(et::Program& program, const std::string& name, const std::string& path)
+      : meta_(take(program.method_meta(name.c_str()), path + ": " + name)) {
+    for (size_t i = 0; i < meta_.num_memory_planned_buffers(); ++i)
+      arenas_.emplace_back(take(meta_.memory_planned_buffer_size(i), path), 0);
+    for (auto& a : arenas_) spans_.emplace_back(a.data(), a.size());
+    planned_ = std::make_unique<et::HierarchicalAllocator>(et::Span<et::Span<uint8_t>>(spans_.data(), spans_.size()));
+    memory_ = std::make_unique<et::MemoryManager>(&method_allocator_, planned_.get(), &temp_allocator_);
+    method_.emplace(take(program.load_method(name.c_str(), memory_.get()), path + ": " + name));
+  }
+  et::Method& operator*() { return *method_; }
+  et::Method* operator->() { return &*method_; }
+  const et::MethodMeta& meta() const { return meta_; }
+
+ private:
+  et::MethodMeta meta_;
+  MallocMemoryAllocator method_allocator_, temp_allocator_;
+  std::vector<std::vector<uint8_t>> arenas_;
+  std::vector<et::Span<uint8_t>> spans_;
+  std::unique_ptr<et::HierarchicalAllocator> planned_;
+  std::unique_ptr<et::MemoryManager> memory_;
+  std::optional<et::Method> method_;
+};
+
+// The last row's logits of a [batch 1, query, vocab] output.
+std::vector<float> last_logits(const executorch::aten::Tensor& logits) {
+  const auto vocab = static_cast<size_t>(logits.size(logits.dim() - 1));
+  const float* last = logits.const_data_ptr<float>() + (static_cast<size_t>(logits.numel()) - vocab);
+  return {last, last + vocab};
+}
+
+std::string program_of(const Manifest& manifest, std::string_view component) {
+  return manifest.component(component).value(manifest::key::kProgram, "forward");
+}
+
 class ExecutorchSession final : public DecodeSession {
  public:
   explicit ExecutorchSession(const Manifest& manifest)
@@ -45,20 +93,10 @@ class ExecutorchSession final : public DecodeSession {
     if ((manifest.cache() != manifest::cache::kStateful && !callers_cache) || !gen.contains(manifest::key::kMaxCacheLen))
       fail(path_, ": not an ExecuTorch export with a static cache");
     max_cache_len_ = gen.at(manifest::key::kMaxCacheLen).get<int64_t>();
-    method_name_ = manifest.component(manifest::component::kDecode).value(manifest::key::kProgram, "forward");
-    et::runtime_init();
-    // Weights are read from the page cache as kernels touch them, never copied.
-    loader_.emplace(take(MmapDataLoader::from(path_.c_str(), MmapDataLoader::MlockConfig::NoMlock), path_));
-    program_.emplace(take(et::Program::load(&*loader_, et::Program::Verification::InternalConsistency), path_));
-    const et::MethodMeta meta = take(program_->method_meta(method_name_.c_str()), path_ + ": " + method_name_);
-    // Zeroed: the cache's initial state (ExecuTorch does not store one).
-    for (size_t i = 0; i < meta.num_memory_planned_buffers(); ++i)
-      arenas_.emplace_back(take(meta.memory_planned_buffer_size(i), path_), 0);
-    for (auto& a : arenas_) spans_.emplace_back(a.data(), a.size());
-    planned_ = std::make_unique<et::HierarchicalAllocator>(et::Span<et::Span<uint8_t>>(spans_.data(), spans_.size()));
-    memory_ = std::make_unique<et::MemoryManager>(&method_allocator_, planned_.get(), &temp_allocator_);
-    method_.emplace(take(program_->load_method(method_name_.c_str(), memory_.get()), path_ + ": " + method_name_));
-    if (callers_cache) bind_cache(meta);
+    method_name_ = program_of(manifest, manifest::component::kDecode);
+    program_.emplace(path_);
+    method_.emplace(program_->program, method_name_, path_);
+    if (callers_cache) bind_cache(method_->meta());
   }
 
   std::vector<float> prefill(const std::vector<int64_t>& ids) override {
@@ -86,24 +124,21 @@ class ExecutorchSession final : public DecodeSession {
     auto mask = executorch::extension::from_blob(mask_.data(), {1, 1, query, static_cast<int32_t>(max_cache_len_)},
                                                  ScalarType::Bool);
     auto position_ids = executorch::extension::from_blob(positions.data(), {1, query}, ScalarType::Long);
-    check(method_->set_input(et::EValue(*input_ids), 0), path_ + ": input_ids");
-    check(method_->set_input(et::EValue(*mask), 1), path_ + ": attention_mask");
-    check(method_->set_input(et::EValue(*position_ids), 2), path_ + ": position_ids");
+    check((*method_)->set_input(et::EValue(*input_ids), 0), path_ + ": input_ids");
+    check((*method_)->set_input(et::EValue(*mask), 1), path_ + ": attention_mask");
+    check((*method_)->set_input(et::EValue(*position_ids), 2), path_ + ": position_ids");
     const size_t n = caches_.size();
     for (size_t i = 0; i < n; ++i) {
-      check(method_->set_input(et::EValue(*caches_[i].tensor), 3 + i), path_ + ": cache input " + std::to_string(i));
-      check(method_->set_output_data_ptr(caches_[i].bytes.data(), caches_[i].bytes.size(), n + 1 + i),
+      check((*method_)->set_input(et::EValue(*caches_[i].tensor), 3 + i), path_ + ": cache input " + std::to_string(i));
+      check((*method_)->set_output_data_ptr(caches_[i].bytes.data(), caches_[i].bytes.size(), n + 1 + i),
             path_ + ": cache output " + std::to_string(n + 1 + i));
     }
     if (n) {
       logits_.resize(logits_bytes_ / sizeof(float));
-      check(method_->set_output_data_ptr(logits_.data(), logits_bytes_, n), path_ + ": logits");
+      check((*method_)->set_output_data_ptr(logits_.data(), logits_bytes_, n), path_ + ": logits");
     }
-    check(method_->execute(), path_ + ": " + method_name_);
-    const executorch::aten::Tensor logits = method_->get_output(n).toTensor();
-    const auto vocab = static_cast<size_t>(logits.size(logits.dim() - 1));
-    const float* last = logits.const_data_ptr<float>() + (static_cast<size_t>(logits.numel()) - vocab);
-    return {last, last + vocab};
+    check((*method_)->execute(), path_ + ": " + method_name_);
+    return last_logits((*method_)->get_output(n).toTensor());
   }
 
   // The caller's cache: a zeroed buffer per cache input (inputs 3...), bound in place each call.
@@ -127,22 +162,94 @@ class ExecutorchSession final : public DecodeSession {
   size_t logits_bytes_ = 0;
   std::string path_, method_name_;
   int64_t max_cache_len_ = 0, next_ = 0;
-  std::optional<MmapDataLoader> loader_;
-  std::optional<et::Program> program_;
-  MallocMemoryAllocator method_allocator_, temp_allocator_;
-  std::vector<std::vector<uint8_t>> arenas_;
-  std::vector<et::Span<uint8_t>> spans_;
-  std::unique_ptr<et::HierarchicalAllocator> planned_;
-  std::unique_ptr<et::MemoryManager> memory_;
-  std::optional<et::Method> method_;
+  std::optional<EtProgram> program_;
+  std::optional<EtMethod> method_;
   std::vector<uint8_t> mask_;  // bool
+};
+
+// A dynamic cache: `prefill` (or, multi-token, `forward` over an empty past) returns the present
+// keys and values; each step passes them back as the past and gets them one row longer.
+class DynamicSession final : public DecodeSession {
+ public:
+  explicit DynamicSession(const Manifest& manifest) : path_(manifest.file_of(manifest::component::kDecode).string()) {
+    program_.emplace(path_);
+    decode_.emplace(program_->program, program_of(manifest, manifest::component::kDecode), path_);
+    if (manifest.has_component(manifest::component::kPrefill))
+      prefill_.emplace(program_->program, program_of(manifest, manifest::component::kPrefill), path_);
+    const et::MethodMeta& meta = decode_->meta();
+    for (size_t i = 3; i < meta.num_inputs(); ++i) {
+      const et::TensorInfo info = take(meta.input_tensor_meta(i), path_ + ": past input");
+      if (info.sizes().size() != 4 || info.scalar_type() != ScalarType::Float)
+        fail(path_, ": decode input ", i, " is not a float32 [batch, heads, past, head_dim] cache");
+      Past& p = past_.emplace_back();
+      p.heads = info.sizes()[1];
+      p.head_dim = info.sizes()[3];
+    }
+  }
+
+  std::vector<float> prefill(const std::vector<int64_t>& ids) override {
+    for (Past& p : past_) p.data.clear();
+    length_ = 0;
+    std::vector<int64_t> positions(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int64_t>(i);
+    return run(prefill_ ? *prefill_ : *decode_, ids, positions, !prefill_);
+  }
+
+  std::vector<float> step(int64_t token) override { return run(*decode_, {token}, {length_}, true); }
+
+ private:
+  struct Past {
+    int32_t heads = 0, head_dim = 0;
+    std::vector<float> data;  // [1, heads, length, head_dim]
+  };
+
+  // ids, an all-ones mask over the past and the new tokens, their positions (and the past);
+  // the presents (outputs 1...) become the past.
+  std::vector<float> run(EtMethod& method, std::vector<int64_t> ids, std::vector<int64_t> positions, bool with_past) {
+    using executorch::extension::from_blob;
+    const auto query = static_cast<int32_t>(ids.size());
+    std::vector<int64_t> mask(static_cast<size_t>(length_ + query), 1);
+    auto input_ids = from_blob(ids.data(), {1, query}, ScalarType::Long);
+    auto attention_mask = from_blob(mask.data(), {1, static_cast<int32_t>(mask.size())}, ScalarType::Long);
+    auto position_ids = from_blob(positions.data(), {1, query}, ScalarType::Long);
+    check(method->set_input(et::EValue(*input_ids), 0), path_ + ": input_ids");
+    check(method->set_input(et::EValue(*attention_mask), 1), path_ + ": attention_mask");
+    check(method->set_input(et::EValue(*position_ids), 2), path_ + ": position_ids");
+    std::vector<executorch::extension::TensorPtr> past;
+    if (with_past)
+      for (size_t i = 0; i < past_.size(); ++i) {
+        Past& p = past_[i];
+        past.push_back(from_blob(p.data.data(), {1, p.heads, static_cast<int32_t>(length_), p.head_dim}, ScalarType::Float));
+        check(method->set_input(et::EValue(*past.back()), 3 + i), path_ + ": past input " + std::to_string(i));
+      }
+    check(method->execute(), path_ + ": execute");
+    for (size_t i = 0; i < past_.size(); ++i) {
+      const executorch::aten::Tensor present = method->get_output(1 + i).toTensor();
+      const float* data = present.const_data_ptr<float>();
+      past_[i].data.assign(data, data + present.numel());
+    }
+    length_ += query;
+    return last_logits(method->get_output(0).toTensor());
+  }
+
+  std::string path_;
+  int64_t length_ = 0;
+  std::optional<EtProgram> program_;
+  std::optional<EtMethod> decode_, prefill_;
+  std::vector<Past> past_;
 };
 
 }  // namespace
 }  // namespace hfx
 
 int main(int argc, char** argv) {
-  return hfx::runner_main(argc, argv, "executorch", [](const hfx::Manifest& manifest, const hfx::GenerateOptions& o) {
+  executorch::runtime::runtime_init();
+  return hfx::runner_main(argc, argv, "executorch", [](const hfx::Manifest& manifest, const hfx::GenerateOptions& o)
+                                                        -> std::unique_ptr<hfx::DecodeSession> {
+    if (manifest.cache() == hfx::manifest::cache::kDynamic) {
+      hfx::check_sequence_bound(manifest, o);
+      return std::make_unique<hfx::DynamicSession>(manifest);
+    }
     const int64_t max_cache_len = manifest.generation().value(hfx::manifest::key::kMaxCacheLen, int64_t{0});
     const auto length = static_cast<int64_t>(o.input_ids.size());
     if (length + o.max_new_tokens - 1 > max_cache_len)
