@@ -24,6 +24,15 @@ def load_program(path):
     return Runtime.get().load_program(str(path), verification=Verification.InternalConsistency)
 
 
+def as_tensor(a: np.ndarray):
+    """A method input. An empty array (a zero-length past) gets torch's contiguous strides: numpy's
+    are ones the runtime refuses."""
+    import torch
+
+    a = np.ascontiguousarray(a)
+    return torch.from_numpy(a) if a.size else torch.zeros(a.shape, dtype=torch.from_numpy(a).dtype)
+
+
 def callers_cache(generation: dict) -> bool:
     """A --no-alloc-graph-io export: the cache is passed in and returned (zero-copy interface)."""
     return generation.get("cache") == CACHE_STATIC and bool(generation.get(SHARES_BUFFER))
@@ -42,8 +51,9 @@ class ExecutorchGraph:
         self.input_names = [i["name"] for i in component["inputs"]]
         self.output_names = [o["name"] for o in component["outputs"]]
         generation = manifest_data.get("generation") or {}
-        self.cache_pairs = [(p["input"], p["output"]) for p in generation.get("cache_pairs", []) if "input" in p]
-        self.stateful = bool(generation.get("cache_pairs")) and not self.cache_pairs
+        self.cache_pairs = ([(p["input"], p["output"]) for p in generation["cache_pairs"]]
+                            if callers_cache(generation) else [])
+        self.stateful = generation.get("cache") == CACHE_STATEFUL
         self.method, self.last_cache = None, None
 
     def _method_for(self, feeds: dict[str, np.ndarray]):
@@ -61,10 +71,8 @@ class ExecutorchGraph:
         return self.method
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import torch
-
         self.method = self._method_for(feeds)
-        outputs = self.method.execute([torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self.input_names])
+        outputs = self.method.execute([as_tensor(feeds[n]) for n in self.input_names])
         result = {name: value.numpy() for name, value in zip(self.output_names, outputs)}
         if self.cache_pairs:
             self.last_cache = [result[o] for _, o in self.cache_pairs]
@@ -91,15 +99,9 @@ class ExecutorchDynamicRunner(DecodeRunner):
         self.program = None
 
     def _call(self, component: str, feeds: dict) -> np.ndarray:
-        import torch
-
-        def tensor(a: np.ndarray):
-            # An empty past from numpy has strides the runtime refuses; torch's own are contiguous.
-            return torch.from_numpy(np.ascontiguousarray(a)) if a.size else torch.zeros(a.shape, dtype=torch.float32)
-
         entry = self.components[component]
         method = self.program.load_method(entry.get("program", "forward"))
-        outputs = method.execute([tensor(feeds[i["name"]]) for i in entry["inputs"]])
+        outputs = method.execute([as_tensor(feeds[i["name"]]) for i in entry["inputs"]])
         named = {o["name"]: v for o, v in zip(entry["outputs"], outputs)}
         self.past = {past: named[present].numpy() for past, present in self.pairs}
         return named["logits"][:, -1].float().numpy()

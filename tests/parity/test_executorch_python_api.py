@@ -83,6 +83,12 @@ def test_executorch_dynamic_cache_generation(llama):
         want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
                               eos_token_id=None, pad_token_id=0)
     assert exported.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
+    # The components called as forwards: prefill's present is decode's past.
+    first = exported.components["prefill"](input_ids=ids)
+    assert int(first["logits"][0, -1].argmax()) == want[0, len(PROMPT)]
+    nxt = want[:, len(PROMPT):len(PROMPT) + 1]
+    second = exported.components["decode"](input_ids=nxt, past_key_values=first["past_key_values"])
+    assert int(second["logits"][0, -1].argmax()) == want[0, len(PROMPT) + 1]
 
 
 def test_executorch_zero_copy_generation(llama, tmp_path):
