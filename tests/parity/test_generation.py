@@ -980,6 +980,10 @@ def test_executorch_cli_generate_runs_the_cpp_runner(mode, tiny, tmp_path, expor
     too_many = 1000
     assert_clean_error(generate("--max-new-tokens", too_many), None, "exceeds",
                        "max_cache_len" if mode.startswith("static") else "bound")
+    # A truncated program: one line, the runtime's own words included (its logs are not passed on).
+    with open(out / "model.pte", "r+b") as f:
+        f.truncate(4096)
+    assert_clean_error(generate("--max-new-tokens", 2), None, "model.pte", "ExecuTorch error", "too small")
 
 
 @pytest.fixture(scope="module")

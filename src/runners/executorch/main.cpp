@@ -11,6 +11,7 @@
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,14 +28,29 @@ using executorch::aten::ScalarType;
 using executorch::extension::MallocMemoryAllocator;
 using executorch::extension::MmapDataLoader;
 
+}  // namespace
+
+// What the runtime last logged as an error (see et_pal_emit_log_message below).
+std::string& last_runtime_error() {
+  static std::string message;
+  return message;
+}
+
+namespace {
+
+[[noreturn]] void fail_with_runtime_error(const std::string& what, et::Error e) {
+  const std::string said = last_runtime_error();
+  fail(what, ": ExecuTorch error 0x", std::hex, static_cast<int>(e), said.empty() ? "" : " (" + said + ")");
+}
+
 template <typename T>
 T take(et::Result<T>&& r, const std::string& what) {
-  if (!r.ok()) fail(what, ": ExecuTorch error 0x", std::hex, static_cast<int>(r.error()));
+  if (!r.ok()) fail_with_runtime_error(what, r.error());
   return std::move(r.get());
 }
 
 void check(et::Error e, const std::string& what) {
-  if (e != et::Error::Ok) fail(what, ": ExecuTorch error 0x", std::hex, static_cast<int>(e));
+  if (e != et::Error::Ok) fail_with_runtime_error(what, e);
 }
 
 // The program, mapped: weights are read from the page cache as kernels touch them, never copied.
@@ -241,6 +257,15 @@ class DynamicSession final : public DecodeSession {
 
 }  // namespace
 }  // namespace hfx
+
+// ExecuTorch's platform log sink (a weak symbol of the runtime, replaced here): Info and Debug
+// lines (cpuinfo probing on every start) are dropped; an error's words are kept for the one-line
+// message of the call that failed; a fatal one is printed, as the runtime aborts after it.
+extern "C" void et_pal_emit_log_message(et_timestamp_t, et_pal_log_level_t level, const char*, const char*, size_t,
+                                        const char* message, size_t length) {
+  if (level == et_pal_log_level_t::kError) hfx::last_runtime_error().assign(message, length);
+  if (level == et_pal_log_level_t::kFatal) std::fprintf(stderr, "executorch: %.*s\n", static_cast<int>(length), message);
+}
 
 int main(int argc, char** argv) {
   executorch::runtime::runtime_init();
