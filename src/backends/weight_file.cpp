@@ -66,18 +66,6 @@ void WeightFile::close() {
   fd_ = -1;
 }
 
-void pwrite_fully(int fd, const void* data, size_t n, uint64_t offset, const std::filesystem::path& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(path.string(), ": write failed: ", std::strerror(errno));
-    }
-    p += w, n -= static_cast<size_t>(w), offset += static_cast<uint64_t>(w);
-  }
-}
-
 void WeightFile::write_at(const void* data, size_t n, uint64_t offset) const {
   pwrite_fully(fd_, data, n, offset, path_);
 }
@@ -332,6 +320,7 @@ std::vector<WeightFile::Span> WeightFile::append_all(const std::vector<Item>& it
     spans.push_back({offset, output_bytes(item)});
     end_ = offset + spans.back().length;
   }
+  check_room(fd_, end_, path_);  // refused before writing, rather than when the disk fills
   // Items are independent byte ranges of one file: workers take the next item and pwrite it.
   std::atomic<size_t> next{0};
   std::exception_ptr error;

@@ -7,11 +7,10 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "io/output_dir.h"  // pwrite_fully, check_room
 
 namespace hfx {
 
-// pwrite of all n bytes at `offset` (retried through short writes and EINTR); errors name `path`.
-void pwrite_fully(int fd, const void* data, size_t n, uint64_t offset, const std::filesystem::path& path);
 
 class WeightFile {
  public:

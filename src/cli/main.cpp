@@ -20,6 +20,7 @@
 #include "export/exporter.h"
 #include "io/json_config.h"
 #include "io/manifest.h"
+#include "io/output_dir.h"
 
 namespace {
 
@@ -276,6 +277,7 @@ int main(int argc, char** argv) {
   try {
     if (*exp) {
       const hfx::ExportConfig config = export_config(flags, *exp);
+      hfx::remove_staging_on_signals();  // before the export starts any thread
       hfx::run_export(flags.model_dir, flags.out_dir, config,
                       {flags.overwrite, flags.verbose, cli_spelling(!flags.config_file.empty())});
     } else if (*ins) {

@@ -195,72 +195,76 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   ExportModel model = build(ckpt, graph_config);
   check_dim_names(config, model, run.spell);
   AtomicOutputDir out(out_dir, run.overwrite);
-
-  json manifest = {{key::kSchemaVersion, manifest::kSchemaVersion},
-                   {key::kProducer, std::string("hfexport ") + HFEXPORT_VERSION},
-                   {key::kFormat, config.format},
-                   {key::kDtype, std::string(dtype_name(config.dtype))},
-                   {key::kSource,
-                    {{"model_type", model.model_type},
-                     {"architectures", model.architectures},
-                     {"dtype", std::string(dtype_name(ckpt.dominant_float_dtype()))}}},
-                   // What was asked for: `hfexport export --config` of this object redoes the export.
-                   {key::kExportConfig, config.to_json()}};
-  json components = json::object();
-  json dims = json::object();
-  json cache_pairs = json::array();
-  bool stateful = false, shares_buffer = false, keys_by_slot = false;
-  std::string quantized_compute;  // as the backend resolved it
-  const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
-  writer->set_token_ids(token_ids(ckpt));
-  for (Component& c : model.components) {
-    progress("hfexport: writing " + c.name);
-    for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
-    PassReport report;
-    run_passes(*backend, graph_config, c.name, *c.graph, report, run.verbose);
-    const WrittenComponent w = writer->write(c.name, *c.graph);
-    components[c.name] = {{key::kFile, w.file},
-                          {key::kDataFiles, w.data_files},
-                          {key::kInputs, tensors_json(w.inputs)},
-                          {key::kOutputs, tensors_json(w.outputs)}};
-    if (!w.program.empty()) components[c.name][key::kProgram] = w.program;
-    stateful = stateful || w.stateful;
-    quantized_compute = report.quantization.int8_compute ? "int8" : "float";
-    if (config.quantization.enabled())
-      components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
-                                                    {"kept_float", report.quantization.kept_float},
-                                                    {"embeddings", report.quantization.embeddings}};
-    if (c.name == manifest::component::kDecode) {
-      shares_buffer = w.cache_shares_buffer;
-      keys_by_slot = w.cache_keys_rotated_by_slot;
-      for (const StatePair& state : c.graph->state_pairs) {
-        if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
-        else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
+  // Errors name the output as the user gave it, not its staging directory.
+  try {
+    json manifest = {{key::kSchemaVersion, manifest::kSchemaVersion},
+                     {key::kProducer, std::string("hfexport ") + HFEXPORT_VERSION},
+                     {key::kFormat, config.format},
+                     {key::kDtype, std::string(dtype_name(config.dtype))},
+                     {key::kSource,
+                      {{"model_type", model.model_type},
+                       {"architectures", model.architectures},
+                       {"dtype", std::string(dtype_name(ckpt.dominant_float_dtype()))}}},
+                     // What was asked for: `hfexport export --config` of this object redoes the export.
+                     {key::kExportConfig, config.to_json()}};
+    json components = json::object();
+    json dims = json::object();
+    json cache_pairs = json::array();
+    bool stateful = false, shares_buffer = false, keys_by_slot = false;
+    std::string quantized_compute;  // as the backend resolved it
+    const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
+    writer->set_token_ids(token_ids(ckpt));
+    for (Component& c : model.components) {
+      progress("hfexport: writing " + c.name);
+      for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
+      PassReport report;
+      run_passes(*backend, graph_config, c.name, *c.graph, report, run.verbose);
+      const WrittenComponent w = writer->write(c.name, *c.graph);
+      components[c.name] = {{key::kFile, w.file},
+                            {key::kDataFiles, w.data_files},
+                            {key::kInputs, tensors_json(w.inputs)},
+                            {key::kOutputs, tensors_json(w.outputs)}};
+      if (!w.program.empty()) components[c.name][key::kProgram] = w.program;
+      stateful = stateful || w.stateful;
+      quantized_compute = report.quantization.int8_compute ? "int8" : "float";
+      if (config.quantization.enabled())
+        components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
+                                                      {"kept_float", report.quantization.kept_float},
+                                                      {"embeddings", report.quantization.embeddings}};
+      if (c.name == manifest::component::kDecode) {
+        shares_buffer = w.cache_shares_buffer;
+        keys_by_slot = w.cache_keys_rotated_by_slot;
+        for (const StatePair& state : c.graph->state_pairs) {
+          if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
+          else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
+        }
       }
     }
+    writer->finish();
+    manifest[key::kComponents] = components;
+    if (config.quantization.enabled())
+      manifest[key::kQuantization] = {{"weights", "int" + std::to_string(config.quantization.bits)},
+                                      {"group_size", config.quantization.group_size},
+                                      {"scheme", "symmetric, per group of input features, round to nearest even"},
+                                      {"compute", quantized_compute}};
+    manifest[key::kDims] = dims;
+    if (json tested = tested_runtimes(*backend); !tested.empty()) manifest[key::kTestedWith] = std::move(tested);
+    if (config.generation.enabled)
+      manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer,
+                                                     keys_by_slot);
+    backend->write_runtime_files(manifest, ckpt.config(), out.path());
+    Manifest(std::move(manifest)).save(out.path());
+    for (const char* name : kCompanionFiles) {
+      if (ckpt.dir().empty()) break;  // a checkpoint in memory has no files to copy
+      const fs::path src = ckpt.dir() / name;
+      std::error_code ec;
+      if (fs::exists(src) && !fs::copy_file(src, out.path() / name, ec))
+        fail((out.path() / name).string(), ": cannot copy ", src.string(), ": ", ec.message());
+    }
+    out.commit();
+  } catch (const Error& e) {
+    throw Error(out.as_target(e.what()));
   }
-  writer->finish();
-  manifest[key::kComponents] = components;
-  if (config.quantization.enabled())
-    manifest[key::kQuantization] = {{"weights", "int" + std::to_string(config.quantization.bits)},
-                                    {"group_size", config.quantization.group_size},
-                                    {"scheme", "symmetric, per group of input features, round to nearest even"},
-                                    {"compute", quantized_compute}};
-  manifest[key::kDims] = dims;
-  if (json tested = tested_runtimes(*backend); !tested.empty()) manifest[key::kTestedWith] = std::move(tested);
-  if (config.generation.enabled)
-    manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer,
-                                                   keys_by_slot);
-  backend->write_runtime_files(manifest, ckpt.config(), out.path());
-  Manifest(std::move(manifest)).save(out.path());
-  for (const char* name : kCompanionFiles) {
-    if (ckpt.dir().empty()) break;  // a checkpoint in memory has no files to copy
-    const fs::path src = ckpt.dir() / name;
-    std::error_code ec;
-    if (fs::exists(src) && !fs::copy_file(src, out.path() / name, ec))
-      fail(src.string(), ": cannot copy into the export: ", ec.message());
-  }
-  out.commit();
   progress("");
 }
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/output_dir.h"
 
 namespace hfx {
 
@@ -31,9 +32,7 @@ Manifest Manifest::load(const fs::path& dir) {
 
 void Manifest::save(const fs::path& dir) const {
   const fs::path path = dir / manifest::kFileName;
-  std::ofstream f(path);
-  f << data_.dump(2) << "\n";
-  if (!f.flush()) fail(path.string(), ": cannot write");
+  write_file(path, data_.dump(2) + "\n");
 }
 
 std::string Manifest::format() const { return data_.value(key::kFormat, ""); }

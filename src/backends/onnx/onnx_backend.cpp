@@ -91,9 +91,9 @@ class OnnxWriter final : public ExportWriter {
     written.cache_shares_buffer = lowering.attention_owns_cache();
     written.cache_keys_rotated_by_slot = lowering.rotates_by_slot();
 
-    std::ofstream out(dir_ / written.file, std::ios::binary);
-    if (!out || !model.SerializeToOstream(&out) || !out.flush())
-      fail((dir_ / written.file).string(), ": cannot write model");
+    std::string bytes;
+    if (!model.SerializeToString(&bytes)) fail((dir_ / written.file).string(), ": cannot serialize the model");
+    write_file(dir_ / written.file, bytes);
     return written;
   }
 
@@ -231,8 +231,7 @@ class OnnxBackend final : public Backend {
     const auto genai = genai_config(manifest, hf_config);
     if (!genai) return;
     const std::filesystem::path path = dir / "genai_config.json";
-    std::ofstream out(path);
-    if (!(out << genai->dump(4) << "\n") || !out.flush()) fail(path.string(), ": cannot write");
+    write_file(path, genai->dump(4) + "\n");
   }
 };
 

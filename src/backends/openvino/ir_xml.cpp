@@ -1,8 +1,10 @@
 #include "backends/openvino/ir_xml.h"
 
 #include <pugixml.hpp>
+#include <sstream>
 
 #include "core/error.h"
+#include "io/output_dir.h"
 
 namespace hfx {
 
@@ -125,7 +127,9 @@ void OvNetwork::write(const std::filesystem::path& path, const std::string& name
       e.append_attribute("to-layer") = l.id;
       e.append_attribute("to-port") = static_cast<int>(i);
     }
-  if (!doc.save_file(path.c_str(), "  ")) fail(path.string(), ": cannot write");
+  std::ostringstream xml;
+  doc.save(xml, "  ");
+  write_file(path, xml.str());
 }
 
 }  // namespace hfx

@@ -1,0 +1,157 @@
+"""Interrupted exports leave nothing (issue 14): SIGINT/SIGTERM/SIGHUP during `hfexport export`
+remove its staging directory and the process dies of the signal; after a SIGKILL the next export
+into the same folder removes the dead process's staging directory, never a live export's nor a
+directory that is not hfexport's; `--overwrite` keeps the old output until the new one is complete.
+Each case runs a real export of a checkpoint big enough to be interrupted mid-write. A full disk
+(a small tmpfs) and a read-only destination: one line naming the file (and the bytes), nothing left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import assert_clean_error, build_tiny_model, cli_env
+
+# ~0.5 GB of bfloat16 weights exported as float32: a second or more of writing.
+BIG = dict(vocab_size=65536, hidden_size=2048, intermediate_size=2048, num_hidden_layers=1, num_attention_heads=16,
+           num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def big_checkpoint(tmp_path_factory) -> Path:
+    path, _ = build_tiny_model(tmp_path_factory.mktemp("big") / "ckpt", "llama", BIG, dtype="bfloat16")
+    return path
+
+
+def start_export(hfexport_bin, checkpoint: Path, out: Path, *extra) -> subprocess.Popen:
+    return subprocess.Popen([str(hfexport_bin), "export", str(checkpoint), "-o", str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+
+
+def wait_mid_write(proc: subprocess.Popen, parent: Path, min_bytes: int = 16 << 20) -> Path:
+    """The staging directory once it holds min_bytes (the export is then writing weights)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the export ended before it could be interrupted: {proc.communicate()}"
+        for d in parent.glob(".*.tmp-*"):
+            if sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) >= min_bytes:
+                return d
+        time.sleep(0.005)
+    raise AssertionError("the export never got mid-write")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_signal_removes_the_staging_directory(sig, big_checkpoint, tmp_path, hfexport_bin):
+    parent = tmp_path / "exports"
+    proc = start_export(hfexport_bin, big_checkpoint, parent / "out")
+    wait_mid_write(proc, parent)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -sig, f"exit {proc.returncode}, not death by {sig.name}"
+    assert list(parent.iterdir()) == []
+
+
+def test_after_sigkill_the_next_export_removes_stale_staging(big_checkpoint, tmp_path, hfexport_bin, make_tiny_model):
+    parent = tmp_path / "exports"
+    proc = start_export(hfexport_bin, big_checkpoint, parent / "out")
+    stale = wait_mid_write(proc, parent)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert stale.is_dir()  # SIGKILL cannot be caught: the staging directory stays behind
+    # A live export's staging directory (this test's own pid) and a directory hfexport did not make.
+    live = parent / f".other.tmp-{os.getpid()}"
+    live.mkdir()
+    (live / ".hfexport-staging").write_text(f"{os.getpid()}\n")
+    foreign = parent / f".{stale.name.split('.')[1]}-notes.tmp-{proc.pid}"
+    foreign.mkdir()
+    small, _ = make_tiny_model(tmp_path / "small", "llama", dict(BIG, vocab_size=128, hidden_size=32,
+                                                                  intermediate_size=32, num_attention_heads=4,
+                                                                  num_key_value_heads=2))
+    done = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(parent / "next")], capture_output=True,
+                          text=True, env=cli_env())
+    assert done.returncode == 0, done.stderr
+    assert not stale.exists()
+    assert live.is_dir() and foreign.is_dir()
+    assert not (parent / "next" / ".hfexport-staging").exists()
+
+
+def test_overwrite_keeps_the_old_output_until_the_new_one_is_complete(big_checkpoint, tmp_path, hfexport_bin,
+                                                                       make_tiny_model):
+    parent = tmp_path / "exports"
+    small, _ = make_tiny_model(tmp_path / "small", "llama", dict(BIG, vocab_size=128, hidden_size=32,
+                                                                  intermediate_size=32, num_attention_heads=4,
+                                                                  num_key_value_heads=2))
+    first = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(parent / "out")], capture_output=True,
+                           text=True, env=cli_env())
+    assert first.returncode == 0, first.stderr
+    before = sorted(p.name for p in (parent / "out").iterdir())
+    for kill in (lambda p: p.send_signal(signal.SIGINT), lambda p: p.kill()):
+        proc = start_export(hfexport_bin, big_checkpoint, parent / "out", "--overwrite")
+        wait_mid_write(proc, parent)
+        kill(proc)
+        proc.communicate(timeout=60)
+        assert sorted(p.name for p in (parent / "out").iterdir()) == before
+    json_text = (parent / "out" / "export.json").read_text()
+    assert '"vocab_size": 128' in (parent / "out" / "config.json").read_text() and json_text
+
+
+SMALL = dict(BIG, vocab_size=128, hidden_size=32, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2)
+
+
+@contextmanager
+def tmpfs(where: Path, options: str):
+    """A tmpfs mounted at `where` for the test (root and mount rights needed, as in CI's container)."""
+    where.mkdir(parents=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def test_disk_full_before_writing_names_the_file_and_the_bytes(big_checkpoint, tmp_path, hfexport_bin):
+    with tmpfs(tmp_path / "small", "size=8m") as disk:
+        proc = subprocess.run([str(hfexport_bin), "export", str(big_checkpoint), "-o", str(disk / "out")],
+                              capture_output=True, text=True, env=cli_env())
+        line = assert_clean_error(proc, disk / "out", str(disk / "out" / "model.onnx.data"), "disk space", "needs",
+                                  "free")
+        assert "MiB" in line and list(disk.iterdir()) == []
+
+
+def test_disk_full_at_every_point_of_an_export(make_tiny_model, tmp_path, hfexport_bin):
+    """The disk fills after every 4 KiB of the export in turn (tmpfs sizes up to the one it fits
+    in): each attempt is one line naming a file of the output, and leaves nothing."""
+    small, _ = make_tiny_model(tmp_path / "model", "llama", SMALL)
+    ref = tmp_path / "ref"
+    assert subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(ref)], env=cli_env()).returncode == 0
+    total = sum(f.stat().st_size for f in ref.iterdir())
+    failures = 0
+    for size in range(4096, total + 64 * 4096, 4096):
+        with tmpfs(tmp_path / f"disk-{size}", f"size={size}") as disk:
+            proc = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(disk / "out")],
+                                  capture_output=True, text=True, env=cli_env())
+            if proc.returncode == 0:
+                assert sorted(p.name for p in (disk / "out").iterdir()) == sorted(p.name for p in ref.iterdir())
+                break
+            failures += 1
+            line = assert_clean_error(proc, disk / "out", str(disk / "out"))
+            assert "disk space" in line or "No space left" in line, line
+            assert list(disk.iterdir()) == []
+    else:
+        raise AssertionError("the export never fitted")
+    assert failures > 3
+
+
+def test_read_only_destination(make_tiny_model, tmp_path, hfexport_bin):
+    small, _ = make_tiny_model(tmp_path / "model", "llama", SMALL)
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as disk:
+        proc = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(disk / "out")], capture_output=True,
+                              text=True, env=cli_env())
+        assert_clean_error(proc, disk / "out", str(disk / "out"), "Read-only file system")
