@@ -1,5 +1,6 @@
 #include "core/python.h"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,9 +36,18 @@ int run_capturing(const std::vector<std::string>& args, std::string& output) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The child gets no blocked signals: the export's signal thread blocks SIGINT/SIGTERM/SIGHUP in
+  // every thread, and a mask survives exec, so a Ctrl-C would otherwise not reach the child.
+  posix_spawnattr_t attrs;
+  posix_spawnattr_init(&attrs);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attrs, &none);
+  posix_spawnattr_setflags(&attrs, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  const int spawned = ::posix_spawnp(&pid, argv[0], &actions, &attrs, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attrs);
   ::close(pipe_fds[1]);
   if (spawned != 0) {
     ::close(pipe_fds[0]);
