@@ -53,7 +53,8 @@ void quantize_rows(const float* w, size_t rows, size_t cols, const WeightQuantiz
       uint8_t* dst = codes + (r * cols + gi * group) * static_cast<size_t>(q.bits) / 8;
       for (size_t i = 0; i < group; ++i) {
         const float level = scale == 0.0f ? 0.0f : std::clamp(std::nearbyint(src[i] / scale), -zero, qmax);
-        const auto code = static_cast<uint8_t>(level + zero);
+        const auto code = static_cast<uint8_t>(q.signed_codes && q.bits == 8 ? static_cast<int>(level) & 0xff
+                                                                               : static_cast<int>(level + zero));
         if (q.bits == 8) dst[i] = code;
         else if (i % 2 == 0) dst[i / 2] = code;
         else dst[i / 2] = static_cast<uint8_t>(dst[i / 2] | (code << 4));

@@ -24,6 +24,11 @@ struct WeightQuantization {
   // of the negative m / -2^(bits-1), an all-zero group scale 1, and scales are rounded to
   // bfloat16 before the codes are computed. Off: the scheme above.
   bool positive_bf16_scales = false;
+  // XNNPACK's per-channel int8 weights (qcint8): each linear's group is its whole row (one scale
+  // per output channel, whatever group_size says), and 8-bit codes are stored as the signed
+  // levels (two's complement, no offset) rather than level + 128.
+  bool per_channel = false;
+  bool signed_codes = false;
 
   bool enabled() const { return bits != 0; }
   int64_t zero_point() const { return int64_t{1} << (bits - 1); }

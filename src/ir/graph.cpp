@@ -204,7 +204,8 @@ std::string ConstantData::key() const {
     case Op::Mxfp4: return "mxfp4(" + inner + ")";
     case Op::Quantize:
       return str("quantize(", quantized->scheme.bits, ",", quantized->scheme.group_size, quantized->scales ? ",scales" : "",
-                 quantized->scheme.positive_bf16_scales ? ",positive-bf16" : "", ")(", inner, ")");
+                 quantized->scheme.positive_bf16_scales ? ",positive-bf16" : "",
+                 quantized->scheme.signed_codes ? ",signed" : "", ")(", inner, ")");
   }
   return inner;
 }

@@ -38,17 +38,19 @@ QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q) {
     if (n->op != OpKind::Linear) continue;
     const Value* w = n->inputs[1];
     if (!w->is_constant() || !w->constant->from_checkpoint() || w->constant->quantized) continue;
-    if (w->constant->src_shape[1] % q.group_size != 0) {
+    WeightQuantization lq = q;
+    if (q.per_channel) lq.group_size = w->constant->src_shape[1];  // one group: the whole row
+    if (w->constant->src_shape[1] % lq.group_size != 0) {
       report.kept_float.push_back(w->name);
       continue;
     }
     Value* bias = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
-    Value* codes = derived(graph, *w, q, false, DType::U8);
-    Value* scales = derived(graph, *w, q, true, n->inputs[0]->dtype);
+    Value* codes = derived(graph, *w, lq, false, DType::U8);
+    Value* scales = derived(graph, *w, lq, true, n->inputs[0]->dtype);
     n->op = OpKind::QuantizedLinear;
     n->inputs = {n->inputs[0], codes, scales};
     if (bias) n->inputs.push_back(bias);
-    n->attrs = quantized_linear_attrs(q);
+    n->attrs = quantized_linear_attrs(lq);
     ++report.quantized;
     quantized_weights[w->constant->key()] = {codes, scales};
   }
@@ -71,16 +73,21 @@ QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q) {
     const Value* gu = rows_of(gate_up);
     const Value* d = rows_of(down);
     const DType t = n->inputs[0]->dtype;
+    // Experts are dequantized by every backend's decomposition: the blockwise scheme's codes.
+    WeightQuantization mq = q;
+    mq.per_channel = mq.signed_codes = false;
     Value* gate_up_bias = n->input(4);
     Value* down_bias = n->input(5);
-    n->inputs = {n->inputs[0], n->inputs[1], derived(graph, *gu, q, false, DType::U8), derived(graph, *gu, q, true, t),
-                 derived(graph, *d, q, false, DType::U8), derived(graph, *d, q, true, t), gate_up_bias, down_bias};
-    n->attrs = QuantizedMoEAttrs{n->attrs_as<MoEAttrs>(), quantized_linear_attrs(q)};
+    n->inputs = {n->inputs[0], n->inputs[1], derived(graph, *gu, mq, false, DType::U8), derived(graph, *gu, mq, true, t),
+                 derived(graph, *d, mq, false, DType::U8), derived(graph, *d, mq, true, t), gate_up_bias, down_bias};
+    n->attrs = QuantizedMoEAttrs{n->attrs_as<MoEAttrs>(), quantized_linear_attrs(mq)};
     n->op = OpKind::QuantizedMoE;
     report.quantized += 2;
   }
-  // A tied embedding reads the lm_head's codes: the table is stored once, quantized.
+  // A tied embedding reads the lm_head's codes: the table is stored once, quantized (not signed
+  // per-channel codes, which only XNNPACK's linears read).
   for (Node* n : graph.order) {
+    if (q.signed_codes || q.per_channel) break;
     if (n->op != OpKind::Embedding || !n->inputs[0]->is_constant()) continue;
     const auto it = quantized_weights.find(n->inputs[0]->constant->key());
     if (it == quantized_weights.end()) continue;

@@ -429,9 +429,10 @@ def test_executorch_unbounded_dim(model, out, run_hfexport):
                        out, "sequence", "--dim")
 
 
-@pytest.mark.parametrize("args", [["--executorch-backend", "portable", "--quantize", "int4"], ["--quantize", "int8"]],
-                         ids=["portable-int4", "xnnpack-int8"])
-def test_executorch_int8_compute_only_for_xnnpack_int4(args, model, out, run_hfexport):
+@pytest.mark.parametrize("args", [["--executorch-backend", "portable", "--quantize", "int4"],
+                                  ["--executorch-backend", "portable", "--quantize", "int8"]],
+                         ids=["portable-int4", "portable-int8"])
+def test_executorch_int8_compute_only_for_xnnpack(args, model, out, run_hfexport):
     assert_clean_error(export(run_hfexport, model, out, "--format", "executorch", *args, "--quantize-compute", "int8"),
                        out, "--quantize-compute", "4-bit")
 

@@ -54,11 +54,25 @@ def dequantize(w: np.ndarray, bits: int, group: int, positive_bf16: bool = False
     return (levels * scale).astype(np.float32).reshape(n, k)
 
 
-def quantized_reference(model, bits: int, group: int, positive_bf16: bool = False):
+def quantized_reference(model, bits: int, group: int | None, positive_bf16: bool = False, experts_group: int = 32):
     """A copy of `model` whose nn.Linear weights (input size divisible by `group`) are dequantized,
     and GPT-2's Conv1D ones ([in, out]: quantized per group of inputs too). A tied embedding stays
     tied, so it reads the dequantized lm_head too (the export stores the table once, as the
-    lm_head's codes); an untied one stays float."""
+    lm_head's codes); an untied one stays float. `group` None: per channel (each weight's group
+    its whole input), MoE experts still in groups of `experts_group`."""
+    if group is None:
+        # Per-channel codes are read only by the linears: a tied embedding keeps the float table.
+        ref = copy.deepcopy(model)
+        table = ref.get_input_embeddings().weight.detach().clone()
+        ref.get_input_embeddings().weight = torch.nn.Parameter(table)
+        with torch.no_grad():
+            for module in ref.modules():
+                if isinstance(module, torch.nn.Linear):
+                    w = module.weight.detach().float().numpy()
+                    module.weight.copy_(torch.from_numpy(dequantize(w, bits, w.shape[1], positive_bf16)))
+                elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter) and module.gate_up_proj.dim() == 3:
+                    dequantize_experts(module, bits, experts_group, positive_bf16)
+        return ref.eval()
     from transformers.pytorch_utils import Conv1D
 
     ref = copy.deepcopy(model)
@@ -378,6 +392,26 @@ def test_executorch_xnnpack_8da4w(name, tiny, tmp_path, export_model):
     err = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs), want, inputs[1])
     scale = float(np.abs(want).max())
     assert err <= 0.05 * scale, f"{name} 8da4w: {err:.3e} vs logit scale {scale:.2f}"
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_executorch_xnnpack_8da8w(name, tiny, tmp_path, export_model):
+    """XNNPACK's 8-bit linears: per-channel int8 weights (signed codes, one positive scale per
+    output channel, qcint8), activations quantized to int8 per token inside the delegate. Against
+    transformers with the same dequantized weights: close, as onnxruntime's int8 compute."""
+    pytest.importorskip("executorch")
+    from test_executorch_parity import DIMS, et_logits, load_program
+
+    model_dir, model = tiny(name)
+    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", *DIMS, "--quantize", "int8")
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["quantization"]["compute"] == "int8"
+    assert (out / "model.pte").read_bytes().count(b"XH00") > 0
+    inputs = make_inputs(model.config.vocab_size)
+    want = hf_logits(quantized_reference(model, 8, None, positive_bf16=True), inputs)
+    err = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs), want, inputs[1])
+    scale = float(np.abs(want).max())
+    assert err <= 0.05 * scale, f"{name} 8da8w: {err:.3e} vs logit scale {scale:.2f}"
 
 
 # --------------------------------------------------------------------------------------------

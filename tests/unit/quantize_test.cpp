@@ -98,6 +98,25 @@ TEST(Quantize, PositiveBf16ScalesForXnnpack) {
   EXPECT_NEAR(scales[3], 0.1f / 7, 0.1f / 7 / 128);
 }
 
+TEST(Quantize, SignedInt8CodesForXnnpack) {
+  // qcint8: the 8-bit levels as two's complement bytes (no +128 offset), positive scales.
+  WeightQuantization q = scheme(8, 4);
+  q.positive_bf16_scales = q.signed_codes = true;
+  const std::vector<float> w = {127, -127, 1, 0};
+  std::vector<uint8_t> codes(4);
+  std::vector<float> scales(1);
+  quantize_rows(w.data(), 1, 4, q, codes.data(), scales.data());
+  EXPECT_EQ(scales[0], 1.0f);
+  EXPECT_EQ(static_cast<int8_t>(codes[0]), 127);
+  EXPECT_EQ(static_cast<int8_t>(codes[1]), -127);
+  EXPECT_EQ(static_cast<int8_t>(codes[2]), 1);
+  EXPECT_EQ(codes[3], 0);
+  q.signed_codes = false;  // the documented scheme: level + 128
+  quantize_rows(w.data(), 1, 4, q, codes.data(), scales.data());
+  EXPECT_EQ(codes[0], 255);
+  EXPECT_EQ(codes[3], 128);
+}
+
 // The mean reconstruction error of the previous scheme (scale = max|w| / 7 or 127, code 0 unused).
 double absmax_scheme_error(const std::vector<float>& w, int bits, size_t group) {
   const double zero = static_cast<double>(1 << (bits - 1));

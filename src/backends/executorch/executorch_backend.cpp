@@ -272,10 +272,9 @@ class ExecutorchBackend final : public Backend {
         fail(spell("backend.executorch_backend"), ": expected \"portable\" or \"xnnpack\"");
     }
     forced_decompositions(config, spell);
-    if (config.quantization.compute == WeightQuantization::Compute::Int8 &&
-        !(uses_xnnpack(config) && config.quantization.bits == 4))
-      fail(spell("quantization.compute"), " int8: only XNNPACK's 4-bit linears quantize activations (the xnnpack "
-           "backend with int4 weights); the portable kernels dequantize weights and compute in float");
+    if (config.quantization.compute == WeightQuantization::Compute::Int8 && !uses_xnnpack(config))
+      fail(spell("quantization.compute"), " int8: only XNNPACK's linears quantize activations (the xnnpack "
+           "backend, with 4-bit or 8-bit weights); the portable kernels dequantize weights and compute in float");
   }
 
   // Memory is planned at each dim's upper bound: the sequence is bounded as ExecuTorch's own
@@ -299,14 +298,15 @@ class ExecutorchBackend final : public Backend {
   }
 
   std::vector<Pass> passes(const ExportConfig& config) const override {
-    // XNNPACK's 4-bit linears quantize activations to int8 per token (ExecuTorch's 8da4w), over
-    // positive bfloat16 scales (XNNPACK's); every other quantized linear is dequantized into a
-    // float one.
+    // XNNPACK's quantized linears quantize activations to int8 per token: over blockwise 4-bit
+    // weights (ExecuTorch's 8da4w) or per-channel int8 ones (signed codes, one scale per output
+    // channel), with positive scales (XNNPACK's); every other quantized linear is dequantized into
+    // a float one.
     WeightQuantization quantize = config.quantization;
     if (quantize.enabled() && quantize.compute == WeightQuantization::Compute::Auto)
-      quantize.compute = uses_xnnpack(config) && quantize.bits == 4 ? WeightQuantization::Compute::Int8
-                                                                    : WeightQuantization::Compute::Float;
+      quantize.compute = uses_xnnpack(config) ? WeightQuantization::Compute::Int8 : WeightQuantization::Compute::Float;
     quantize.positive_bf16_scales = quantize.compute == WeightQuantization::Compute::Int8;
+    quantize.per_channel = quantize.signed_codes = quantize.positive_bf16_scales && quantize.bits == 8;
     return {
         // input./output. pairs the lowering turns into mutable buffers updated in place.
         {"lower_state", [](Graph& g, PassReport&) { lower_state_as_io(g); }},

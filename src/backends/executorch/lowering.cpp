@@ -223,30 +223,40 @@ void EtLowering::delegate_linear(const Node& n) {
   emit_xnnpack(segment, x, y);
 }
 
-// 8da4w: the activations quantized to int8 per token inside the delegate, the weight's 4-bit codes
-// as they are (the IR's layout is XNNPACK's qbint4), its scales (positive and bfloat16-exact by
-// the scheme the backend asked for) stored as bfloat16.
+// 8da4w / 8da8w: the activations quantized to int8 per token inside the delegate, the weight's
+// codes as they are (the IR's 4-bit layout is XNNPACK's qbint4; 8-bit ones are signed, per
+// channel: qcint8), its scales positive by the scheme the backend asked for, stored as bfloat16
+// (4-bit) or float32 (8-bit, one per output channel).
 void EtLowering::delegate_quantized_linear(const Node& n) {
   const QuantizedLinearAttrs& a = n.attrs_as<QuantizedLinearAttrs>();
   const Value* x = n.inputs[0];
   const Value* codes = n.inputs[1];
   const Value* scales = n.inputs[2];
   const Value* y = n.outputs[0];
-  HFX_CHECK(a.bits == 4 && codes->is_constant() && scales->is_constant(), "internal error: executorch: ", n.name,
-            " is not a 4-bit linear over constants");
+  HFX_CHECK((a.bits == 4 || a.bits == 8) && codes->is_constant() && scales->is_constant(), "internal error: "
+            "executorch: ", n.name, " is not a 4- or 8-bit linear over constants");
   const int64_t rows = codes->shape.at(0).value(), cols = x->shape.back().value();
+  HFX_CHECK(a.bits == 4 || a.group_size == cols, "internal error: executorch: 8-bit ", n.name, " is not per channel");
   const XnnWeight code_data{constants_.add_named(codes, bytes_of_(*codes)), {rows, cols}, bytes_of_(*codes)};
-  Value& bf16 = constants_.converted.emplace_back(*scales);
-  bf16.dtype = DType::BF16;
-  bf16.producer = nullptr;
-  const XnnWeight scale_data{constants_.add_named(&bf16, bytes_of_(bf16)), {}, bytes_of_(bf16)};
+  const Value* stored_scales = scales;
+  if (a.bits == 4) {
+    Value& bf16 = constants_.converted.emplace_back(*scales);
+    bf16.dtype = DType::BF16;
+    bf16.producer = nullptr;
+    stored_scales = &bf16;
+  }
+  const XnnWeight scale_data{constants_.add_named(stored_scales, bytes_of_(*stored_scales)), {rows},
+                             bytes_of_(*stored_scales)};
   std::optional<XnnWeight> bias;
   if (const Value* b = n.input(3)) {
     HFX_CHECK(b->is_constant() && b->dtype == DType::F32, "internal error: executorch: bias of ", n.name);
     bias = XnnWeight{constants_.add_named(b, bytes_of_(*b)), {b->shape.at(0).value()}, bytes_of_(*b)};
   }
-  emit_xnnpack(constants_.add_payload(xnnpack_fully_connected_qb4(upper_dims(x), upper_dims(y), code_data,
-                                                                  scale_data, a.group_size, bias ? &*bias : nullptr)),
+  const XnnWeight* b = bias ? &*bias : nullptr;
+  emit_xnnpack(constants_.add_payload(a.bits == 4 ? xnnpack_fully_connected_qb4(upper_dims(x), upper_dims(y), code_data,
+                                                                                scale_data, a.group_size, b)
+                                                  : xnnpack_fully_connected_qc8(upper_dims(x), upper_dims(y), code_data,
+                                                                                scale_data, b)),
                x, y);
 }
 

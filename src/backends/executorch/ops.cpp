@@ -193,11 +193,12 @@ HFX_ET_OP(Linear) {
   if (l.delegates(n)) return l.delegate_linear(n);
   l.result(n, "aten::linear", "out", {l.in(n, 0), l.in(n, 1), n.input(2) ? l.in(n, 2) : l.null_value()});
 }
-// A 4-bit linear whose activations may be quantized (the xnnpack backend's int4): XNNPACK's
-// blockwise 4-bit weights with per-token int8 activations; otherwise decomposed (dequantized).
+// A linear whose activations may be quantized (the xnnpack backend's int4 / int8): XNNPACK's
+// blockwise 4-bit or per-channel 8-bit weights with per-token int8 activations; otherwise
+// decomposed (dequantized).
 bool quantizes_activations(const Node& n) {
   const QuantizedLinearAttrs& a = n.attrs_as<QuantizedLinearAttrs>();
-  return a.int8_compute && a.bits == 4 && n.inputs[0]->dtype == DType::F32;
+  return a.int8_compute && (a.bits == 4 || a.bits == 8) && n.inputs[0]->dtype == DType::F32;
 }
 HFX_ET_OP_NATIVE(QuantizedLinear, quantizes_activations) { l.delegate_quantized_linear(n); }
 

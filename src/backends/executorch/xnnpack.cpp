@@ -138,21 +138,37 @@ std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const st
   return finish_fully_connected(g, 0, 1, bias, y_dims);
 }
 
+namespace {
+
+// 1: x as int8, quantized per token at run time (after x, value 0).
+void add_per_token_input(xfb::XNNGraphT& g, const std::vector<int64_t>& x_dims) {
+  xfb::XNNQuantizedTensorValueT q;
+  q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qdint8, x_dims, 0);
+  xfb::PerTokenDynamicQuantT per_token;
+  per_token.num_nonbatch_dims = 1;
+  q.quant_params.Set(std::move(per_token));
+  push_value(g, std::move(q));
+}
+
+// Converts value 0 into value 1 and multiplies it by the weight, value 2.
+std::string finish_quantized(xfb::XNNGraphT& g, const XnnWeight* bias, const std::vector<int64_t>& y_dims) {
+  xfb::_XNNNode1x1T convert;
+  convert.input_id = 0;
+  convert.output_id = 1;
+  add_node(g, xfb::XNodeUnion::XNNConvert, std::move(convert));
+  return finish_fully_connected(g, 1, 2, bias, y_dims);
+}
+
+}  // namespace
+
 std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
                                         const XnnWeight& codes, const XnnWeight& scales, int64_t group_size,
                                         const XnnWeight* bias) {
   HFX_CHECK(codes.dims.size() == 2 && codes.dims[1] % group_size == 0, "executorch: 4-bit weight ", codes.key,
             " is not [N, K] in groups of ", group_size);
   xfb::XNNGraphT g = graph_with_input(x_dims);  // 0: x
-  {                                             // 1: x as int8, quantized per token at run time
-    xfb::XNNQuantizedTensorValueT q;
-    q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qdint8, x_dims, 0);
-    xfb::PerTokenDynamicQuantT per_token;
-    per_token.num_nonbatch_dims = 1;
-    q.quant_params.Set(std::move(per_token));
-    push_value(g, std::move(q));
-  }
-  {  // 2: the weight
+  add_per_token_input(g, x_dims);               // 1
+  {                                             // 2: the weight
     const uint32_t code_data = add_constant(g, codes);
     xfb::XNNQuantizedTensorValueT q;
     q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qbint4, codes.dims, code_data);
@@ -164,11 +180,26 @@ std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, cons
     q.quant_params.Set(std::move(groups));
     push_value(g, std::move(q));
   }
-  xfb::_XNNNode1x1T convert;
-  convert.input_id = 0;
-  convert.output_id = 1;
-  add_node(g, xfb::XNodeUnion::XNNConvert, std::move(convert));
-  return finish_fully_connected(g, 1, 2, bias, y_dims);
+  return finish_quantized(g, bias, y_dims);
+}
+
+std::string xnnpack_fully_connected_qc8(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
+                                        const XnnWeight& codes, const XnnWeight& scales, const XnnWeight* bias) {
+  HFX_CHECK(codes.dims.size() == 2, "executorch: 8-bit weight ", codes.key, " is not [N, K]");
+  xfb::XNNGraphT g = graph_with_input(x_dims);  // 0: x
+  add_per_token_input(g, x_dims);               // 1
+  {                                             // 2: the weight
+    const uint32_t code_data = add_constant(g, codes);
+    xfb::XNNQuantizedTensorValueT q;
+    q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qcint8, codes.dims, code_data);
+    xfb::PerChannelQuantT channels;
+    channels.channel_dim = 0;
+    channels.scale_buffer_idx = add_constant(g, scales);
+    channels.num_scales = static_cast<uint32_t>(codes.dims[0]);
+    q.quant_params.Set(std::move(channels));
+    push_value(g, std::move(q));
+  }
+  return finish_quantized(g, bias, y_dims);
 }
 
 }  // namespace hfx

@@ -28,4 +28,10 @@ std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, cons
                                         const XnnWeight& codes, const XnnWeight& scales, int64_t group_size,
                                         const XnnWeight* bias);
 
+// One 8-bit linear as ExecuTorch's XNNPACK quantizer writes a dynamically quantized one: x
+// converted to int8 per token, then a fully connected layer over per-channel int8 weights
+// (qcint8: [N, K] signed, no zero point) with one positive float32 scale per output channel.
+std::string xnnpack_fully_connected_qc8(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
+                                        const XnnWeight& codes, const XnnWeight& scales, const XnnWeight* bias);
+
 }  // namespace hfx
