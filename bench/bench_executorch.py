@@ -12,7 +12,8 @@
    as their docs' Python loop does), plus each as a fraction of the read-bandwidth ceiling (a
    batch-1 step reads every weight once). Greedy tokens are compared with transformers eager.
 
-`--weights int4`: both programs with 4-bit linears as ExecuTorch's 8da4w (XNNPACK's blockwise
+`--weights int4` (`int8`: the same with per-channel 8-bit weights, torchao `weight_dtype=torch.int8,
+weight_granularity=PerAxis(0)`): both programs with 4-bit linears as ExecuTorch's 8da4w (XNNPACK's blockwise
 4-bit weights, group 32, int8 activations per token): ours `--quantize int4`; theirs torchao's
 `quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
 weight_granularity=PerGroup(32)))` (+ `unwrap_tensor_subclass`, without which their exporter's
@@ -20,7 +21,7 @@ weight_granularity=PerGroup(32)))` (+ `unwrap_tensor_subclass`, without which th
 (theirs signed, ours positive for XNNPACK), so the tokens are compared between the two, not with
 eager; the ceiling counts the linears' 4-bit codes and bfloat16 scales.
 
-  .venv/bin/python bench/bench_executorch.py [--layers 28] [--weights fp32|int4]
+  .venv/bin/python bench/bench_executorch.py [--layers 28] [--weights fp32|int4|int8]
 
 A benchmark, not a test: it fails only when something cannot run.
 """
@@ -50,11 +51,13 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 from transformers.exporters import ExecutorchConfig, ExecutorchExporter
 start = time.perf_counter()
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, attn_implementation="sdpa").eval()
-if sys.argv[3] == "int4":
+if sys.argv[3] in ("int4", "int8"):
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.utils import unwrap_tensor_subclass
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    weights = (dict(weight_dtype=torch.int4, weight_granularity=PerGroup(32)) if sys.argv[3] == "int4"
+               else dict(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(**weights))
     unwrap_tensor_subclass(model)
 ids = torch.randint(0, 1000, (1, 8))
 t = time.perf_counter()
@@ -116,42 +119,43 @@ print(json.dumps({"tokens": tokens, "tok_s": STEPS / sum(times)}))
 """ % (PROMPT, STEPS, MAX_CACHE_LEN)
 
 
-def int4_step_bytes(ckpt: Path) -> int:
-    """What an 8da4w step reads: every linear (the tied embedding as the head) as 4-bit codes plus
-    one bfloat16 scale per 32 weights; the norms are negligible, the embedding is one row."""
+def quantized_step_bytes(ckpt: Path, weights: str) -> int:
+    """What an 8da4w (8da8w) step reads: every linear (the tied embedding as the head) as 4-bit
+    codes plus one bfloat16 scale per 32 weights (8-bit codes, per-channel scales); the norms are
+    negligible, the embedding is one row."""
     with open(ckpt / "model.safetensors", "rb") as f:
         header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-    weights = 0
+    count = 0
     tied = "lm_head.weight" not in header
     for name, t in header.items():
         if name != "__metadata__" and len(t["shape"]) == 2 and (tied or "embed_tokens" not in name):
-            weights += t["shape"][0] * t["shape"][1]
-    return weights * 9 // 16  # 4 + 16/32 bits
+            count += t["shape"][0] * t["shape"][1]
+    return count * 9 // 16 if weights == "int4" else count  # 4 + 16/32 bits; 8 bits
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hfexport", type=Path, default=REPO / ".venv" / "bin" / "hfexport")
     p.add_argument("--layers", type=int, default=28)
-    p.add_argument("--weights", choices=("fp32", "int4"), default="fp32")
+    p.add_argument("--weights", choices=("fp32", "int4", "int8"), default="fp32")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     env_python = str(REPO / "python")
     ckpt = ensure_checkpoint(BENCH, args.layers, 0, False)
     size = (ckpt / "model.safetensors").stat().st_size
-    int4 = args.weights == "int4"
+    quantized = args.weights in ("int4", "int8")  # 8da4w or 8da8w
     with tempfile.TemporaryDirectory(prefix="bench-executorch-") as tmp:
         work = Path(tmp)
         warm(ckpt / "model.safetensors")
         cmd = [str(args.hfexport), "export", str(ckpt), "-o", str(work / "ours"), "--format", "executorch",
                "--for-generation", "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), "--overwrite",
-               *(["--quantize", "int4"] if int4 else [])]
+               *(["--quantize", args.weights] if quantized else [])]
         ours = sorted(peak_rss_of(cmd) for _ in range(3))[1]  # the median of three
         wall, rss, out = peak_rss_of([sys.executable, "-c", TRANSFORMERS_EXPORT, str(ckpt), str(work / "theirs"),
                                       args.weights])
         theirs = json.loads(out.strip().splitlines()[-1])
         files = {k: sum(f.stat().st_size for f in (work / k).glob("*.pte")) for k in ("ours", "theirs")}
-        kind_of = "8da4w" if int4 else "float32"
+        kind_of = {"int4": "8da4w", "int8": "8da8w"}.get(args.weights, "float32")
         print(f"export ({args.layers} layers, bf16 checkpoint {size / 2**30:.2f} GiB in the page cache, to {kind_of} "
               f"static-cache programs, max_cache_len {MAX_CACHE_LEN}, XNNPACK):")
         print(f"  hfexport      {ours[0]:7.2f} s (median of 3, whole process)  peak RSS {ours[1] / 2**20:7.0f} MiB "
@@ -161,10 +165,10 @@ def main() -> int:
         print(f"  ratio: {theirs['wall'] / ours[0]:.1f}x faster than its export + save; {rss / ours[1]:.1f}x less "
               "peak RSS")
         rows = {}
-        for kind in ("hfexport", "transformers") + (() if int4 else ("eager",)):
+        for kind in ("hfexport", "transformers") + (() if quantized else ("eager",)):
             rows[kind], _ = child(DECODE, kind, str(ckpt), str(work / ("ours" if kind == "hfexport" else "theirs")),
                                   env_python)
-        step_bytes = int4_step_bytes(ckpt) if int4 else size * 2  # the weights a step reads
+        step_bytes = quantized_step_bytes(ckpt, args.weights) if quantized else size * 2  # the weights a step reads
         ceiling = read_bandwidth() / step_bytes
         print(f"decode ({kind_of}, batch 1, prompt {PROMPT}, {STEPS} steps, ExecuTorch's runtime; ceiling "
               f"{ceiling:.1f} tok/s = one core's read bandwidth / {step_bytes / 2**30:.2f} GiB):")
@@ -172,10 +176,10 @@ def main() -> int:
             print(f"  {kind:13s} {rows[kind]['tok_s']:7.2f} tok/s  ({100 * rows[kind]['tok_s'] / ceiling:.0f} % of "
                   "the ceiling)")
         print(f"  ratio: {rows['hfexport']['tok_s'] / rows['transformers']['tok_s']:.2f}x transformers' program")
-        if int4:
+        if quantized:
             same = sum(a == b for a, b in zip(rows["hfexport"]["tokens"], rows["transformers"]["tokens"]))
             print(f"  greedy tokens the same in both programs: {same} of {len(rows['hfexport']['tokens'])} "
-                  "(different 4-bit scales)")
+                  "(different quantization scales)")
         else:
             want = rows["eager"]["tokens"]
             print(f"  greedy tokens identical to transformers eager: "
