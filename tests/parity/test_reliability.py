@@ -22,9 +22,18 @@ BIG = dict(vocab_size=65536, hidden_size=2048, intermediate_size=2048, num_hidde
            num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False)
 
 
+SMALL = dict(BIG, vocab_size=128, hidden_size=32, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2)
+
+
 @pytest.fixture(scope="module")
 def big_checkpoint(tmp_path_factory) -> Path:
     path, _ = build_tiny_model(tmp_path_factory.mktemp("big") / "ckpt", "llama", BIG, dtype="bfloat16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_checkpoint(tmp_path_factory) -> Path:
+    path, _ = build_tiny_model(tmp_path_factory.mktemp("small") / "ckpt", "llama", SMALL)
     return path
 
 
@@ -56,7 +65,7 @@ def test_signal_removes_the_staging_directory(sig, big_checkpoint, tmp_path, hfe
     assert list(parent.iterdir()) == []
 
 
-def test_after_sigkill_the_next_export_removes_stale_staging(big_checkpoint, tmp_path, hfexport_bin, make_tiny_model):
+def test_after_sigkill_the_next_export_removes_stale_staging(big_checkpoint, small_checkpoint, tmp_path, hfexport_bin):
     parent = tmp_path / "exports"
     proc = start_export(hfexport_bin, big_checkpoint, parent / "out")
     stale = wait_mid_write(proc, parent)
@@ -69,9 +78,7 @@ def test_after_sigkill_the_next_export_removes_stale_staging(big_checkpoint, tmp
     (live / ".hfexport-staging").write_text(f"{os.getpid()}\n")
     foreign = parent / f".{stale.name.split('.')[1]}-notes.tmp-{proc.pid}"
     foreign.mkdir()
-    small, _ = make_tiny_model(tmp_path / "small", "llama", dict(BIG, vocab_size=128, hidden_size=32,
-                                                                  intermediate_size=32, num_attention_heads=4,
-                                                                  num_key_value_heads=2))
+    small = small_checkpoint
     done = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(parent / "next")], capture_output=True,
                           text=True, env=cli_env())
     assert done.returncode == 0, done.stderr
@@ -80,12 +87,10 @@ def test_after_sigkill_the_next_export_removes_stale_staging(big_checkpoint, tmp
     assert not (parent / "next" / ".hfexport-staging").exists()
 
 
-def test_overwrite_keeps_the_old_output_until_the_new_one_is_complete(big_checkpoint, tmp_path, hfexport_bin,
-                                                                       make_tiny_model):
+def test_overwrite_keeps_the_old_output_until_the_new_one_is_complete(big_checkpoint, small_checkpoint, tmp_path,
+                                                                       hfexport_bin):
     parent = tmp_path / "exports"
-    small, _ = make_tiny_model(tmp_path / "small", "llama", dict(BIG, vocab_size=128, hidden_size=32,
-                                                                  intermediate_size=32, num_attention_heads=4,
-                                                                  num_key_value_heads=2))
+    small = small_checkpoint
     first = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(parent / "out")], capture_output=True,
                            text=True, env=cli_env())
     assert first.returncode == 0, first.stderr
@@ -96,11 +101,8 @@ def test_overwrite_keeps_the_old_output_until_the_new_one_is_complete(big_checkp
         kill(proc)
         proc.communicate(timeout=60)
         assert sorted(p.name for p in (parent / "out").iterdir()) == before
-    json_text = (parent / "out" / "export.json").read_text()
-    assert '"vocab_size": 128' in (parent / "out" / "config.json").read_text() and json_text
-
-
-SMALL = dict(BIG, vocab_size=128, hidden_size=32, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2)
+    assert (parent / "out" / "export.json").stat().st_size > 0
+    assert '"vocab_size": 128' in (parent / "out" / "config.json").read_text()
 
 
 @contextmanager
@@ -125,10 +127,10 @@ def test_disk_full_before_writing_names_the_file_and_the_bytes(big_checkpoint, t
         assert "MiB" in line and list(disk.iterdir()) == []
 
 
-def test_disk_full_at_every_point_of_an_export(make_tiny_model, tmp_path, hfexport_bin):
+def test_disk_full_at_every_point_of_an_export(small_checkpoint, tmp_path, hfexport_bin):
     """The disk fills after every 4 KiB of the export in turn (tmpfs sizes up to the one it fits
     in): each attempt is one line naming a file of the output, and leaves nothing."""
-    small, _ = make_tiny_model(tmp_path / "model", "llama", SMALL)
+    small = small_checkpoint
     ref = tmp_path / "ref"
     assert subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(ref)], env=cli_env()).returncode == 0
     total = sum(f.stat().st_size for f in ref.iterdir())
@@ -149,8 +151,8 @@ def test_disk_full_at_every_point_of_an_export(make_tiny_model, tmp_path, hfexpo
     assert failures > 3
 
 
-def test_read_only_destination(make_tiny_model, tmp_path, hfexport_bin):
-    small, _ = make_tiny_model(tmp_path / "model", "llama", SMALL)
+def test_read_only_destination(small_checkpoint, tmp_path, hfexport_bin):
+    small = small_checkpoint
     with tmpfs(tmp_path / "ro", "size=1m,ro") as disk:
         proc = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(disk / "out")], capture_output=True,
                               text=True, env=cli_env())

@@ -150,6 +150,16 @@ void add_per_token_input(xfb::XNNGraphT& g, const std::vector<int64_t>& x_dims) 
   push_value(g, std::move(q));
 }
 
+// 2: the weight, codes of `type` (constant `code_data`) with their scales' `params`.
+template <class Params>
+void add_quantized_weight(xfb::XNNGraphT& g, xfb::XNNDatatype type, uint32_t code_data,
+                          const std::vector<int64_t>& dims, Params params) {
+  xfb::XNNQuantizedTensorValueT q;
+  q.tensor_value = quantized_tensor(g, type, dims, code_data);
+  q.quant_params.Set(std::move(params));
+  push_value(g, std::move(q));
+}
+
 // Converts value 0 into value 1 and multiplies it by the weight, value 2.
 std::string finish_quantized(xfb::XNNGraphT& g, const XnnWeight* bias, const std::vector<int64_t>& y_dims) {
   xfb::_XNNNode1x1T convert;
@@ -168,18 +178,13 @@ std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, cons
             " is not [N, K] in groups of ", group_size);
   xfb::XNNGraphT g = graph_with_input(x_dims);  // 0: x
   add_per_token_input(g, x_dims);               // 1
-  {                                             // 2: the weight
-    const uint32_t code_data = add_constant(g, codes);
-    xfb::XNNQuantizedTensorValueT q;
-    q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qbint4, codes.dims, code_data);
-    xfb::PerChannelGroupQuantT groups;
-    groups.channel_dim = 0;
-    groups.group_size = static_cast<int32_t>(group_size);
-    groups.scale_buffer_idx = add_constant(g, scales);
-    groups.num_scales = static_cast<uint32_t>(codes.dims[0] * codes.dims[1] / group_size);
-    q.quant_params.Set(std::move(groups));
-    push_value(g, std::move(q));
-  }
+  xfb::PerChannelGroupQuantT groups;
+  groups.channel_dim = 0;
+  groups.group_size = static_cast<int32_t>(group_size);
+  groups.num_scales = static_cast<uint32_t>(codes.dims[0] * codes.dims[1] / group_size);
+  const uint32_t code_data = add_constant(g, codes);  // the codes' constant, then the scales'
+  groups.scale_buffer_idx = add_constant(g, scales);
+  add_quantized_weight(g, xfb::XNNDatatype::xnn_datatype_qbint4, code_data, codes.dims, std::move(groups));
   return finish_quantized(g, bias, y_dims);
 }
 
@@ -188,17 +193,12 @@ std::string xnnpack_fully_connected_qc8(const std::vector<int64_t>& x_dims, cons
   HFX_CHECK(codes.dims.size() == 2, "executorch: 8-bit weight ", codes.key, " is not [N, K]");
   xfb::XNNGraphT g = graph_with_input(x_dims);  // 0: x
   add_per_token_input(g, x_dims);               // 1
-  {                                             // 2: the weight
-    const uint32_t code_data = add_constant(g, codes);
-    xfb::XNNQuantizedTensorValueT q;
-    q.tensor_value = quantized_tensor(g, xfb::XNNDatatype::xnn_datatype_qcint8, codes.dims, code_data);
-    xfb::PerChannelQuantT channels;
-    channels.channel_dim = 0;
-    channels.scale_buffer_idx = add_constant(g, scales);
-    channels.num_scales = static_cast<uint32_t>(codes.dims[0]);
-    q.quant_params.Set(std::move(channels));
-    push_value(g, std::move(q));
-  }
+  xfb::PerChannelQuantT channels;
+  channels.channel_dim = 0;
+  channels.num_scales = static_cast<uint32_t>(codes.dims[0]);
+  const uint32_t code_data = add_constant(g, codes);  // the codes' constant, then the scales'
+  channels.scale_buffer_idx = add_constant(g, scales);
+  add_quantized_weight(g, xfb::XNNDatatype::xnn_datatype_qcint8, code_data, codes.dims, std::move(channels));
   return finish_quantized(g, bias, y_dims);
 }
 
