@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/quantize.h"
 
 namespace hfx {
@@ -68,6 +69,7 @@ void WeightFile::close() {
 
 void WeightFile::write_at(const void* data, size_t n, uint64_t offset) const {
   pwrite_fully(fd_, data, n, offset, path_);
+  progress::add(n);
 }
 
 namespace {
@@ -245,6 +247,7 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
     const size_t chunk = std::max<size_t>(1, kChunkBytes / std::max(in_size, out_size));
     for (const Segment& s : pieces) {
       if (!convert && s.tensor && s.tensor->storage && s.tensor->storage->copy_to(s.data, s.nbytes, fd_, offset)) {
+        progress::add(s.nbytes);
         offset += s.nbytes;
         continue;
       }
@@ -321,6 +324,9 @@ std::vector<WeightFile::Span> WeightFile::append_all(const std::vector<Item>& it
     end_ = offset + spans.back().length;
   }
   check_room(fd_, end_, path_);  // refused before writing, rather than when the disk fills
+  uint64_t total = 0;
+  for (const Span& s : spans) total += s.length;
+  progress::expect(total);
   // Items are independent byte ranges of one file: workers take the next item and pwrite it.
   std::atomic<size_t> next{0};
   std::exception_ptr error;

@@ -16,6 +16,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/python.h"
 #include "export/exporter.h"
 #include "io/json_config.h"
@@ -163,7 +164,7 @@ struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
   std::string format, dtype, quantize, quantize_compute, onnx_ops, executorch_backend;
   std::vector<std::string> dims, decompose, inputs;
-  bool overwrite = false, verbose = false, aot = false, no_alloc_graph_io = false;
+  bool overwrite = false, verbose = false, quiet = false, aot = false, no_alloc_graph_io = false;
   bool for_generation = false, multi_token = false, static_cache = false;
   int64_t max_cache_len = 0, batch_size = 1, group_size = 0;
 };
@@ -236,6 +237,7 @@ int main(int argc, char** argv) {
                 "executorch: no planned memory for inputs and outputs; a static cache is the caller's, passed in and "
                 "returned as outputs [cache x N, logits, cache x N] for set_output_data_ptr (zero copy)");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
+  exp->add_flag("--quiet", flags.quiet, "no progress lines (they are shown only on a terminal)");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
   exp->add_option("--decompose", flags.decompose,
                   "high-level ops to export as their reference decomposition (e.g. Attention,RMSNorm, or all)")
@@ -277,6 +279,7 @@ int main(int argc, char** argv) {
   try {
     if (*exp) {
       const hfx::ExportConfig config = export_config(flags, *exp);
+      hfx::progress::set_quiet(flags.quiet);
       hfx::remove_staging_on_signals();  // before the export starts any thread
       hfx::run_export(flags.model_dir, flags.out_dir, config,
                       {flags.overwrite, flags.verbose, cli_spelling(!flags.config_file.empty())});
@@ -284,9 +287,11 @@ int main(int argc, char** argv) {
       hfx::inspect_export(inspect_dir);
     }
   } catch (const hfx::Error& e) {
+    hfx::progress::clear();
     std::cerr << "hfexport: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
+    hfx::progress::clear();
     std::cerr << "hfexport: error: " << e.what() << "\n";
     return 2;
   }

@@ -13,6 +13,7 @@
 
 #include "backends/backend.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/checkpoint.h"
 #include "io/output_dir.h"
 #include "io/manifest.h"
@@ -46,10 +47,6 @@ json tensors_json(const std::vector<TensorSpec>& specs) {
   for (const auto& s : specs)
     out.push_back({{"name", s.name}, {"dtype", std::string(dtype_name(s.dtype))}, {"shape", shape_json(s.shape)}});
   return out;
-}
-
-void progress(const std::string& message) {
-  if (::isatty(STDERR_FILENO)) std::cerr << "\r\033[K" << message << std::flush;
 }
 
 // Token ids that end generation: generation_config.json wins over config.json, as in transformers.
@@ -190,7 +187,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   backend->check(config, run.spell);
   check_capabilities(*backend, config, run.spell);
 
-  progress("hfexport: building graph");
+  progress::stage("building graph");
   const ExportConfig graph_config = backend->graph_config(config);
   ExportModel model = build(ckpt, graph_config);
   check_dim_names(config, model, run.spell);
@@ -215,7 +212,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
     const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
     writer->set_token_ids(token_ids(ckpt));
     for (Component& c : model.components) {
-      progress("hfexport: writing " + c.name);
+      progress::stage("writing " + c.name);
       for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
       PassReport report;
       run_passes(*backend, graph_config, c.name, *c.graph, report, run.verbose);
@@ -240,7 +237,9 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
         }
       }
     }
+    progress::stage("writing files");
     writer->finish();
+    progress::end();
     manifest[key::kComponents] = components;
     if (config.quantization.enabled())
       manifest[key::kQuantization] = {{"weights", "int" + std::to_string(config.quantization.bits)},
@@ -265,7 +264,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   } catch (const Error& e) {
     throw Error(out.as_target(e.what()));
   }
-  progress("");
+  progress::clear();
 }
 
 }  // namespace

@@ -8,6 +8,8 @@ Each case runs a real export of a checkpoint big enough to be interrupted mid-wr
 from __future__ import annotations
 
 import os
+import pty
+import re
 import signal
 import subprocess
 import time
@@ -157,3 +159,46 @@ def test_read_only_destination(small_checkpoint, tmp_path, hfexport_bin):
         proc = subprocess.run([str(hfexport_bin), "export", str(small), "-o", str(disk / "out")], capture_output=True,
                               text=True, env=cli_env())
         assert_clean_error(proc, disk / "out", str(disk / "out"), "Read-only file system")
+
+
+def run_on_terminal(args: list[str]) -> tuple[int, str]:
+    """Runs args with stderr on a pseudo-terminal; its exit status and what it wrote there."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=follower, env=cli_env())
+    os.close(follower)
+    written = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(leader)
+    return proc.wait(timeout=120), written.decode()
+
+
+def test_progress_on_a_terminal_and_quiet_in_pipes(big_checkpoint, tmp_path, hfexport_bin):
+    """On a terminal each component's line shows bytes written, the total and the rate, and stays
+    as a summary; --quiet and pipes print nothing."""
+    rc, shown = run_on_terminal([str(hfexport_bin), "export", str(big_checkpoint), "-o", str(tmp_path / "tty"),
+                                 "--for-generation"])
+    assert rc == 0, shown
+    summaries = [line.rsplit("\r\x1b[K", 1)[-1] for line in shown.split("\r\n") if "MiB/s" in line]
+    assert summaries, shown
+    total_mib = sum(f.stat().st_size for f in (tmp_path / "tty").rglob("*.onnx*")) / 2**20
+    sizes = [re.fullmatch(r"hfexport: writing (\w+)  ([\d.]+) (MiB|GiB) of ([\d.]+) (MiB|GiB), [\d.]+ (MiB|GiB)/s", s)
+             for s in summaries]
+    assert all(sizes), summaries
+    to_mib = lambda value, unit: float(value) * (1024 if unit == "GiB" else 1)
+    for m in sizes:  # each summary is complete: written == total
+        assert to_mib(m[2], m[3]) == pytest.approx(to_mib(m[4], m[5]), rel=1e-3), m[0]
+    assert sum(to_mib(m[4], m[5]) for m in sizes) == pytest.approx(total_mib, rel=0.05)
+
+    rc, quiet = run_on_terminal([str(hfexport_bin), "export", str(big_checkpoint), "-o", str(tmp_path / "quiet"),
+                                 "--quiet"])
+    assert (rc, quiet) == (0, "")
+    piped = subprocess.run([str(hfexport_bin), "export", str(big_checkpoint), "-o", str(tmp_path / "pipe")],
+                           capture_output=True, text=True, env=cli_env())
+    assert (piped.returncode, piped.stderr) == (0, "")
