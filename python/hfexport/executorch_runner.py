@@ -24,13 +24,28 @@ def load_program(path):
     return Runtime.get().load_program(str(path), verification=Verification.InternalConsistency)
 
 
-def as_tensor(a: np.ndarray):
-    """A method input. An empty array (a zero-length past) gets torch's contiguous strides: numpy's
-    are ones the runtime refuses."""
+def as_tensor(a):
+    """A method input from an array or a tensor. An empty one (a zero-length past) gets torch's
+    contiguous strides: numpy's are ones the runtime refuses. bfloat16 arrays (ml_dtypes') keep
+    their bits."""
     import torch
 
-    a = np.ascontiguousarray(a)
-    return torch.from_numpy(a) if a.size else torch.zeros(a.shape, dtype=torch.from_numpy(a).dtype)
+    if not isinstance(a, torch.Tensor):
+        a = np.ascontiguousarray(a)
+        a = (torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype.name == "bfloat16"
+             else torch.from_numpy(a))
+    return a.contiguous() if a.numel() else torch.zeros(a.shape, dtype=a.dtype)
+
+
+def as_array(t) -> np.ndarray:
+    """A method output as numpy; bfloat16 as ml_dtypes' bfloat16 (numpy has none of its own)."""
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def callers_cache(generation: dict) -> bool:
@@ -73,7 +88,7 @@ class ExecutorchGraph:
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.method = self._method_for(feeds)
         outputs = self.method.execute([as_tensor(feeds[n]) for n in self.input_names])
-        result = {name: value.numpy() for name, value in zip(self.output_names, outputs)}
+        result = {name: as_array(value) for name, value in zip(self.output_names, outputs)}
         if self.cache_pairs:
             self.last_cache = [result[o] for _, o in self.cache_pairs]
         return result
@@ -103,7 +118,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         method = self.program.load_method(entry.get("program", "forward"))
         outputs = method.execute([as_tensor(feeds[i["name"]]) for i in entry["inputs"]])
         named = {o["name"]: v for o, v in zip(entry["outputs"], outputs)}
-        self.past = {past: named[present].numpy() for past, present in self.pairs}
+        self.past = {past: named[present] for past, present in self.pairs}  # tensors, fed back as they are
         return named["logits"][:, -1].float().numpy()
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
@@ -117,10 +132,12 @@ class ExecutorchDynamicRunner(DecodeRunner):
                  "position_ids": positions.astype(np.int64)}
         if PREFILL in self.components:
             return self._call(PREFILL, feeds)
+        import torch
+
         specs = {i["name"]: i for i in self.components[DECODE]["inputs"]}
         for past, _ in self.pairs:  # multi-token: the prompt over an empty past
             shape = specs[past]["shape"]
-            feeds[past] = np.zeros((input_ids.shape[0], shape[1], 0, shape[3]), np.dtype(specs[past]["dtype"]))
+            feeds[past] = torch.zeros((input_ids.shape[0], shape[1], 0, shape[3]), dtype=getattr(torch, specs[past]["dtype"]))
         return self._call(DECODE, feeds)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:

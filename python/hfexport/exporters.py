@@ -59,7 +59,13 @@ def _is_tensor(value: Any) -> bool:
 
 def _to_numpy(value: Any) -> np.ndarray:
     if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has none: ml_dtypes' bfloat16, same bits
+            import ml_dtypes
+            import torch
+
+            return value.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        value = value.numpy()
     return np.asarray(value)
 
 
@@ -569,7 +575,10 @@ def _as_torch(value: np.ndarray):
         import torch
     except ImportError:
         return value
-    return torch.from_numpy(np.ascontiguousarray(value))
+    value = np.ascontiguousarray(value)
+    if value.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch's, same bits
+        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(value)
 
 
 # ------------------------------------------------------------------------------------------------

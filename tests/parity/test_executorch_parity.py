@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from test_onnx_parity import BASE, CASES, PROMPT_LENGTHS, hf_logits, make_inputs, masked_max_abs_diff
+from tiny_configs import cases
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("executorch")
@@ -125,3 +126,65 @@ def test_executorch_forward_without_planned_io(backend, tmp_path, make_tiny_mode
         inputs = make_inputs(model.config.vocab_size, lengths=lengths, seed=len(lengths))
         diff = masked_max_abs_diff(et_logits(program, inputs), hf_logits(model, inputs), inputs[1])
         assert diff <= TOL[backend], (lengths, diff)
+
+
+# --dtype float16 / bfloat16: weights and compute in that type (XNNPACK runs the float16 linears;
+# bfloat16 ones stay on the kernels), against the float32 reference as for ONNX: a bound relative
+# to the logits' scale (bfloat16 keeps 8 bits of mantissa, float16 11), and argmax agreement.
+# Positions where an MoE router's choice is a near-tie in transformers are left out of the bound.
+HALF_TOL = {"float16": 2e-2, "bfloat16": 6e-2}
+HALF_CASES = [(c.model_type, c.variant, c.overrides) for c in cases("quantized")]
+ROUTER_TIE = 1e-2  # router logits closer than this at the top-k boundary: either expert set is right
+
+
+def routing_near_ties(model, inputs) -> np.ndarray:
+    """[batch, sequence]: positions where an MoE layer of transformers picks its experts between
+    router logits closer than ROUTER_TIE (reduced precision may pick the other, a discontinuous
+    change of the output); all False for a dense model."""
+    k = getattr(model.config, "num_experts_per_tok", None)
+    batch, seq = inputs[0].shape
+    if not k:
+        return np.zeros((batch, seq), dtype=bool)
+    ids, mask, pos = (torch.from_numpy(a) for a in inputs)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_router_logits=True)
+    near = np.zeros((batch, seq), dtype=bool)
+    for router in out.router_logits:
+        top = router.float().reshape(batch, seq, -1).sort(dim=-1, descending=True).values
+        near |= (top[..., k - 1] - top[..., k] < ROUTER_TIE).numpy()
+    return near
+
+
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("model_type,variant,overrides", HALF_CASES, ids=[f"{m}-{v}" for m, v, _ in HALF_CASES])
+def test_executorch_half_precision(model_type, variant, overrides, dtype, backend, tmp_path, make_tiny_model,
+                                   export_model, support_matrix):
+    model_dir, model = make_tiny_model(tmp_path / "hf", model_type, {**BASE, **overrides})
+    out = tmp_path / "out"
+    what = f"{variant}-{dtype} [{backend}]"
+    try:
+        export_model(model_dir, out, "--format", "executorch", "--executorch-backend", backend, "--dtype", dtype,
+                     *DIMS)
+        manifest = json.loads((out / "export.json").read_text())
+        assert manifest["dtype"] == dtype
+        payloads = (out / "model.pte").read_bytes().count(XNNPACK_PAYLOAD)
+        assert (payloads > 0) == (backend == "xnnpack" and dtype == "float16"), f"{payloads} XNNPACK payloads"
+        program = load_program(out / "model.pte")
+        meta = program.load_method("forward").metadata
+        assert meta.output_tensor_meta(0).dtype() == 6  # ScalarType Float: logits widened, as transformers returns them
+        inputs = make_inputs(model.config.vocab_size)
+        got, want = et_logits(program, inputs), hf_logits(model, inputs)
+        keep = inputs[1].astype(bool)
+        scale = float(np.abs(want[keep]).max())
+        ties = routing_near_ties(model, inputs) & keep
+        assert ties.sum() <= 0.1 * keep.sum(), f"{ties.sum()} of {keep.sum()} positions are routing near-ties"
+        diff = masked_max_abs_diff(got, want, (keep & ~ties).astype(inputs[1].dtype)) / scale
+        assert diff <= HALF_TOL[dtype], f"{model_type}/{what}: max abs diff {diff:.3e} of the logit scale"
+        agree = (got.argmax(-1) == want.argmax(-1))[keep].mean()
+        assert agree >= 0.9, f"{model_type}/{what}: argmax agrees with fp32 on only {agree:.0%} of positions"
+    except Exception as e:
+        support_matrix.record(model_type, what, False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}",
+                              backend="executorch")
+        raise
+    support_matrix.record(model_type, what, True, diff, backend="executorch")

@@ -143,3 +143,26 @@ def test_executorch_zero_copy_generation(llama, tmp_path):
 def test_executorch_config_errors(fields, mention):
     with pytest.raises(ConfigError, match=mention):
         ExecutorchConfig(**fields)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_executorch_half_precision_model(dtype, llama):
+    """A model loaded in float16 / bfloat16 exported with ExecutorchConfig(dtype=...): verified
+    against itself as it loads (transformers in that dtype), and greedy generation gives the
+    model's own tokens (dynamic cache; bfloat16 arrays come back as ml_dtypes' bfloat16)."""
+    path, _ = llama
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    ids = torch.tensor([PROMPT])
+    config = ExecutorchConfig(dtype=dtype)
+    exported = ExecutorchExporter().export(model, {"input_ids": ids}, config=config)
+    assert exported.manifest["dtype"] == dtype and exported.manifest["verification"]["passed"]
+    generating = ExecutorchExporter().export_for_generation(
+        model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, config=config)
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    assert generating.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
+    present = generating.components["prefill"](input_ids=ids)["past_key_values"]
+    first = present[0] if isinstance(present, (list, tuple)) else next(iter(present.values()))
+    first = first[0] if isinstance(first, (list, tuple)) else first
+    assert str(first.dtype) == dtype

@@ -52,6 +52,8 @@ BASE = dict(TINY_CONFIG)
 CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("generation")}
 
 MODES = ("dynamic", "multi-token", "static")
+# The first generation case of each model type (the reduced-precision suites).
+_FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
 
 
 PROFILES = ("standard", "ort", "ort-gqa")  # --onnx-ops
@@ -852,6 +854,62 @@ def test_executorch_greedy_matches_transformers(name, backend, mode, tiny, tmp_p
            backend="executorch")
 
 
+# Reduced precision (weights, compute and cache in that type): float16 with XNNPACK's float16
+# linears, bfloat16 on the kernels. Against transformers in float32, with the bound set by
+# transformers itself: its own model cast to that dtype, run on the same tokens, is off the float32
+# logits by some amount; ours may be off by at most HALF_MARGIN times that (plus a floor). Tokens
+# are identical up to a near-tie of the float32 top-2 logits within that bound.
+ET_HALF = {"float16": "xnnpack", "bfloat16": "portable"}
+HALF_MARGIN, HALF_FLOOR = 2.0, 1e-2
+
+
+def transformers_own_error(model, ref: Reference, ids: np.ndarray, mask: np.ndarray, dtype: str) -> float:
+    """transformers' max step-logit error in `dtype` against its float32 greedy run, on the float32
+    run's tokens (one forward over prompt + tokens, the positions generate() gives them)."""
+    import copy
+
+    half = copy.deepcopy(model).to(getattr(torch, dtype))
+    seq = np.concatenate([ids, ref.tokens], axis=1)
+    full_mask = np.concatenate([mask, np.ones_like(ref.tokens)], axis=1)
+    positions = np.clip(np.cumsum(full_mask, axis=1) - 1, 0, None)
+    with torch.no_grad():
+        logits = half(input_ids=torch.from_numpy(seq), attention_mask=torch.from_numpy(full_mask),
+                      position_ids=torch.from_numpy(positions)).logits.float().numpy()
+    start = ids.shape[1] - 1  # the logits that chose each new token
+    return max(float(np.abs(logits[:, start + i] - ref.logits[i]).max()) for i in range(len(ref.logits)))
+
+
+@pytest.mark.parametrize("mode", list(ET_MODES))
+@pytest.mark.parametrize("dtype", list(ET_HALF))
+@pytest.mark.parametrize("name", _FIRST_OF_TYPE)
+def test_executorch_half_precision_generation(name, dtype, mode, tiny, tmp_path, export_model, support_matrix):
+    pytest.importorskip("executorch")
+    tm = tiny(name)
+    backend = ET_HALF[dtype]
+
+    def run() -> float:
+        out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--executorch-backend", backend,
+                           "--dtype", dtype, "--for-generation", *ET_MODES[mode])
+        manifest = json.loads((out / "export.json").read_text())
+        assert manifest["dtype"] == dtype
+        assert {o["dtype"] for o in manifest["components"]["decode"]["outputs"] if o["name"] != "logits"} <= {dtype}
+        runner = hfexport.open_runner(out)
+        err = 0.0
+        for lengths in (SINGLE, (11,) if mode.startswith("static") else BATCH):
+            ids, mask = tm.prompts(lengths)
+            ref = tm.reference(lengths)
+            tol = HALF_MARGIN * transformers_own_error(tm.model, ref, ids, mask, dtype) + HALF_FLOOR
+            logits: list = []
+            tokens = hfexport.generate(runner, ids, mask, max_new_tokens=NEW_TOKENS, ignore_eos=True,
+                                       step_logits=logits)
+            got = compare(tokens, logits, ref, f"{name} executorch {dtype} {mode} {lengths}", tol, ties_within_tol=True)
+            err = max(err, got)
+        return err
+
+    record(support_matrix, tm.model_type, f"generate-{dtype}-{mode}-{name.split('-', 1)[1]} [{backend}]", run,
+           backend="executorch")
+
+
 def test_pt2_aot_package_gives_the_same_tokens(tiny, tmp_path, export_model):
     """--aot compiles the decode program with AOTInductor (C++ from g++, weights inside); the
     runner loads that package, which still writes the static cache in place, token for token."""
@@ -871,7 +929,6 @@ def test_pt2_aot_package_gives_the_same_tokens(tiny, tmp_path, export_model):
 
 # Every config in float32; fp16 weight compression on the llama ones.
 # float16 on the first generation case of each model type.
-_FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
 OPENVINO_CASES = [(n, "float32") for n in CONFIGS] + [(n, "float16") for n in _FIRST_OF_TYPE]
 
 
@@ -984,6 +1041,23 @@ def test_executorch_cli_generate_runs_the_cpp_runner(mode, tiny, tmp_path, expor
     with open(out / "model.pte", "r+b") as f:
         f.truncate(4096)
     assert_clean_error(generate("--max-new-tokens", 2), None, "model.pte", "ExecuTorch error", "too small")
+
+
+@pytest.mark.parametrize("mode", ["static", "static-zero-copy", "dynamic", "multi-token"])
+@pytest.mark.parametrize("dtype", list(ET_HALF))
+def test_executorch_cli_generate_half_precision(dtype, mode, tiny, tmp_path, export_model, hfexport_bin):
+    """The C++ runner keeps float16 / bfloat16 caches in their own type (passed back as the past, or
+    in place): greedy tokens as transformers' float32 ones on a prompt with no near-tie."""
+    pytest.importorskip("executorch")
+    tm = tiny("qwen2-gqa-qkv_bias-theta1e6")
+    ids, _ = tm.prompts(SINGLE)
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--executorch-backend",
+                       ET_HALF[dtype], "--dtype", dtype, "--for-generation", *ET_MODES[mode])
+    proc = subprocess.run([str(hfexport_bin), "generate", str(out), "--input-ids", ",".join(map(str, ids[0])),
+                           "--max-new-tokens", str(NEW_TOKENS), "--ignore-eos"], capture_output=True, text=True,
+                          env=dict(os.environ, HFEXPORT_PYTHON="/nonexistent/python"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [int(t) for t in proc.stdout.split()] == tm.reference(SINGLE).tokens[0].tolist()
 
 
 @pytest.fixture(scope="module")

@@ -253,7 +253,7 @@ class ExecutorchBackend final : public Backend {
   std::string_view format() const override { return "executorch"; }
 
   BackendCapabilities capabilities() const override {
-    return {{DType::F32}, "the portable kernels are run and tested in float32 here",
+    return {{DType::F32, DType::F16, DType::BF16}, "",
             {manifest::cache::kStatic, manifest::cache::kDynamic}, "", false};
   }
 

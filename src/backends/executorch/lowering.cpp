@@ -201,9 +201,11 @@ void EtLowering::emit_xnnpack(uint32_t segment, const Value* x, const Value* y) 
 
 bool EtLowering::delegates(const Node& n) const {
   if (!xnnpack_ || n.op != OpKind::Linear) return false;
+  // XNNPACK's fully connected layer runs float32 and float16; bfloat16 stays on the kernels.
+  const DType t = n.inputs[0]->dtype;
   const Value* bias = n.input(2);
-  return n.inputs[0]->dtype == DType::F32 && n.inputs[1]->is_constant() && n.inputs[1]->dtype == DType::F32 &&
-         (!bias || (bias->is_constant() && bias->dtype == DType::F32));
+  return (t == DType::F32 || t == DType::F16) && n.inputs[1]->is_constant() && n.inputs[1]->dtype == t &&
+         n.outputs[0]->dtype == t && (!bias || (bias->is_constant() && bias->dtype == t));
 }
 
 // An XnnpackBackend payload per linear: its input and output are the delegate's external values,
@@ -218,8 +220,9 @@ void EtLowering::delegate_linear(const Node& n) {
   const Value* y = n.outputs[0];
   const XnnWeight weight = weight_of(n.inputs[1]);
   const std::optional<XnnWeight> bias = n.input(2) ? std::optional(weight_of(n.input(2))) : std::nullopt;
-  const uint32_t segment = constants_.add_payload(xnnpack_fully_connected(upper_dims(x), upper_dims(y), weight,
-                                                                          bias ? &*bias : nullptr));
+  const XnnFloat type = x->dtype == DType::F16 ? XnnFloat::F16 : XnnFloat::F32;
+  const uint32_t segment = constants_.add_payload(
+      xnnpack_fully_connected(upper_dims(x), upper_dims(y), weight, bias ? &*bias : nullptr, type));
   emit_xnnpack(segment, x, y);
 }
 

@@ -25,12 +25,16 @@ std::vector<uint32_t> dims_of(const std::vector<int64_t>& dims) {
   return out;
 }
 
-// A float32 value; `constant` indexes the graph's constant_data (0: none), `external` the
+xfb::XNNDatatype float_datatype(XnnFloat type) {
+  return type == XnnFloat::F16 ? xfb::XNNDatatype::xnn_datatype_fp16 : xfb::XNNDatatype::xnn_datatype_fp32;
+}
+
+// A float value; `constant` indexes the graph's constant_data (0: none), `external` the
 // delegate's inputs then outputs.
 void add_value(xfb::XNNGraphT& g, const std::vector<int64_t>& dims, uint32_t constant, uint32_t external,
-               uint32_t flags) {
+               uint32_t flags, XnnFloat type = XnnFloat::F32) {
   xfb::XNNTensorValueT t;
-  t.datatype = xfb::XNNDatatype::xnn_datatype_fp32;
+  t.datatype = float_datatype(type);
   t.dims = dims_of(dims);
   t.num_dims = static_cast<uint32_t>(t.dims.size());
   t.constant_buffer_idx = constant;
@@ -100,21 +104,21 @@ std::string with_header(const flatbuffers::FlatBufferBuilder& fbb) {
 
 // A graph whose constant_data starts with the runtime's "not a constant" entry 0, and x as
 // external input 0.
-xfb::XNNGraphT graph_with_input(const std::vector<int64_t>& x_dims) {
+xfb::XNNGraphT graph_with_input(const std::vector<int64_t>& x_dims, XnnFloat type = XnnFloat::F32) {
   xfb::XNNGraphT g;
   g.version = "0";
   g.constant_data.push_back(std::make_unique<xfb::ConstantDataOffsetT>());
-  add_value(g, x_dims, 0, 0, kExternalInput);
+  add_value(g, x_dims, 0, 0, kExternalInput, type);
   return g;
 }
 
 // Ends `g` with y = fully_connected(input, filter) (+ bias) as external output 1, and packs it.
 std::string finish_fully_connected(xfb::XNNGraphT& g, uint32_t input, uint32_t filter, const XnnWeight* bias,
-                                   const std::vector<int64_t>& y_dims) {
+                                   const std::vector<int64_t>& y_dims, XnnFloat type = XnnFloat::F32) {
   const uint32_t bias_id = bias ? static_cast<uint32_t>(g.xvalues.size()) : kNoValue;
-  if (bias) add_value(g, bias->dims, add_constant(g, *bias), kNoValue, 0);
+  if (bias) add_value(g, bias->dims, add_constant(g, *bias), kNoValue, 0, type);
   const auto y = static_cast<uint32_t>(g.xvalues.size());
-  add_value(g, y_dims, 0, 1, kExternalOutput);
+  add_value(g, y_dims, 0, 1, kExternalOutput, type);
   xfb::XNNFullyConnectedT fc;
   fc.input1_id = input;
   fc.filter_id = filter;
@@ -132,10 +136,10 @@ std::string finish_fully_connected(xfb::XNNGraphT& g, uint32_t input, uint32_t f
 }  // namespace
 
 std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
-                                    const XnnWeight& weight, const XnnWeight* bias) {
-  xfb::XNNGraphT g = graph_with_input(x_dims);  // 0: x
-  add_value(g, weight.dims, add_constant(g, weight), kNoValue, 0);  // 1: the weight
-  return finish_fully_connected(g, 0, 1, bias, y_dims);
+                                    const XnnWeight& weight, const XnnWeight* bias, XnnFloat type) {
+  xfb::XNNGraphT g = graph_with_input(x_dims, type);                     // 0: x
+  add_value(g, weight.dims, add_constant(g, weight), kNoValue, 0, type);  // 1: the weight
+  return finish_fully_connected(g, 0, 1, bias, y_dims, type);
 }
 
 namespace {

@@ -15,10 +15,13 @@ struct XnnWeight {
   uint64_t bytes = 0;
 };
 
-// One float32 fully connected layer, y[..., N] = x[..., K] · W[N, K]ᵀ (+ b[N]): x the delegate's
+// The float type of a float payload's values (x, weight, bias, y alike).
+enum class XnnFloat { F32, F16 };
+
+// One float fully connected layer, y[..., N] = x[..., K] · W[N, K]ᵀ (+ b[N]): x the delegate's
 // input, y its output (their dims are upper bounds; the runtime reshapes to the actual ones).
 std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
-                                    const XnnWeight& weight, const XnnWeight* bias);
+                                    const XnnWeight& weight, const XnnWeight* bias, XnnFloat type);
 
 // One 4-bit linear as ExecuTorch's 8da4w export writes it: x converted to int8 per token
 // (XNNConvert to dynamic qdint8), then a fully connected layer over blockwise 4-bit weights

@@ -195,11 +195,14 @@ class DynamicSession final : public DecodeSession {
     const et::MethodMeta& meta = decode_->meta();
     for (size_t i = 3; i < meta.num_inputs(); ++i) {
       const et::TensorInfo info = take(meta.input_tensor_meta(i), path_ + ": past input");
-      if (info.sizes().size() != 4 || info.scalar_type() != ScalarType::Float)
-        fail(path_, ": decode input ", i, " is not a float32 [batch, heads, past, head_dim] cache");
+      const ScalarType type = info.scalar_type();
+      if (info.sizes().size() != 4 ||
+          (type != ScalarType::Float && type != ScalarType::Half && type != ScalarType::BFloat16))
+        fail(path_, ": decode input ", i, " is not a float [batch, heads, past, head_dim] cache");
       Past& p = past_.emplace_back();
       p.heads = info.sizes()[1];
       p.head_dim = info.sizes()[3];
+      p.type = type;
     }
   }
 
@@ -216,7 +219,8 @@ class DynamicSession final : public DecodeSession {
  private:
   struct Past {
     int32_t heads = 0, head_dim = 0;
-    std::vector<float> data;  // [1, heads, length, head_dim]
+    ScalarType type = ScalarType::Float;  // the export's dtype
+    std::vector<std::byte> data;          // [1, heads, length, head_dim]
   };
 
   // ids, an all-ones mask over the past and the new tokens, their positions (and the past);
@@ -235,14 +239,14 @@ class DynamicSession final : public DecodeSession {
     if (with_past)
       for (size_t i = 0; i < past_.size(); ++i) {
         Past& p = past_[i];
-        past.push_back(from_blob(p.data.data(), {1, p.heads, static_cast<int32_t>(length_), p.head_dim}, ScalarType::Float));
+        past.push_back(from_blob(p.data.data(), {1, p.heads, static_cast<int32_t>(length_), p.head_dim}, p.type));
         check(method->set_input(et::EValue(*past.back()), 3 + i), path_ + ": past input " + std::to_string(i));
       }
     check(method->execute(), path_ + ": execute");
     for (size_t i = 0; i < past_.size(); ++i) {
       const executorch::aten::Tensor present = method->get_output(1 + i).toTensor();
-      const float* data = present.const_data_ptr<float>();
-      past_[i].data.assign(data, data + present.numel());
+      const auto* data = static_cast<const std::byte*>(present.const_data_ptr());
+      past_[i].data.assign(data, data + present.nbytes());
     }
     length_ += query;
     return last_logits(method->get_output(0).toTensor());
