@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pty
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -202,3 +203,78 @@ def test_progress_on_a_terminal_and_quiet_in_pipes(big_checkpoint, tmp_path, hfe
     piped = subprocess.run([str(hfexport_bin), "export", str(big_checkpoint), "-o", str(tmp_path / "pipe")],
                            capture_output=True, text=True, env=cli_env())
     assert (piped.returncode, piped.stderr) == (0, "")
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoint layouts: many shards, the Hub cache's symlinks, a truncated shard.
+
+MANY = dict(SMALL, num_hidden_layers=6, vocab_size=512, hidden_size=64, intermediate_size=128)
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory):
+    """The same model saved whole and in ~60 shards of at most 16 KB (transformers' own sharding)."""
+    root = tmp_path_factory.mktemp("shards")
+    whole, model = build_tiny_model(root / "whole", "llama", MANY)
+    sharded, _ = build_tiny_model(root / "sharded", "llama", MANY, max_shard_size="16KB")
+    return whole, sharded, model
+
+
+def test_many_shards_export_the_same_bytes(many_shards, tmp_path, hfexport_bin):
+    whole, sharded, model = many_shards
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) >= 40 and (sharded / "model.safetensors.index.json").is_file()
+    outs = {}
+    for name, ckpt in (("whole", whole), ("sharded", sharded)):
+        outs[name] = tmp_path / name
+        proc = subprocess.run([str(hfexport_bin), "export", str(ckpt), "-o", str(outs[name])], capture_output=True,
+                              text=True, env=cli_env())
+        assert proc.returncode == 0, proc.stderr
+    for f in ("model.onnx", "model.onnx.data"):
+        assert (outs["whole"] / f).read_bytes() == (outs["sharded"] / f).read_bytes(), f
+    # and the export is the model's (the bytes alone would not say so)
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    ids = np.array([[1, 5, 9, 22, 7]], dtype=np.int64)
+    session = ort.InferenceSession(str(outs["sharded"] / "model.onnx"))
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(5)[None]}
+    (got,) = session.run(["logits"], {i.name: feeds[i.name] for i in session.get_inputs()})
+    with torch.no_grad():
+        want = model(torch.from_numpy(ids)).logits.numpy()
+    assert float(np.abs(got - want).max()) <= 1e-4
+
+
+def test_hub_cache_layout_of_symlinks(many_shards, tmp_path, hfexport_bin):
+    """A Hub cache snapshot: every file a relative symlink into ../../blobs/<hash>."""
+    _, sharded, _ = many_shards
+    blobs, snapshot = tmp_path / "models--x--y" / "blobs", tmp_path / "models--x--y" / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, f in enumerate(sorted(sharded.iterdir())):
+        blob = blobs / f"{i:040x}"
+        blob.write_bytes(f.read_bytes())
+        (snapshot / f.name).symlink_to(Path("../../blobs") / blob.name)
+    proc = subprocess.run([str(hfexport_bin), "export", str(snapshot), "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    ref = tmp_path / "ref"
+    assert subprocess.run([str(hfexport_bin), "export", str(sharded), "-o", str(ref)], env=cli_env()).returncode == 0
+    assert (tmp_path / "out" / "model.onnx.data").read_bytes() == (ref / "model.onnx.data").read_bytes()
+    assert not (tmp_path / "out" / "config.json").is_symlink()  # companions are copies, not links into the cache
+
+
+@pytest.mark.parametrize("cut", ["header", "data"])
+def test_truncated_shard_among_many(cut, many_shards, tmp_path, hfexport_bin):
+    """One shard in the middle cut short (an interrupted download): one line naming that shard."""
+    _, sharded, _ = many_shards
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(sharded, ckpt)
+    victim = sorted(ckpt.glob("model-*.safetensors"))[20]
+    raw = victim.read_bytes()
+    header = int.from_bytes(raw[:8], "little")
+    victim.write_bytes(raw[: 8 + header // 2] if cut == "header" else raw[: 8 + header + (len(raw) - 8 - header) // 2])
+    proc = subprocess.run([str(hfexport_bin), "export", str(ckpt), "-o", str(tmp_path / "out")], capture_output=True,
+                          text=True, env=cli_env())
+    assert_clean_error(proc, tmp_path / "out", victim.name)
