@@ -21,7 +21,16 @@ weight_granularity=PerGroup(32)))` (+ `unwrap_tensor_subclass`, without which th
 (theirs signed, ours positive for XNNPACK), so the tokens are compared between the two, not with
 eager; the ceiling counts the linears' 4-bit codes and bfloat16 scales.
 
-  .venv/bin/python bench/bench_executorch.py [--layers 28] [--weights fp32|int4|int8]
+optimum-executorch (`--optimum-python`, default `bench/.venv-optimum/bin/python` when
+`bench/setup_optimum.sh` made it: optimum-executorch 1.1.0 pins transformers 5.0.0rc1, so it lives
+in a venv of its own with the same torch and executorch): `optimum-cli export executorch --recipe
+xnnpack --use_custom_sdpa --use_custom_kv_cache --max_seq_len 128` (its recommended flags; `--qlinear
+8da4w --qlinear_group_size 32` or `--qlinear 8da8w` for the quantized rows), timed as a whole process
+(loading included), and its `model.pte` (`forward(input_ids, cache_position)`, the cache inside,
+ExecuTorch's custom sdpa / update_cache kernels, which its loop loads from the wheel's
+`custom_ops` library) in the same kind of loop: one prefill call, then greedy steps.
+
+  .venv/bin/python bench/bench_executorch.py [--layers 28] [--weights fp32|int4|int8] [--optimum-python PY]
 
 A benchmark, not a test: it fails only when something cannot run.
 """
@@ -119,6 +128,40 @@ print(json.dumps({"tokens": tokens, "tok_s": STEPS / sum(times)}))
 """ % (PROMPT, STEPS, MAX_CACHE_LEN)
 
 
+OPTIMUM_DECODE = """
+import json, sys, time, torch
+from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - llama::custom_sdpa, update_cache
+from executorch.kernels import quantized  # noqa: F401
+from executorch.runtime import Runtime
+PROMPT, STEPS = %d, %d
+torch.manual_seed(0)
+prompt = torch.randint(0, 1000, (1, PROMPT))
+method = Runtime.get().load_program(sys.argv[1] + "/model.pte").load_method("forward")
+logits = method.execute([prompt, torch.arange(PROMPT)])[0]
+tokens, times = [int(logits[0, -1].argmax())], []
+for i in range(STEPS):
+    t = time.perf_counter()
+    logits = method.execute([torch.tensor([[tokens[-1]]]), torch.tensor([PROMPT + i])])[0]
+    times.append(time.perf_counter() - t)
+    tokens.append(int(logits[0, -1].argmax()))
+print(json.dumps({"tokens": tokens, "tok_s": STEPS / sum(times)}))
+""" % (PROMPT, STEPS)
+
+
+def optimum_export_cmd(python: Path, ckpt: Path, out: Path, weights: str) -> list[str]:
+    quantize = {"int4": ["--qlinear", "8da4w", "--qlinear_group_size", "32"], "int8": ["--qlinear", "8da8w"]}
+    return [str(python), "-m", "optimum.commands.optimum_cli", "export", "executorch", "--model", str(ckpt),
+            "--task", "text-generation", "--recipe", "xnnpack", "--use_custom_sdpa", "--use_custom_kv_cache",
+            "--max_seq_len", str(MAX_CACHE_LEN), "--output_dir", str(out), *quantize.get(weights, [])]
+
+
+def optimum_decode(python: Path, work: Path) -> dict:
+    proc = subprocess.run([str(python), "-c", OPTIMUM_DECODE, str(work)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def quantized_step_bytes(ckpt: Path, weights: str) -> int:
     """What an 8da4w (8da8w) step reads: every linear (the tied embedding as the head) as 4-bit
     codes plus one bfloat16 scale per 32 weights (8-bit codes, per-channel scales); the norms are
@@ -138,56 +181,74 @@ def main() -> int:
     p.add_argument("--hfexport", type=Path, default=REPO / ".venv" / "bin" / "hfexport")
     p.add_argument("--layers", type=int, default=28)
     p.add_argument("--weights", choices=("fp32", "int4", "int8"), default="fp32")
+    p.add_argument("--optimum-python", type=Path, default=REPO / "bench" / ".venv-optimum" / "bin" / "python",
+                   help="a Python with optimum-executorch (bench/setup_optimum.sh); skipped when absent")
+    p.add_argument("--peers", default="transformers,optimum",
+                   help="which peers to run, of transformers,optimum (optimum only when its Python exists)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    asked = set(args.peers.split(","))
+    optimum = args.optimum_python if "optimum" in asked and args.optimum_python.exists() else None
+    peers = tuple(k for k, on in (("transformers", "transformers" in asked), ("optimum", optimum)) if on)
     env_python = str(REPO / "python")
     ckpt = ensure_checkpoint(BENCH, args.layers, 0, False)
     size = (ckpt / "model.safetensors").stat().st_size
     quantized = args.weights in ("int4", "int8")  # 8da4w or 8da8w
+    kind_of = {"int4": "8da4w", "int8": "8da8w"}.get(args.weights, "float32")
     with tempfile.TemporaryDirectory(prefix="bench-executorch-") as tmp:
         work = Path(tmp)
+        dirs = {"hfexport": work / "ours", "transformers": work / "theirs", "optimum": work / "optimum"}
         warm(ckpt / "model.safetensors")
-        cmd = [str(args.hfexport), "export", str(ckpt), "-o", str(work / "ours"), "--format", "executorch",
+        cmd = [str(args.hfexport), "export", str(ckpt), "-o", str(dirs["hfexport"]), "--format", "executorch",
                "--for-generation", "--static-cache", "--max-cache-len", str(MAX_CACHE_LEN), "--overwrite",
                *(["--quantize", args.weights] if quantized else [])]
-        ours = sorted(peak_rss_of(cmd) for _ in range(3))[1]  # the median of three
-        wall, rss, out = peak_rss_of([sys.executable, "-c", TRANSFORMERS_EXPORT, str(ckpt), str(work / "theirs"),
-                                      args.weights])
-        theirs = json.loads(out.strip().splitlines()[-1])
-        files = {k: sum(f.stat().st_size for f in (work / k).glob("*.pte")) for k in ("ours", "theirs")}
-        kind_of = {"int4": "8da4w", "int8": "8da8w"}.get(args.weights, "float32")
+        wall, rss, _ = sorted(peak_rss_of(cmd) for _ in range(3))[1]  # the median of three
+        export = {"hfexport": {"wall_s": wall, "peak_rss": rss}}
+        if "transformers" in peers:
+            wall, rss, out = peak_rss_of([sys.executable, "-c", TRANSFORMERS_EXPORT, str(ckpt), str(dirs["transformers"]),
+                                          args.weights])
+            theirs = json.loads(out.strip().splitlines()[-1])
+            export["transformers"] = {"wall_s": theirs["wall"], "load_s": theirs["load"], "peak_rss": rss}
+        if optimum:
+            wall, rss, _ = peak_rss_of(optimum_export_cmd(optimum, ckpt, dirs["optimum"], args.weights))
+            export["optimum"] = {"wall_s": wall, "peak_rss": rss}
+        files = {k: sum(f.stat().st_size for f in dirs[k].glob("*.pte")) for k in export}
+        how = {"hfexport": "(median of 3, whole process)", "transformers": "export + save (model loaded first)",
+               "optimum": "optimum-cli, whole process (load included)"}
         print(f"export ({args.layers} layers, bf16 checkpoint {size / 2**30:.2f} GiB in the page cache, to {kind_of} "
               f"static-cache programs, max_cache_len {MAX_CACHE_LEN}, XNNPACK):")
-        print(f"  hfexport      {ours[0]:7.2f} s (median of 3, whole process)  peak RSS {ours[1] / 2**20:7.0f} MiB "
-              f"({100 * ours[1] / size:.1f} % of the checkpoint)  .pte {files['ours'] / 2**30:.2f} GiB")
-        print(f"  transformers  {theirs['wall']:7.2f} s export + save, {theirs['load']:.2f} s to load the model first"
-              f"  peak RSS {rss / 2**20:7.0f} MiB ({100 * rss / size:.0f} %)  .pte {files['theirs'] / 2**30:.2f} GiB")
-        print(f"  ratio: {theirs['wall'] / ours[0]:.1f}x faster than its export + save; {rss / ours[1]:.1f}x less "
-              "peak RSS")
+        for kind, e in export.items():
+            print(f"  {kind:13s} {e['wall_s']:7.2f} s {how[kind]:42s} peak RSS {e['peak_rss'] / 2**20:7.0f} MiB "
+                  f"({100 * e['peak_rss'] / size:.1f} % of the checkpoint)  .pte {files[kind] / 2**30:.2f} GiB")
+        ours = export["hfexport"]
+        for kind in peers:
+            print(f"  ratio: {export[kind]['wall_s'] / ours['wall_s']:.1f}x faster than {kind}; "
+                  f"{export[kind]['peak_rss'] / ours['peak_rss']:.1f}x less peak RSS")
         rows = {}
-        for kind in ("hfexport", "transformers") + (() if quantized else ("eager",)):
-            rows[kind], _ = child(DECODE, kind, str(ckpt), str(work / ("ours" if kind == "hfexport" else "theirs")),
-                                  env_python)
+        for kind in ("hfexport",) + tuple(k for k in peers if k == "transformers") + (() if quantized else ("eager",)):
+            rows[kind], _ = child(DECODE, kind, str(ckpt), str(dirs.get(kind, work)), env_python)
+        if optimum:
+            rows["optimum"] = optimum_decode(optimum, dirs["optimum"])
         step_bytes = quantized_step_bytes(ckpt, args.weights) if quantized else size * 2  # the weights a step reads
         ceiling = read_bandwidth() / step_bytes
         print(f"decode ({kind_of}, batch 1, prompt {PROMPT}, {STEPS} steps, ExecuTorch's runtime; ceiling "
               f"{ceiling:.1f} tok/s = one core's read bandwidth / {step_bytes / 2**30:.2f} GiB):")
-        for kind in ("hfexport", "transformers"):
+        for kind in ("hfexport",) + peers:
             print(f"  {kind:13s} {rows[kind]['tok_s']:7.2f} tok/s  ({100 * rows[kind]['tok_s'] / ceiling:.0f} % of "
                   "the ceiling)")
-        print(f"  ratio: {rows['hfexport']['tok_s'] / rows['transformers']['tok_s']:.2f}x transformers' program")
+        for kind in peers:
+            print(f"  ratio: {rows['hfexport']['tok_s'] / rows[kind]['tok_s']:.2f}x {kind}'s program")
         if quantized:
-            same = sum(a == b for a, b in zip(rows["hfexport"]["tokens"], rows["transformers"]["tokens"]))
-            print(f"  greedy tokens the same in both programs: {same} of {len(rows['hfexport']['tokens'])} "
-                  "(different quantization scales)")
+            for kind in peers:
+                same = sum(a == b for a, b in zip(rows["hfexport"]["tokens"], rows[kind]["tokens"]))
+                print(f"  greedy tokens the same as {kind}'s: {same} of {len(rows['hfexport']['tokens'])} "
+                      "(different quantization scales)")
         else:
             want = rows["eager"]["tokens"]
             print(f"  greedy tokens identical to transformers eager: "
-                  f"{ {k: rows[k]['tokens'] == want for k in ('hfexport', 'transformers')} }")
-        result = {"checkpoint_bytes": size, "export": {"hfexport": {"wall_s": ours[0], "peak_rss": ours[1]},
-                                                       "transformers": {"export_save_s": theirs["wall"],
-                                                                        "load_s": theirs["load"], "peak_rss": rss}},
-                  "files": files, "ceiling_tok_s": ceiling, "decode": rows}
+                  f"{ {k: rows[k]['tokens'] == want for k in ('hfexport',) + peers} }")
+        result = {"checkpoint_bytes": size, "export": export, "files": files, "ceiling_tok_s": ceiling,
+                  "decode": rows}
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0

@@ -28,7 +28,7 @@ template <class... Args>
 #define HFX_CHECK(cond, ...)                                                            \
   do {                                                                                  \
     if (!(cond)) ::hfx::fail("internal error: ", #cond, " (", __FILE__, ":", __LINE__, \
-                             ") ", ##__VA_ARGS__);                                      \
+                             ") " __VA_OPT__(, ) __VA_ARGS__);                          \
   } while (0)
 
 }  // namespace hfx

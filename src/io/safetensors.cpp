@@ -32,7 +32,7 @@ Parsed parse_entry(const std::string& where, const std::string& name, const json
   const auto dtype = dtype_from_safetensors(code);
   if (!dtype) fail(at, ": unknown dtype '", code, "'");
   if (!entry.contains("shape") || !entry["shape"].is_array()) fail(at, ": missing 'shape'");
-  Parsed p{TensorInfo{name, *dtype, {}, nullptr, 0, nullptr}, 0, 0};
+  Parsed p{TensorInfo{{name, *dtype, {}, nullptr, 0, nullptr}, nullptr}, 0, 0};
   uint64_t numel = 1;
   for (const auto& d : entry["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(at, ": shape holds a non-integer or negative dim");

@@ -94,7 +94,6 @@ class Builder {
   Graph& g_;
   std::vector<Node*>* sink_;
   std::string scope_;
-  int counter_ = 0;
 };
 
 Shape broadcast_shapes(const Shape& a, const Shape& b);
