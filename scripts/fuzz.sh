@@ -6,13 +6,24 @@
 # tests/fuzz/regressions/<target>/, then fuzzes each target for SECONDS (default 60). A finding
 # is copied into tests/fuzz/regressions/<target>/ (commit it with its fix) and fails the run.
 #
-#   scripts/fuzz.sh [SECONDS]        (after scripts/setup.sh; needs clang and libclang-rt-dev)
+#   scripts/fuzz.sh [SECONDS]        (after scripts/setup.sh; installs Debian's clang and libFuzzer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+for p in clang libclang-rt-dev; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    echo "fuzz: installing Debian's clang and libFuzzer"
+    sudo_cmd=(); [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq clang libclang-rt-dev >/dev/null
+    break
+  fi
+done
 cxx=${HFX_FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
-[[ -n "$cxx" ]] || { echo "fuzz: clang++ not found (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
-PATH="$PWD/.venv/bin:$PATH" cmake -S . -B build/fuzz -G Ninja -DHFX_FUZZ=ON -DCMAKE_CXX_COMPILER="$cxx" \
+[[ -n "$cxx" ]] || { echo "fuzz: clang++ not found" >&2; exit 1; }
+# The compiler only on the first configure: naming it again (another spelling) would reset the cache.
+compiler=(); [[ -f build/fuzz/CMakeCache.txt ]] || compiler=(-DCMAKE_CXX_COMPILER="$cxx")
+PATH="$PWD/.venv/bin:$PATH" cmake -S . -B build/fuzz -G Ninja -DHFX_FUZZ=ON "${compiler[@]}" \
   -DPython3_EXECUTABLE="$PWD/.venv/bin/python" > build-fuzz-configure.log || { cat build-fuzz-configure.log; exit 1; }
 rm -f build-fuzz-configure.log
 ninja -C build/fuzz fuzz_safetensors fuzz_sharded_index fuzz_config fuzz_manifest

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "io/output_dir.h"  // the --aot child is ended by the export's signal cleanup
+
 extern char** environ;
 
 namespace hfx {
@@ -53,6 +55,7 @@ int run_capturing(const std::vector<std::string>& args, std::string& output) {
     ::close(pipe_fds[0]);
     return -1;
   }
+  track_child(pid);
   char buf[4096];
   for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
@@ -62,7 +65,11 @@ int run_capturing(const std::vector<std::string>& args, std::string& output) {
   ::close(pipe_fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
+    if (errno != EINTR) {
+      untrack_child(pid);
+      return -1;
+    }
+  untrack_child(pid);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

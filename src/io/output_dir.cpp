@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +37,22 @@ std::mutex& staging_mutex() {
 std::set<fs::path>& staging_in_use() {
   static std::set<fs::path> dirs;
   return dirs;
+}
+
+std::set<int>& children() {  // guarded by staging_mutex()
+  static std::set<int> pids;
+  return pids;
+}
+
+// Passes `sig` on to every tracked child and waits until each has ended, without reaping it (its
+// waiter still collects its status).
+void end_children(int sig) {
+  for (int pid : children()) {
+    if (::kill(pid, sig) != 0) continue;
+    siginfo_t info{};
+    while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+    }
+  }
 }
 
 bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
@@ -138,6 +155,7 @@ void remove_staging_on_signals() {
     if (sigwait(&signals, &sig) != 0) return;
     {
       const std::lock_guard<std::mutex> lock(staging_mutex());
+      end_children(sig);
       for (const fs::path& dir : staging_in_use()) {
         std::error_code ec;
         fs::remove_all(dir, ec);
@@ -148,6 +166,16 @@ void remove_staging_on_signals() {
     pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
     ::raise(sig);
   }).detach();
+}
+
+void track_child(int pid) {
+  const std::lock_guard<std::mutex> lock(staging_mutex());
+  children().insert(pid);
+}
+
+void untrack_child(int pid) {
+  const std::lock_guard<std::mutex> lock(staging_mutex());
+  children().erase(pid);
 }
 
 AtomicOutputDir::AtomicOutputDir(const fs::path& target, bool overwrite)

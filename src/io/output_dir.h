@@ -24,6 +24,12 @@ void write_file(const std::filesystem::path& path, std::string_view bytes);
 // directory in use, and then dies of the signal as the default action would (exit 128 + signal).
 void remove_staging_on_signals();
 
+// A child process the export waits on (the --aot compile), whose files go into a staging
+// directory: a signal that ends the export passes the signal on to it and waits for it to end
+// before the staging directory is removed.
+void track_child(int pid);
+void untrack_child(int pid);
+
 class AtomicOutputDir {
  public:
   AtomicOutputDir(const std::filesystem::path& target, bool overwrite);

@@ -37,6 +37,7 @@ def main() -> int:
     ckpt, _ = build_tiny_model(work / "checkpoint", "llama", SMALL, max_shard_size="4KB")
     shutil.copy(ckpt / "model.safetensors.index.json", seeds["sharded_index"] / "index.json")
     shutil.copy(ckpt / "generation_config.json", seeds["generation_config"] / "llama.json")
+    shutil.copy(ckpt / "config.json", seeds["config"] / "checkpoint.json")  # the one that exports
     for i, shard in enumerate(sorted(ckpt.glob("*.safetensors"))[:4]):
         shutil.copy(shard, seeds["safetensors"] / f"llama-{i}.safetensors")
     from transformers import AutoConfig

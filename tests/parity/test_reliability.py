@@ -68,6 +68,33 @@ def test_signal_removes_the_staging_directory(sig, big_checkpoint, tmp_path, hfe
     assert list(parent.iterdir()) == []
 
 
+def children_of(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+def test_sigterm_to_the_export_alone_ends_its_aot_compile(small_checkpoint, tmp_path, hfexport_bin):
+    """SIGTERM sent to hfexport only (not its process group) while the --aot compile runs in a
+    child Python: the child gets the signal too and is gone before the staging directory is
+    removed; hfexport dies of the signal."""
+    pytest.importorskip("torch")
+    parent = tmp_path / "exports"
+    proc = start_export(hfexport_bin, small_checkpoint, parent / "out", "--format", "pt2", "--aot")
+    deadline = time.monotonic() + 120
+    while not (kids := children_of(proc.pid)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the --aot compile never started"
+        time.sleep(0.01)
+    time.sleep(1.0)  # into the compile
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+    for kid in kids:
+        assert not Path(f"/proc/{kid}").exists() or "zombie" in Path(f"/proc/{kid}/status").read_text(), kid
+    assert list(parent.iterdir()) == []
+
+
 def test_after_sigkill_the_next_export_removes_stale_staging(big_checkpoint, small_checkpoint, tmp_path, hfexport_bin):
     parent = tmp_path / "exports"
     proc = start_export(hfexport_bin, big_checkpoint, parent / "out")
