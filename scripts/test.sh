@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs every test: C++ unit tests, the same under
-# AddressSanitizer + UndefinedBehaviorSanitizer, and the pytest parity and bad-input suites.
+# AddressSanitizer + UndefinedBehaviorSanitizer, the fuzz targets for a bounded time each, and the
+# pytest parity and bad-input suites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -20,6 +21,9 @@ cmake -S . -B build/asan -G Ninja -DHFX_BUILD_TESTS=ON -DHFX_PYTHON_EXTENSION=OF
   -DPython3_EXECUTABLE="$python_exe" >/dev/null
 ninja -C build/asan -j "$jobs"
 ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+echo "== fuzzing every parser of user files (libFuzzer, ASan + UBSan), 60 s per target"
+bash scripts/fuzz.sh 60
 
 echo "== bad-input CLI tests with the sanitized binary"
 HFEXPORT_BIN="$PWD/build/asan/hfexport" python -m pytest -q tests/parity/test_bad_input.py

@@ -9,13 +9,27 @@ namespace hfx {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// fs::exists without its exceptions: a path the OS refuses (a name too long, no permission) is an
+// Error naming it.
+bool path_exists(const fs::path& path) {
+  std::error_code ec;
+  const bool found = fs::exists(path, ec);
+  if (ec) fail(path.string(), ": ", ec.message());
+  return found;
+}
+
+}  // namespace
+
 Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
-  if (!fs::is_directory(dir)) fail(dir.string(), ": not a directory");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(dir.string(), ": not a directory", ec ? " (" + ec.message() + ")" : "");
   const fs::path config_path = dir / "config.json";
-  if (!fs::exists(config_path)) fail(dir.string(), ": no config.json");
+  if (!path_exists(config_path)) fail(dir.string(), ": no config.json");
   config_.emplace(read_json_file(config_path), config_path.string());
   const fs::path gen_path = dir / "generation_config.json";
-  if (fs::exists(gen_path)) generation_config_.emplace(read_json_file(gen_path), gen_path.string());
+  if (path_exists(gen_path)) generation_config_.emplace(read_json_file(gen_path), gen_path.string());
   tensors_ = std::make_unique<SafetensorsSource>(dir);
 }
 
@@ -31,14 +45,16 @@ Checkpoint::Checkpoint(JsonConfig config, std::optional<JsonConfig> generation_c
 SafetensorsSource::SafetensorsSource(const fs::path& dir) : dir_(dir) {
   const fs::path single = dir / "model.safetensors";
   const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(index)) {
+  if (path_exists(index)) {
     open_index(index);
-  } else if (fs::exists(single)) {
+  } else if (path_exists(single)) {
     open_shards({single});
   } else {
     std::vector<fs::path> found;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".safetensors") found.push_back(e.path());
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".safetensors") found.push_back(it->path());
+    if (ec) fail(dir.string(), ": cannot list: ", ec.message());
     std::sort(found.begin(), found.end());
     if (found.empty())
       fail(dir.string(), ": no model.safetensors, model.safetensors.index.json or *.safetensors file");
@@ -65,13 +81,18 @@ void SafetensorsSource::open_index(const fs::path& index_path) {
   for (const auto& [name, file] : map.items()) {
     if (!file.is_string()) fail(index_path.string(), ": weight_map['", name, "'] is not a file name");
     const std::string f = file.get<std::string>();
+    if (f.empty() || f == "." || f.find('\0') != std::string::npos)
+      fail(index_path.string(), ": weight_map['", name, "'] is not a file name");
     if (f.find('/') != std::string::npos || f == "..")
       fail(index_path.string(), ": weight_map['", name, "'] names a file outside the checkpoint: ", f);
     shard_names.insert(f);
   }
   std::vector<fs::path> shards;
   for (const auto& f : shard_names) {
-    if (!fs::exists(dir_ / f)) fail(index_path.string(), ": lists shard ", f, " which does not exist");
+    std::error_code ec;
+    const bool found = fs::exists(dir_ / f, ec);
+    if (ec) fail(index_path.string(), ": lists shard ", f, ", which cannot be opened: ", ec.message());
+    if (!found) fail(index_path.string(), ": lists shard ", f, " which does not exist");
     shards.push_back(dir_ / f);
   }
   open_shards(shards);

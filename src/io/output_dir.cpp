@@ -181,12 +181,13 @@ void untrack_child(int pid) {
 AtomicOutputDir::AtomicOutputDir(const fs::path& target, bool overwrite)
     : target_(fs::absolute(target).lexically_normal()), overwrite_(overwrite) {
   if (target_.filename().empty()) target_ = target_.parent_path();
-  if (fs::exists(target_) && !overwrite)
-    fail(target.string(), ": output directory already exists (pass --overwrite to replace it)");
-  if (fs::exists(target_) && !fs::is_directory(target_))
-    fail(target.string(), ": exists and is not a directory");
-  const fs::path parent = target_.parent_path();
   std::error_code ec;
+  const fs::file_status status = fs::status(target_, ec);
+  if (ec && status.type() != fs::file_type::not_found) fail(target.string(), ": ", ec.message());
+  if (fs::exists(status) && !overwrite)
+    fail(target.string(), ": output directory already exists (pass --overwrite to replace it)");
+  if (fs::exists(status) && !fs::is_directory(status)) fail(target.string(), ": exists and is not a directory");
+  const fs::path parent = target_.parent_path();
   fs::create_directories(parent, ec);
   if (ec) fail(target.string(), ": cannot create parent directory: ", ec.message());
   remove_stale_temporaries(parent, target_);

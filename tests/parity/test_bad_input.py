@@ -234,6 +234,14 @@ def test_sharded_index_names_missing_shard(model, out, run_hfexport):
     assert_clean_error(export(run_hfexport, model, out), out, "model-00002-of-00002.safetensors")
 
 
+@pytest.mark.parametrize("shard", ["s" * 300 + ".safetensors", "", "."], ids=["too-long", "empty", "dot"])
+def test_sharded_index_shard_name_not_a_file(shard, model, out, run_hfexport):
+    """Found by fuzzing (tests/fuzz/regressions/sharded_index): a name the OS refuses was a
+    filesystem exception without the index's name."""
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"model.norm.weight": shard}}))
+    assert_clean_error(export(run_hfexport, model, out), out, "model.safetensors.index.json")
+
+
 # --------------------------------------------------------------------------------------------
 # tensors vs. architecture
 
@@ -300,6 +308,12 @@ def test_out_dir_exists_with_overwrite(model, out, run_hfexport, output_format):
     assert (out / model_file).is_file() and (out / "export.json").is_file()
     assert not (out / "keep.txt").exists()
     assert not leftovers(out)
+
+
+def test_out_dir_name_too_long(model, tmp_path, run_hfexport):
+    out_dir = tmp_path / ("o" * 300)
+    assert_clean_error(export(run_hfexport, model, out_dir), None, "File name too long")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
 def test_out_dir_parent_is_a_file(model, tmp_path, run_hfexport):
