@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -47,29 +48,56 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stats", action="store_true", help="print prefill and decode times to stderr")
     args = p.parse_args(argv)
     if args.input_ids is not None and (args.chat or args.system is not None):
         p.error("--chat and --system apply to --prompt")
     try:
         sampler = Sampler(args.do_sample, args.temperature, args.top_k, args.top_p, args.seed)
         runner = open_runner(args.out_dir)
+        clock = StepClock()
         if args.prompt is not None:
-            return generate_text(runner, args, sampler)
+            status = generate_text(runner, args, sampler, clock)
+            if args.stats:
+                print(f"hfexport: {clock.summary()}", file=sys.stderr)
+            return status
         ids = parse_ids(args.input_ids)
         logits = next(o for o in runner.manifest.component(DECODE)["outputs"] if o["name"] == "logits")
         vocab_limit = logits["shape"][-1]
         if ids.min() < 0 or ids.max() >= vocab_limit:
             raise GenerationError(f"--input-ids: token ids must be in [0, {vocab_limit})")
+        clock.start(ids.shape[1])
         tokens = generate(runner, ids, max_new_tokens=args.max_new_tokens, sampler=sampler,
-                          ignore_eos=args.ignore_eos)
+                          ignore_eos=args.ignore_eos, on_tokens=clock.tick)
     except (GenerationError, ManifestError, ValueError) as e:
         print(f"hfexport: error: {e}", file=sys.stderr)
         return 1
     print(" ".join(str(int(t)) for t in tokens[0]))
+    if args.stats:
+        print(f"hfexport: {clock.summary()}", file=sys.stderr)
     return 0
 
 
-def generate_text(runner, args, sampler: Sampler) -> int:
+class StepClock:
+    """--stats: the prompt's call (to its first token) and every step after it, as the C++
+    runners report them."""
+
+    def start(self, prompt_tokens: int) -> None:
+        self.prompt_tokens, self.stamps = prompt_tokens, [time.perf_counter()]
+
+    def tick(self, _tokens=None) -> None:
+        self.stamps.append(time.perf_counter())
+
+    def summary(self) -> str:
+        prefill = self.stamps[1] - self.stamps[0] if len(self.stamps) > 1 else 0.0
+        steps = max(len(self.stamps) - 2, 0)
+        decode = self.stamps[-1] - self.stamps[1] if steps else 0.0
+        rate = steps / decode if decode > 0 else 0.0
+        return (f"prefill {self.prompt_tokens} tokens in {prefill * 1e3:.1f} ms; decode {steps} steps in "
+                f"{decode:.3f} s, {rate:.2f} tok/s")
+
+
+def generate_text(runner, args, sampler: Sampler, clock: StepClock) -> int:
     """Streams the text of the new tokens to stdout as each becomes final; a newline at the end."""
     from .text import TextCodec, TextStream
 
@@ -78,8 +106,10 @@ def generate_text(runner, args, sampler: Sampler) -> int:
     if ids.shape[1] == 0:
         raise GenerationError("--prompt: the text tokenizes to no tokens")
     stream = TextStream(codec)
+    clock.start(ids.shape[1])
 
     def show(tokens: np.ndarray) -> None:
+        clock.tick()
         text = stream.feed(int(tokens[0]))
         if text:
             sys.stdout.write(text)

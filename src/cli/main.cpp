@@ -46,7 +46,7 @@ std::string native_runner(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     if (argv[i][0] == '-') {
       const std::string_view flag = argv[i];
-      if (flag != "--ignore-eos" && flag != "--do-sample" && flag != "--chat") ++i;
+      if (flag != "--ignore-eos" && flag != "--do-sample" && flag != "--chat" && flag != "--stats") ++i;
       continue;
     }
     std::string format;

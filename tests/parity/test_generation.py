@@ -622,6 +622,27 @@ def test_cli_generate_stops_at_eos(fmt, tiny, tmp_path, export_model, run_hfexpo
     assert cli_generate(run_hfexport, out2, ids[0], "--max-new-tokens", NEW_TOKENS) == want[: j + 1]
 
 
+STATS = r"hfexport: prefill (\d+) tokens in [\d.]+ ms; decode (\d+) steps in [\d.]+ s, [\d.]+ tok/s"
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "executorch"])
+def test_cli_generate_stats(fmt, tiny, tmp_path, export_model, run_hfexport):
+    """--stats: one stderr line with the prompt's and the steps' times (the Python runner for
+    ONNX, the C++ runners for OpenVINO and ExecuTorch), the tokens unchanged on stdout."""
+    import re
+
+    tm = tiny("qwen2-gqa-qkv_bias-theta1e6")
+    ids, _ = tm.prompts(SINGLE)
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", fmt, "--for-generation")
+    proc = run_hfexport("generate", out, "--input-ids", ",".join(map(str, ids[0])), "--max-new-tokens", NEW_TOKENS,
+                        "--ignore-eos", "--stats")
+    assert proc.returncode == 0, proc.stderr
+    assert [int(t) for t in proc.stdout.split()] == tm.reference(SINGLE).tokens[0].tolist()
+    lines = [l for l in proc.stderr.splitlines() if not l.startswith("hfexport: warning")]
+    assert len(lines) == 1 and (m := re.fullmatch(STATS, lines[0])), proc.stderr
+    assert (int(m[1]), int(m[2])) == (ids.shape[1], NEW_TOKENS - 1)
+
+
 def test_cli_generate_sampling(tiny, tmp_path, export_model, run_hfexport):
     tm = tiny("llama-mqa-rope_yarn")
     ids, _ = tm.prompts(SINGLE)

@@ -1,6 +1,8 @@
 #include "runners/common/decode_loop.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <string>
 
@@ -9,12 +11,28 @@
 
 namespace hfx {
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
+}  // namespace
+
+std::string GenerationTimes::summary() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "prefill %lld tokens in %.1f ms; decode %lld steps in %.3f s, %.2f tok/s",
+                static_cast<long long>(prompt_tokens), prefill_s * 1e3, static_cast<long long>(decode_steps), decode_s,
+                decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0.0);
+  return buf;
+}
+
 std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& o, const std::vector<int64_t>& eos,
-                              int64_t rebuild_cache_at) {
+                              int64_t rebuild_cache_at, GenerationTimes* times) {
   Sampler sample(o);
   std::vector<int64_t> out;
+  const Clock::time_point start = Clock::now();
   std::vector<float> logits = session.prefill(o.input_ids);
+  const Clock::time_point prefilled = Clock::now();
   const auto prompt = static_cast<int64_t>(o.input_ids.size());
+  if (times) *times = {seconds(start, prefilled), 0, prompt, 0};
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     const int64_t token = sample(logits.data(), logits.size());
     out.push_back(token);
@@ -27,7 +45,9 @@ std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& o, 
       continue;
     }
     logits = session.step(token);
+    if (times) times->decode_steps += 1;
   }
+  if (times) times->decode_s = seconds(prefilled, Clock::now());
   return out;
 }
 
@@ -69,9 +89,11 @@ int runner_main(int argc, char** argv, std::string_view format, const SessionFac
     const std::unique_ptr<DecodeSession> session = open(manifest, options);
     const nlohmann::json& gen = manifest.generation();
     const int64_t rebuild_at = gen.value(manifest::key::kRebuildCacheAt, int64_t{0});
-    const std::vector<int64_t> tokens = generate(*session, options, eos, rebuild_at);
+    GenerationTimes times;
+    const std::vector<int64_t> tokens = generate(*session, options, eos, rebuild_at, &times);
     for (size_t i = 0; i < tokens.size(); ++i) std::cout << (i ? " " : "") << tokens[i];
     std::cout << "\n";
+    if (options.stats) std::cerr << "hfexport: " << times.summary() << "\n";
     return 0;
   } catch (const std::exception& e) {
     std::string message = e.what();

@@ -26,8 +26,16 @@ class DecodeSession {
 // The new tokens: at most max_new_tokens, ending at the first eos unless ignore_eos. When the
 // sequence first reaches `rebuild_cache_at` (the manifest's rebuild_cache_at_length; 0: never),
 // the whole sequence is run again from an empty cache, as transformers' generate does for longrope.
+// Where a generation's time went (--stats).
+struct GenerationTimes {
+  double prefill_s = 0, decode_s = 0;  // the prompt's call; every step after it
+  int64_t prompt_tokens = 0, decode_steps = 0;
+  std::string summary() const;  // "prefill 32 tokens in 41.2 ms; decode 64 steps in 2.10 s, 30.5 tok/s"
+};
+
 std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& options,
-                              const std::vector<int64_t>& eos_token_ids, int64_t rebuild_cache_at = 0);
+                              const std::vector<int64_t>& eos_token_ids, int64_t rebuild_cache_at = 0,
+                              GenerationTimes* times = nullptr);
 
 // Refuses a prompt + new tokens longer than the export's sequence bound (total_sequence).
 void check_sequence_bound(const Manifest& manifest, const GenerateOptions& options);

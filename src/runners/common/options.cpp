@@ -52,6 +52,7 @@ GenerateOptions parse_generate_args(int argc, char** argv) {
     if (a == "--input-ids") o.input_ids = parse_ids(value(i)), have_ids = true;
     else if (a == "--max-new-tokens") o.max_new_tokens = static_cast<int64_t>(number(i));
     else if (a == "--ignore-eos") o.ignore_eos = true;
+    else if (a == "--stats") o.stats = true;
     else if (a == "--do-sample") o.do_sample = true;
     else if (a == "--temperature") o.temperature = number(i);
     else if (a == "--top-k") o.top_k = static_cast<int64_t>(number(i));

@@ -17,6 +17,7 @@ struct GenerateOptions {
   int64_t top_k = 0;
   uint64_t seed = 0;
   bool seeded = false;
+  bool stats = false;  // --stats: prefill and decode times on stderr
 };
 
 // argv[0] is the program; throws Error (one line) for anything malformed.
