@@ -29,7 +29,11 @@ State& state() {
   return s;
 }
 
-bool shown(const State& s) { return !s.quiet && ::isatty(STDERR_FILENO) == 1; }
+// stderr's kind is looked up once: add() runs for every piece every writer thread writes.
+bool shown(const State& s) {
+  static const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  return !s.quiet && terminal;
+}
 
 std::string size_text(uint64_t bytes) {
   char buf[32];
