@@ -268,8 +268,7 @@ void EtLowering::update_in_place(const Node& n) {
   const Value* fresh = n.inputs[2];
   // [1, S] -> [S]: one index tensor, as the in-place index_put_ kernel requires.
   const Dim query = positions->shape.at(1);
-  const int at = call("aten::view_copy", "out", {tensor(positions), int_list(std::vector<EtInt>{sym_int(query)})},
-                      DType::I64, bounds({query}));
+  const int at = view(tensor(positions), {sym_int(query)}, DType::I64);
   const int buffer = tensor(n.inputs[0]);
   kernel_in_place("aten::index_put_", "", {buffer, optional_tensor_list({-1, -1, at}), tensor(fresh), bool_value(false)});
   define(n.outputs[0], buffer);
@@ -416,6 +415,19 @@ int EtLowering::call(std::string_view name, std::string_view overload, std::vect
                      const std::vector<EtInt>& dims) {
   const int out = new_tensor(dtype, dims);
   kernel(name, overload, std::move(args), {out});
+  return out;
+}
+
+int EtLowering::view(int source, const std::vector<EtInt>& dims, DType dtype) {
+  std::vector<int64_t> sizes;
+  bool dynamic = false;
+  for (const EtInt& d : dims) sizes.push_back(d.upper), dynamic = dynamic || !d.constant;
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(*tensor_of(dtype, sizes, dynamic)));
+  const int out = add_value(std::move(u));
+  const auto root = view_sources_.find(source);
+  view_sources_[out] = root == view_sources_.end() ? source : root->second;
+  kernel("executorch_prim::et_view", "default", {source, int_list(dims)}, {out});
   return out;
 }
 
@@ -567,12 +579,13 @@ void EtLowering::add_outputs() {
 }
 
 // Greedy by size, largest first: each tensor takes the lowest offset that overlaps no tensor
-// alive at the same time. A tensor lives from the instruction that writes it to its last reader;
-// inputs from the start, outputs to the end.
+// alive at the same time. A tensor lives from the instruction that writes it to its last reader
+// (a view's readers read it too); inputs from the start, outputs to the end.
 void EtLowering::plan_memory() {
   std::map<int, std::pair<int, int>> life;
   for (int id : planned_) life[id] = {INT_MAX, -1};
   auto touch = [&](int id, int at) {
+    if (const auto source = view_sources_.find(id); source != view_sources_.end()) id = source->second;
     const auto it = life.find(id);
     if (it == life.end()) return;
     it->second.first = std::min(it->second.first, at);

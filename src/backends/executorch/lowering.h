@@ -130,6 +130,10 @@ class EtLowering {
   void kernel(std::string_view name, std::string_view overload, std::vector<int> args, const std::vector<int>& outs);
   // An in-place kernel (`name_`): it writes and returns its first argument.
   void kernel_in_place(std::string_view name, std::string_view overload, std::vector<int> args);
+  // `source` seen with other dims of the same element count: a tensor with no memory of its own
+  // that executorch_prim::et_view points at the source's data when it runs (no copy). The memory
+  // plan keeps the source alive while any view of it is read.
+  int view(int source, const std::vector<EtInt>& dims, DType dtype);
   // A kernel whose single result is a new tensor; returns it.
   int call(std::string_view name, std::string_view overload, std::vector<int> args, DType dtype,
            const std::vector<EtInt>& dims);
@@ -180,6 +184,7 @@ class EtLowering {
   std::vector<int> planned_;                 // tensors the memory plan places
   std::set<int> pinned_;                     // buffers: alive across calls, never shared
   std::map<int, uint64_t> planned_bytes_;
+  std::map<int, int> view_sources_;          // a view -> the tensor whose memory it uses
 };
 
 }  // namespace hfx
