@@ -111,6 +111,26 @@ def test_executorch_bf16_checkpoint(tmp_path, make_tiny_model, export_model, sup
              support_matrix, backend="xnnpack")
 
 
+@pytest.mark.parametrize("mode", [(), ("--for-generation", "--static-cache", "--max-cache-len", "32"),
+                                  ("--for-generation",)], ids=["forward", "static", "dynamic"])
+def test_executorch_xnnpack_runs_whole_layers(mode, tmp_path, make_tiny_model, export_model):
+    """XNNPACK runs each run of the ops it supports as one delegate (norms, rotary, attention,
+    MLP, residuals with the linears), not one delegate per linear between portable kernels: at
+    most two per layer (a static cache's in-place update splits a layer) plus the rotary tables;
+    a delegate per linear would be seven per layer. The logits stay transformers' (forward)."""
+    layers = 4
+    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", {**BASE, "num_hidden_layers": layers})
+    out = tmp_path / "out"
+    export_model(model_dir, out, "--format", "executorch", *mode)  # batch 1, as ExecuTorch's LLM runner
+    payloads = (out / "model.pte").read_bytes().count(XNNPACK_PAYLOAD)
+    assert 0 < payloads <= 2 * layers + 3, f"{payloads} XNNPACK payloads for {layers} layers"
+    if not mode:
+        inputs = make_inputs(model.config.vocab_size, lengths=(7,))
+        diff = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs), hf_logits(model, inputs),
+                                   inputs[1])
+        assert diff <= XNNPACK_FP32_TOL, diff
+
+
 @pytest.mark.parametrize("backend", ["portable", "xnnpack"])
 def test_executorch_forward_without_planned_io(backend, tmp_path, make_tiny_model, export_model, support_matrix):
     """--no-alloc-graph-io: the inputs and the logits get no planned memory (the runtime uses the
@@ -169,7 +189,9 @@ def test_executorch_half_precision(model_type, variant, overrides, dtype, backen
         manifest = json.loads((out / "export.json").read_text())
         assert manifest["dtype"] == dtype
         payloads = (out / "model.pte").read_bytes().count(XNNPACK_PAYLOAD)
-        assert (payloads > 0) == (backend == "xnnpack" and dtype == "float16"), f"{payloads} XNNPACK payloads"
+        # float16 linears run on XNNPACK; bfloat16 ones on the kernels, with the float32 parts
+        # (norms, softmax) on XNNPACK.
+        assert (payloads > 0) == (backend == "xnnpack"), f"{payloads} XNNPACK payloads"
         program = load_program(out / "model.pte")
         meta = program.load_method("forward").metadata
         assert meta.output_tensor_meta(0).dtype() == 6  # ScalarType Float: logits widened, as transformers returns them

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/executorch/xnnpack.h"
+#include "backends/executorch/xnnpack_lowering.h"
 #include "backends/shape_arithmetic.h"
 #include "core/error.h"
 
@@ -95,9 +96,22 @@ const std::string& EtConstants::add_named(const Value* v, uint64_t bytes) {
   const auto key = std::make_pair(v->constant->key(), v->dtype);
   if (const auto it = named_key.find(key); it != named_key.end()) return it->second;
   segments.push_back({{}, v, bytes});
+  // Keys are unique: constants the export makes (all named "scalar") share a name.
   std::string name = v->name + "." + std::string(dtype_name(v->dtype));
+  for (int i = 1; !named_names.insert(name).second; ++i)
+    name = v->name + "." + std::to_string(i) + "." + std::string(dtype_name(v->dtype));
   named.emplace_back(name, static_cast<uint32_t>(segments.size()));
   return named_key[key] = name;
+}
+
+const std::string& EtConstants::add_named_bytes(std::string bytes) {
+  if (const auto it = made_key.find(bytes); it != made_key.end()) return it->second;
+  const uint64_t size = bytes.size();
+  segments.push_back({bytes, nullptr, size});
+  std::string name = "hfexport.constant." + std::to_string(made_key.size());
+  named_names.insert(name);
+  named.emplace_back(name, static_cast<uint32_t>(segments.size()));
+  return made_key[std::move(bytes)] = name;
 }
 
 const EtOpRule& et_rule(OpKind op) {
@@ -181,21 +195,25 @@ std::vector<int64_t> EtLowering::upper_dims(const Value* v) const {
   return dims;
 }
 
-// y = the XnnpackBackend payload in `segment` applied to x (its one input and output).
-void EtLowering::emit_xnnpack(uint32_t segment, const Value* x, const Value* y) {
+void EtLowering::emit_delegate(uint32_t segment, std::vector<int> args) {
   auto delegate = std::make_unique<etfb::BackendDelegateT>();
   delegate->id = "XnnpackBackend";
   delegate->processed = std::make_unique<etfb::BackendDelegateDataReferenceT>();
   delegate->processed->location = etfb::DataLocation::SEGMENT;
   delegate->processed->index = segment;
   plan_->delegates.push_back(std::move(delegate));
-  const int out = new_tensor(y->dtype, bounds(y->shape));
   etfb::DelegateCallT call;
   call.delegate_index = static_cast<int>(plan_->delegates.size() - 1);
-  call.args = {tensor(x), out};
+  call.args = std::move(args);
   auto ins = std::make_unique<etfb::InstructionT>();
   ins->instr_args.Set(std::move(call));
   instructions_.push_back(std::move(ins));
+}
+
+// y = the XnnpackBackend payload in `segment` applied to x (its one input and output).
+void EtLowering::emit_xnnpack(uint32_t segment, const Value* x, const Value* y) {
+  const int out = new_tensor(y->dtype, bounds(y->shape));
+  emit_delegate(segment, {tensor(x), out});
   define(y, out);
 }
 
@@ -211,36 +229,39 @@ bool EtLowering::delegates(const Node& n) const {
 // An XnnpackBackend payload per linear: its input and output are the delegate's external values,
 // its weight (and bias) named data, prepacked by XNNPACK when the method loads.
 void EtLowering::delegate_linear(const Node& n) {
-  auto weight_of = [&](const Value* v) {
-    XnnWeight w{constants_.add_named(v, bytes_of_(*v)), {}, bytes_of_(*v)};
-    for (const Dim& d : v->shape) w.dims.push_back(d.value());
-    return w;
-  };
   const Value* x = n.inputs[0];
   const Value* y = n.outputs[0];
-  const XnnWeight weight = weight_of(n.inputs[1]);
-  const std::optional<XnnWeight> bias = n.input(2) ? std::optional(weight_of(n.input(2))) : std::nullopt;
+  const XnnWeight weight = named_weight(n.inputs[1]);
+  const std::optional<XnnWeight> bias = n.input(2) ? std::optional(named_weight(n.input(2))) : std::nullopt;
   const XnnFloat type = x->dtype == DType::F16 ? XnnFloat::F16 : XnnFloat::F32;
   const uint32_t segment = constants_.add_payload(
       xnnpack_fully_connected(upper_dims(x), upper_dims(y), weight, bias ? &*bias : nullptr, type));
   emit_xnnpack(segment, x, y);
 }
 
+XnnWeight EtLowering::named_floats(const std::vector<float>& data, const std::vector<int64_t>& dims) {
+  std::string bytes(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+  const uint64_t size = bytes.size();
+  return {constants_.add_named_bytes(std::move(bytes)), dims, size};
+}
+
 // 8da4w / 8da8w: the activations quantized to int8 per token inside the delegate, the weight's
 // codes as they are (the IR's 4-bit layout is XNNPACK's qbint4; 8-bit ones are signed, per
 // channel: qcint8), its scales positive by the scheme the backend asked for, stored as bfloat16
 // (4-bit) or float32 (8-bit, one per output channel).
-void EtLowering::delegate_quantized_linear(const Node& n) {
+XnnQuantizedWeights EtLowering::quantized_weights(const Node& n) {
   const QuantizedLinearAttrs& a = n.attrs_as<QuantizedLinearAttrs>();
   const Value* x = n.inputs[0];
   const Value* codes = n.inputs[1];
   const Value* scales = n.inputs[2];
-  const Value* y = n.outputs[0];
   HFX_CHECK((a.bits == 4 || a.bits == 8) && codes->is_constant() && scales->is_constant(), "internal error: "
             "executorch: ", n.name, " is not a 4- or 8-bit linear over constants");
   const int64_t rows = codes->shape.at(0).value(), cols = x->shape.back().value();
   HFX_CHECK(a.bits == 4 || a.group_size == cols, "internal error: executorch: 8-bit ", n.name, " is not per channel");
-  const XnnWeight code_data{constants_.add_named(codes, bytes_of_(*codes)), {rows, cols}, bytes_of_(*codes)};
+  XnnQuantizedWeights w;
+  w.bits = a.bits;
+  w.group_size = a.group_size;
+  w.codes = {constants_.add_named(codes, bytes_of_(*codes)), {rows, cols}, bytes_of_(*codes)};
   const Value* stored_scales = scales;
   if (a.bits == 4) {
     Value& bf16 = constants_.converted.emplace_back(*scales);
@@ -248,18 +269,33 @@ void EtLowering::delegate_quantized_linear(const Node& n) {
     bf16.producer = nullptr;
     stored_scales = &bf16;
   }
-  const XnnWeight scale_data{constants_.add_named(stored_scales, bytes_of_(*stored_scales)), {rows},
-                             bytes_of_(*stored_scales)};
-  std::optional<XnnWeight> bias;
+  w.scales = {constants_.add_named(stored_scales, bytes_of_(*stored_scales)), {rows}, bytes_of_(*stored_scales)};
   if (const Value* b = n.input(3)) {
     HFX_CHECK(b->is_constant() && b->dtype == DType::F32, "internal error: executorch: bias of ", n.name);
-    bias = XnnWeight{constants_.add_named(b, bytes_of_(*b)), {b->shape.at(0).value()}, bytes_of_(*b)};
+    w.bias = named_weight(b);
   }
-  const XnnWeight* b = bias ? &*bias : nullptr;
-  emit_xnnpack(constants_.add_payload(a.bits == 4 ? xnnpack_fully_connected_qb4(upper_dims(x), upper_dims(y), code_data,
-                                                                                scale_data, a.group_size, b)
-                                                  : xnnpack_fully_connected_qc8(upper_dims(x), upper_dims(y), code_data,
-                                                                                scale_data, b)),
+  return w;
+}
+
+XnnWeight EtLowering::named_weight(const Value* v) {
+  XnnWeight w{constants_.add_named(v, bytes_of_(*v)), {}, bytes_of_(*v)};
+  for (const Dim& d : v->shape) w.dims.push_back(d.value());
+  return w;
+}
+
+// 8da4w / 8da8w: the activations quantized to int8 per token inside the delegate, the weight's
+// codes as they are (the IR's 4-bit layout is XNNPACK's qbint4; 8-bit ones are signed, per
+// channel: qcint8), its scales positive by the scheme the backend asked for, stored as bfloat16
+// (4-bit) or float32 (8-bit, one per output channel).
+void EtLowering::delegate_quantized_linear(const Node& n) {
+  const Value* x = n.inputs[0];
+  const Value* y = n.outputs[0];
+  const XnnQuantizedWeights w = quantized_weights(n);
+  const XnnWeight* b = w.bias ? &*w.bias : nullptr;
+  emit_xnnpack(constants_.add_payload(w.bits == 4 ? xnnpack_fully_connected_qb4(upper_dims(x), upper_dims(y), w.codes,
+                                                                                w.scales, w.group_size, b)
+                                                  : xnnpack_fully_connected_qc8(upper_dims(x), upper_dims(y), w.codes,
+                                                                                w.scales, b)),
                x, y);
 }
 
@@ -527,6 +563,21 @@ int EtLowering::tensor(const Value* v) {
   fail("internal error: executorch: value '", v->name, "' used before it is computed");
 }
 
+// Which nodes read each value's data: an in-place update reads its positions and rows (and
+// writes its buffer); ShapeOf reads only dims.
+void EtLowering::note_readers(const std::set<const Node*>& needed) {
+  for (const Node* n : graph_.order) {
+    if (!needed.count(n) || n->op == OpKind::ShapeOf) continue;
+    if (const auto it = in_place_.find(n); it != in_place_.end()) {
+      readers_[it->second].push_back(n);
+      readers_[n->inputs[2]].push_back(n);
+      continue;
+    }
+    for (const Value* v : n->inputs)
+      if (v) readers_[v].push_back(n);
+  }
+}
+
 // A tensor of the method's inputs or outputs whose memory the caller provides.
 int EtLowering::unplanned(int id) {
   planned_.erase(std::remove(planned_.begin(), planned_.end(), id), planned_.end());
@@ -541,13 +592,33 @@ void EtLowering::lower_graph() {
     else plan_->inputs.push_back(planned_io_ ? id : unplanned(id));
   }
   const std::set<const Node*> needed = needed_nodes();
+  note_readers(needed);
+  auto lower_on_kernels = [&](const Node& n) {
+    const EtOpRule& rule = et_rule(n.op);
+    if (!rule.lower) fail("internal error: executorch: no lowering for ", op_name(n.op), " (", n.name, ")");
+    rule.lower(*this, n);
+  };
+  // With XNNPACK, each run of consecutive nodes it runs is one delegate (a run that only moves
+  // data stays on the kernels, where reshapes are views).
+  std::vector<const Node*> run;
+  auto flush = [&] {
+    const bool computes = std::any_of(run.begin(), run.end(), [](const Node* n) { return !xnn_rule(*n)->moves_data; });
+    if (computes) delegate_group(run);
+    else
+      for (const Node* n : run) lower_on_kernels(*n);
+    run.clear();
+  };
   for (const Node* n : graph_.order) {
     if (!needed.count(n)) continue;
     if (lower_shape_arithmetic(*n)) continue;
-    const EtOpRule& rule = et_rule(n->op);
-    if (!rule.lower) fail("internal error: executorch: no lowering for ", op_name(n->op), " (", n->name, ")");
-    rule.lower(*this, *n);
+    if (xnnpack_ && xnn_rule(*n)) {
+      run.push_back(n);
+      continue;
+    }
+    flush();
+    lower_on_kernels(*n);
   }
+  flush();
   add_outputs();
   plan_memory();
   auto chain = std::make_unique<etfb::ChainT>();

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/executorch/xnnpack.h"
 #include "ir/graph.h"
 #include "program_generated.h"
 
@@ -59,6 +60,18 @@ struct EtConstants {
   uint32_t add_payload(std::string bytes);
   // The named-data key of a weight (stored once, in a segment of its own).
   const std::string& add_named(const Value* v, uint64_t bytes);
+  // The key of a constant the export makes up (stored once per content).
+  const std::string& add_named_bytes(std::string bytes);
+  std::map<std::string, std::string> made_key;  // content -> key
+  std::set<std::string> named_names;
+};
+
+// A dynamically quantized linear's weights as XNNPACK reads them (see delegate_quantized_linear).
+struct XnnQuantizedWeights {
+  XnnWeight codes, scales;
+  std::optional<XnnWeight> bias;
+  int bits = 4;
+  int64_t group_size = 0;
 };
 
 class EtLowering;
@@ -105,6 +118,24 @@ class EtLowering {
   bool delegates(const Node& n) const;
   void delegate_linear(const Node& n);
   void delegate_quantized_linear(const Node& n);
+  XnnQuantizedWeights quantized_weights(const Node& n);
+  // A constant an XNNPACK payload reads from the program's named data: a graph's, or float32
+  // values the export makes up. (Not the payload's own constant data, which the runtime frees
+  // once the delegate is built, while elementwise nodes still read their constants.)
+  XnnWeight named_weight(const Value* v);
+  XnnWeight named_floats(const std::vector<float>& data, const std::vector<int64_t>& dims);
+  // Consecutive nodes XNNPACK runs (xnnpack_lowering.cpp) as one delegate: what they read from
+  // outside are its inputs, what is read after them its outputs.
+  void delegate_group(const std::vector<const Node*>& group);
+  // Whether v's data is read by a node outside `group` or returned by the method.
+  bool read_outside(const Value* v, const std::set<const Node*>& group) const;
+  uint32_t add_payload(std::string bytes) { return constants_.add_payload(std::move(bytes)); }
+  // The delegate in payload `segment` called on `args` (its inputs, then its outputs).
+  void emit_delegate(uint32_t segment, std::vector<int> args);
+  // The attention mask [B, 1, S, T] (true: attend) as float32 to add to the scores (0 or the
+  // lowest float), repeated for `groups` query heads per kv head: [B, 1, groups * S, T]. Made once
+  // per mask and group count, by kernels.
+  int additive_mask(const Value* mask, int64_t groups);
 
   // Lowers every node and plans memory; then take_plan() is the method.
   void lower_graph();
@@ -162,6 +193,7 @@ class EtLowering {
   int unplanned(int id);
   void plan_in_place_updates();
   std::set<const Node*> needed_nodes() const;
+  void note_readers(const std::set<const Node*>& needed);
   int operator_index(std::string_view name, std::string_view overload);
 
   const Graph& graph_;
@@ -185,6 +217,8 @@ class EtLowering {
   std::set<int> pinned_;                     // buffers: alive across calls, never shared
   std::map<int, uint64_t> planned_bytes_;
   std::map<int, int> view_sources_;          // a view -> the tensor whose memory it uses
+  std::map<const Value*, std::vector<const Node*>> readers_;  // the nodes that read a value's data
+  std::map<std::pair<const Value*, int64_t>, int> additive_masks_;
 };
 
 }  // namespace hfx
