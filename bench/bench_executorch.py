@@ -7,7 +7,8 @@
    `save_pretrained` (timed after the model is loaded; peak RSS of its whole process), each in a
    fresh child process.
 2. Decode (batch 1, float32, a 32-token prompt, then greedy steps): tokens per second of each
-   program in ExecuTorch's runtime, through the same Python loop: ours keeps the cache in the
+   program in ExecuTorch's runtime (the median of `--repeats` runs, the programs alternating),
+   through the same Python loop: ours keeps the cache in the
    method (mutable buffers), theirs takes the cache as inputs and returns it (fed back each step,
    as their docs' Python loop does), plus each as a fraction of the read-bandwidth ceiling (a
    batch-1 step reads every weight once). Greedy tokens are compared with transformers eager.
@@ -185,6 +186,7 @@ def main() -> int:
                    help="a Python with optimum-executorch (bench/setup_optimum.sh); skipped when absent")
     p.add_argument("--peers", default="transformers,optimum",
                    help="which peers to run, of transformers,optimum (optimum only when its Python exists)")
+    p.add_argument("--repeats", type=int, default=3, help="decode runs of each program, alternating (median)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     asked = set(args.peers.split(","))
@@ -224,18 +226,25 @@ def main() -> int:
         for kind in peers:
             print(f"  ratio: {export[kind]['wall_s'] / ours['wall_s']:.1f}x faster than {kind}; "
                   f"{export[kind]['peak_rss'] / ours['peak_rss']:.1f}x less peak RSS")
-        rows = {}
-        for kind in ("hfexport",) + tuple(k for k in peers if k == "transformers") + (() if quantized else ("eager",)):
-            rows[kind], _ = child(DECODE, kind, str(ckpt), str(dirs.get(kind, work)), env_python)
-        if optimum:
-            rows["optimum"] = optimum_decode(optimum, dirs["optimum"])
+        rows = {} if quantized else {"eager": child(DECODE, "eager", str(ckpt), str(work), env_python)[0]}
+        # Each program's decode `repeats` times, the programs alternating (a shared machine's speed
+        # drifts): the median run counts, the others are printed.
+        runs: dict[str, list[dict]] = {}
+        for _ in range(args.repeats):
+            for kind in ("hfexport",) + peers:
+                if kind == "optimum":
+                    runs.setdefault(kind, []).append(optimum_decode(optimum, dirs["optimum"]))
+                else:
+                    runs.setdefault(kind, []).append(child(DECODE, kind, str(ckpt), str(dirs[kind]), env_python)[0])
+        for kind, each in runs.items():
+            rows[kind] = dict(sorted(each, key=lambda r: r["tok_s"])[len(each) // 2], runs=[r["tok_s"] for r in each])
         step_bytes = quantized_step_bytes(ckpt, args.weights) if quantized else size * 2  # the weights a step reads
         ceiling = read_bandwidth() / step_bytes
         print(f"decode ({kind_of}, batch 1, prompt {PROMPT}, {STEPS} steps, ExecuTorch's runtime; ceiling "
               f"{ceiling:.1f} tok/s = one core's read bandwidth / {step_bytes / 2**30:.2f} GiB):")
         for kind in ("hfexport",) + peers:
             print(f"  {kind:13s} {rows[kind]['tok_s']:7.2f} tok/s  ({100 * rows[kind]['tok_s'] / ceiling:.0f} % of "
-                  "the ceiling)")
+                  f"the ceiling; median of {', '.join(f'{t:.2f}' for t in rows[kind]['runs'])})")
         for kind in peers:
             print(f"  ratio: {rows['hfexport']['tok_s'] / rows[kind]['tok_s']:.2f}x {kind}'s program")
         if quantized:
