@@ -310,6 +310,8 @@ class ExecutorchBackend final : public Backend {
     return {
         // input./output. pairs the lowering turns into mutable buffers updated in place.
         {"lower_state", [](Graph& g, PassReport&) { lower_state_as_io(g); }},
+        // One wide linear per shared input (q/k/v, gate/up): fewer thread-pool rounds per step.
+        {"pack_linears", [](Graph& g, PassReport&) { pack_linears(g); }},
         {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
         decompose_pass(et_maps_natively, forced_decompositions(config)),
         {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
