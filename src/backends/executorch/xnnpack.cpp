@@ -61,8 +61,6 @@ void add_node(xfb::XNNGraphT& g, xfb::XNodeUnion type, Node node) {
   g.xnodes.push_back(std::move(n));
 }
 
-std::vector<uint32_t> u32s(const std::vector<int64_t>& v) { return dims_of(v); }
-
 void put_u32(std::string& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
 
 // XNNHeader: 4 zero bytes, "XH00", u16 header length (30), u32 flatbuffer offset and size, u32
@@ -168,11 +166,12 @@ void XnnGraphBuilder::unary(xfb::XNodeUnion type, uint32_t x, uint32_t y) {
   add_node(*g_, type, std::move(node));
 }
 
-void XnnGraphBuilder::binary(xfb::XNodeUnion type, uint32_t a, uint32_t b, uint32_t y) {
+void XnnGraphBuilder::binary(xfb::XNodeUnion type, uint32_t a, uint32_t b, uint32_t y, uint32_t flags) {
   xfb::_XNNNode2x1T node;
   node.input1_id = a;
   node.input2_id = b;
   node.output_id = y;
+  node.flags = flags;
   add_node(*g_, type, std::move(node));
 }
 
@@ -186,17 +185,12 @@ void XnnGraphBuilder::fully_connected(uint32_t x, uint32_t filter, uint32_t bias
 }
 
 void XnnGraphBuilder::batch_matmul(uint32_t a, uint32_t b, uint32_t y, bool transpose_b) {
-  xfb::_XNNNode2x1T node;
-  node.input1_id = a;
-  node.input2_id = b;
-  node.output_id = y;
-  node.flags = transpose_b ? kTransposeB : 0;
-  add_node(*g_, xfb::XNodeUnion::XNNBatchMatrixMultiply, std::move(node));
+  binary(xfb::XNodeUnion::XNNBatchMatrixMultiply, a, b, y, transpose_b ? kTransposeB : 0);
 }
 
 void XnnGraphBuilder::reshape(uint32_t x, uint32_t y, const std::vector<int64_t>& new_shape) {
   xfb::XNNStaticReshapeT node;
-  node.new_shape = u32s(new_shape);
+  node.new_shape = dims_of(new_shape);
   node.num_dims = static_cast<uint32_t>(new_shape.size());
   node.input_id = x;
   node.output_id = y;
@@ -205,7 +199,7 @@ void XnnGraphBuilder::reshape(uint32_t x, uint32_t y, const std::vector<int64_t>
 
 void XnnGraphBuilder::transpose(uint32_t x, uint32_t y, const std::vector<int64_t>& perm) {
   xfb::XNNStaticTransposeT node;
-  node.perm = u32s(perm);
+  node.perm = dims_of(perm);
   node.num_dims = static_cast<uint32_t>(perm.size());
   node.input_id = x;
   node.output_id = y;
@@ -215,8 +209,8 @@ void XnnGraphBuilder::transpose(uint32_t x, uint32_t y, const std::vector<int64_
 void XnnGraphBuilder::slice(uint32_t x, uint32_t y, const std::vector<int64_t>& offsets,
                             const std::vector<int64_t>& sizes) {
   xfb::XNNStaticSliceT node;
-  node.offsets = u32s(offsets);
-  node.sizes = u32s(sizes);
+  node.offsets = dims_of(offsets);
+  node.sizes = dims_of(sizes);
   node.num_dims = static_cast<uint32_t>(offsets.size());
   node.input_id = x;
   node.output_id = y;

@@ -48,7 +48,7 @@ class XnnGraphBuilder {
   uint32_t qc8_weight(const XnnWeight& codes, const XnnWeight& scales);
 
   void unary(fb_xnnpack::XNodeUnion type, uint32_t x, uint32_t y);
-  void binary(fb_xnnpack::XNodeUnion type, uint32_t a, uint32_t b, uint32_t y);
+  void binary(fb_xnnpack::XNodeUnion type, uint32_t a, uint32_t b, uint32_t y, uint32_t flags = 0);
   void fully_connected(uint32_t x, uint32_t filter, uint32_t bias, uint32_t y);
   void batch_matmul(uint32_t a, uint32_t b, uint32_t y, bool transpose_b);
   void reshape(uint32_t x, uint32_t y, const std::vector<int64_t>& new_shape);  // 0: inferred
