@@ -153,13 +153,13 @@ void remove_staging_on_signals() {
   std::thread([signals] {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) return;
-    {
-      const std::lock_guard<std::mutex> lock(staging_mutex());
-      end_children(sig);
-      for (const fs::path& dir : staging_in_use()) {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-      }
+    // The lock is held until the process is gone: a thread that waited on a child this signal
+    // ended must not get to report the child's death as its own error (untrack_child blocks).
+    const std::lock_guard<std::mutex> lock(staging_mutex());
+    end_children(sig);
+    for (const fs::path& dir : staging_in_use()) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
     }
     // Die of the signal, as if it had never been caught.
     ::signal(sig, SIG_DFL);
