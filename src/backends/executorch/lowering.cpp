@@ -283,22 +283,6 @@ XnnWeight EtLowering::named_weight(const Value* v) {
   return w;
 }
 
-// 8da4w / 8da8w: the activations quantized to int8 per token inside the delegate, the weight's
-// codes as they are (the IR's 4-bit layout is XNNPACK's qbint4; 8-bit ones are signed, per
-// channel: qcint8), its scales positive by the scheme the backend asked for, stored as bfloat16
-// (4-bit) or float32 (8-bit, one per output channel).
-void EtLowering::delegate_quantized_linear(const Node& n) {
-  const Value* x = n.inputs[0];
-  const Value* y = n.outputs[0];
-  const XnnQuantizedWeights w = quantized_weights(n);
-  const XnnWeight* b = w.bias ? &*w.bias : nullptr;
-  emit_xnnpack(constants_.add_payload(w.bits == 4 ? xnnpack_fully_connected_qb4(upper_dims(x), upper_dims(y), w.codes,
-                                                                                w.scales, w.group_size, b)
-                                                  : xnnpack_fully_connected_qc8(upper_dims(x), upper_dims(y), w.codes,
-                                                                                w.scales, b)),
-               x, y);
-}
-
 void EtLowering::update_in_place(const Node& n) {
   const Value* positions = in_place_.at(&n);
   const Value* fresh = n.inputs[2];

@@ -66,7 +66,7 @@ struct EtConstants {
   std::set<std::string> named_names;
 };
 
-// A dynamically quantized linear's weights as XNNPACK reads them (see delegate_quantized_linear).
+// A dynamically quantized linear's weights as XNNPACK reads them (see quantized_weights).
 struct XnnQuantizedWeights {
   XnnWeight codes, scales;
   std::optional<XnnWeight> bias;
@@ -113,11 +113,11 @@ class EtLowering {
   const std::vector<const Value*>& cache_inputs() const { return cache_inputs_; }
   // The in-place update of a static cache: the buffer's rows at the (batch 1) positions.
   void update_in_place(const Node& n);
-  // Whether this Linear runs as an XNNPACK delegate, and its lowering as one; a 4-bit
-  // QuantizedLinear that may quantize activations (int8_compute: 8da4w) always does.
+  // Whether a Linear the XNNPACK partition left (float16) runs as a delegate of its own, and its
+  // lowering as one. (8da4w / 8da8w linears are the partition's QuantizedLinear rule.)
   bool delegates(const Node& n) const;
   void delegate_linear(const Node& n);
-  void delegate_quantized_linear(const Node& n);
+  // 8da4w / 8da8w weights: the codes as they are, the scales as XNNPACK reads them.
   XnnQuantizedWeights quantized_weights(const Node& n);
   // A constant an XNNPACK payload reads from the program's named data: a graph's, or float32
   // values the export makes up. (Not the payload's own constant data, which the runtime frees

@@ -252,29 +252,4 @@ std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const st
   return g.finish();
 }
 
-std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
-                                        const XnnWeight& codes, const XnnWeight& scales, int64_t group_size,
-                                        const XnnWeight* bias) {
-  XnnGraphBuilder g;
-  const uint32_t x = g.external_input(XnnFloat::F32, x_dims);
-  const uint32_t q = g.per_token_int8(x_dims);
-  const uint32_t w = g.qb4_weight(codes, scales, group_size);
-  g.unary(xfb::XNodeUnion::XNNConvert, x, q);
-  const uint32_t b = bias ? g.named_constant(XnnFloat::F32, *bias) : XnnGraphBuilder::kNone;
-  g.fully_connected(q, w, b, g.external_output(XnnFloat::F32, y_dims));
-  return g.finish();
-}
-
-std::string xnnpack_fully_connected_qc8(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
-                                        const XnnWeight& codes, const XnnWeight& scales, const XnnWeight* bias) {
-  XnnGraphBuilder g;
-  const uint32_t x = g.external_input(XnnFloat::F32, x_dims);
-  const uint32_t q = g.per_token_int8(x_dims);
-  const uint32_t w = g.qc8_weight(codes, scales);
-  g.unary(xfb::XNodeUnion::XNNConvert, x, q);
-  const uint32_t b = bias ? g.named_constant(XnnFloat::F32, *bias) : XnnGraphBuilder::kNone;
-  g.fully_connected(q, w, b, g.external_output(XnnFloat::F32, y_dims));
-  return g.finish();
-}
-
 }  // namespace hfx

@@ -42,8 +42,9 @@ class XnnGraphBuilder {
   uint32_t named_constant(XnnFloat type, const XnnWeight& w);
   // x as int8, quantized per token at run time (the input of a dynamically quantized linear).
   uint32_t per_token_int8(const std::vector<int64_t>& dims);
-  // Blockwise 4-bit codes (qbint4) with one bfloat16 scale per `group_size` values along K, or
-  // per-channel int8 codes (qcint8) with one float32 scale per output channel.
+  // Blockwise 4-bit codes (qbint4: [N, K] as K/2 bytes per row, the earlier value in the low
+  // nibble, code = q + 8) with one positive bfloat16 scale per `group_size` values along K, or
+  // per-channel signed int8 codes (qcint8, no zero point) with one float32 scale per channel.
   uint32_t qb4_weight(const XnnWeight& codes, const XnnWeight& scales, int64_t group_size);
   uint32_t qc8_weight(const XnnWeight& codes, const XnnWeight& scales);
 
@@ -71,19 +72,5 @@ class XnnGraphBuilder {
 // input, y its output.
 std::string xnnpack_fully_connected(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
                                     const XnnWeight& weight, const XnnWeight* bias, XnnFloat type);
-
-// One 4-bit linear as ExecuTorch's 8da4w export writes it: x converted to int8 per token
-// (XNNConvert to dynamic qdint8), then a fully connected layer over blockwise 4-bit weights
-// (qbint4: [N, K] as K/2 bytes per row, the earlier value in the low nibble, code = q + 8) with one
-// positive bfloat16 scale per group of `group_size` values along K.
-std::string xnnpack_fully_connected_qb4(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
-                                        const XnnWeight& codes, const XnnWeight& scales, int64_t group_size,
-                                        const XnnWeight* bias);
-
-// One 8-bit linear as ExecuTorch's XNNPACK quantizer writes a dynamically quantized one: x
-// converted to int8 per token, then a fully connected layer over per-channel int8 weights
-// (qcint8: [N, K] signed, no zero point) with one positive float32 scale per output channel.
-std::string xnnpack_fully_connected_qc8(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims,
-                                        const XnnWeight& codes, const XnnWeight& scales, const XnnWeight* bias);
 
 }  // namespace hfx

@@ -83,7 +83,7 @@ HFX_XNN_OP(Linear, float_linear) {
   x.g.fully_connected(input, weight, bias, x.out(n));
 }
 
-// 8da4w / 8da8w (see EtLowering::delegate_quantized_linear): x quantized per token, then the
+// 8da4w / 8da8w (the weights: EtLowering::quantized_weights): x quantized per token, then the
 // fully connected layer over the codes.
 bool dynamically_quantized(const Node& n) {
   const QuantizedLinearAttrs& a = n.attrs_as<QuantizedLinearAttrs>();
