@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "backends/executorch/lowering.h"
+#include "backends/executorch/xnnpack_lowering.h"
 #include "backends/weight_file.h"
 #include "core/error.h"
 #include "io/manifest.h"
@@ -313,7 +314,9 @@ class ExecutorchBackend final : public Backend {
         // One wide linear per shared input (q/k/v, gate/up): fewer thread-pool rounds per step.
         {"pack_linears", [](Graph& g, PassReport&) { pack_linears(g); }},
         {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
-        decompose_pass(et_maps_natively, forced_decompositions(config)),
+        // High-level nodes the kernels or (with XNNPACK) the delegate run as they are stay whole.
+        decompose_pass([xnnpack = uses_xnnpack(config)](const Node& n) { return et_maps_natively(n) || (xnnpack && xnn_rule(n)); },
+                       forced_decompositions(config)),
         {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
     };
   }

@@ -3,7 +3,6 @@
 // the runtime reads arguments by position). High-level ops without a rule here are decomposed
 // into primitives first. IR primitives follow ONNX semantics; each rule notes where ATen differs.
 #include "backends/executorch/lowering.h"
-#include "backends/executorch/xnnpack_lowering.h"
 
 #include <limits>
 
@@ -241,11 +240,6 @@ HFX_ET_OP(Linear) {
   if (l.delegates(n)) return l.delegate_linear(n);
   l.result(n, "aten::linear", "out", {l.in(n, 0), l.in(n, 1), n.input(2) ? l.in(n, 2) : l.null_value()});
 }
-// 8da4w / 8da8w linears exist only with XNNPACK (there is no kernel for them): kept whole, so that
-// the partition takes them (a lone one becomes a delegate of its own, by the same XNNPACK rule).
-bool xnnpack_runs_it(const Node& n) { return xnn_rule(n) != nullptr; }
-HFX_ET_OP_NATIVE(QuantizedLinear, xnnpack_runs_it) { l.delegate_group({&n}); }
-
 HFX_ET_OP(Embedding) {
   l.result(n, "aten::embedding", "out",
            {l.in(n, 0), l.in(n, 1), l.int_value(-1), l.bool_value(false), l.bool_value(false)});

@@ -70,6 +70,28 @@ HFX_XNN_OP(ReduceMean, mean_of_last_dim) {
   x.g.reshape(mean, x.out(n), XnnLowering::reshape_target(n.outputs[0]->shape));
 }
 
+// HF's RMSNorm, x * rsqrt(mean(x^2) + eps) * weight, in five XNNPACK nodes: the mean and the
+// epsilon are one fully connected layer (weights 1/H, bias eps), then XNNPACK's rsqrt.
+bool float_rms_norm(const Node& n) {
+  const Value* x = n.inputs[0];
+  return all_float32(n) && x->rank() >= 1 && x->shape.back().is_static() && n.inputs[1]->is_constant();
+}
+HFX_XNN_OP(RMSNorm, float_rms_norm) {
+  const Value* v = n.inputs[0];
+  const int64_t h = v->shape.back().value();
+  Shape kept = v->shape;
+  kept.back() = Dim(1);
+  const uint32_t input = x.in(n, 0), squares = x.internal(x.dims(v)), mean = x.internal(x.dims(kept)),
+                 inverse = x.internal(x.dims(kept)), normed = x.internal(x.dims(v));
+  const float eps = static_cast<float>(n.attrs_as<NormAttrs>().epsilon);
+  x.g.binary(X::XNNMultiply, input, input, squares);
+  x.g.fully_connected(squares, x.made_constant(std::vector<float>(static_cast<size_t>(h), 1.0f / static_cast<float>(h)), {1, h}),
+                      x.made_constant({eps}, {1}), mean);
+  x.g.unary(X::XNNReciprocalSquareRoot, mean, inverse);
+  x.g.binary(X::XNNMultiply, input, inverse, normed);
+  x.g.binary(X::XNNMultiply, normed, x.in(n, 1), x.out(n));
+}
+
 bool float_linear(const Node& n) {
   const Value* w = n.inputs[1];
   const Value* b = n.input(2);
