@@ -315,7 +315,8 @@ class ExecutorchBackend final : public Backend {
         {"pack_linears", [](Graph& g, PassReport&) { pack_linears(g); }},
         {"quantize_linears", [quantize](Graph& g, PassReport& r) { r.quantization = quantize_linears(g, quantize); }},
         // High-level nodes the kernels or (with XNNPACK) the delegate run as they are stay whole.
-        decompose_pass([xnnpack = uses_xnnpack(config)](const Node& n) { return et_maps_natively(n) || (xnnpack && xnn_rule(n)); },
+        decompose_pass([xnnpack = uses_xnnpack(config)](
+                           const Node& n) { return et_maps_natively(n) || (xnnpack && xnn_rule(n) != nullptr); },
                        forced_decompositions(config)),
         {"eliminate_dead_code", [](Graph& g, PassReport&) { eliminate_dead_code(g); }},
     };

@@ -58,11 +58,16 @@ bool mean_of_last_dim(const Node& n) {
          axis_of(axes[0], v->rank()) + 1 == static_cast<int64_t>(v->rank()) && v->shape.back().is_static() &&
          (n.attrs_as<ReduceAttrs>().keepdims || reshapable(n.outputs[0]->shape));
 }
+
+// The filter [1, H] of a fully connected layer that averages its input's last dim.
+uint32_t averaging_filter(XnnLowering& x, int64_t h) {
+  return x.made_constant(std::vector<float>(static_cast<size_t>(h), 1.0f / static_cast<float>(h)), {1, h});
+}
 HFX_XNN_OP(ReduceMean, mean_of_last_dim) {
   const Value* v = n.inputs[0];
-  const int64_t h = v->shape.back().value();
-  const uint32_t weights = x.made_constant(std::vector<float>(static_cast<size_t>(h), 1.0f / static_cast<float>(h)), {1, h});
-  if (n.attrs_as<ReduceAttrs>().keepdims) return x.g.fully_connected(x.in(n, 0), weights, XnnGraphBuilder::kNone, x.out(n));
+  const uint32_t weights = averaging_filter(x, v->shape.back().value());
+  if (n.attrs_as<ReduceAttrs>().keepdims)
+    return x.g.fully_connected(x.in(n, 0), weights, XnnGraphBuilder::kNone, x.out(n));
   Shape kept = v->shape;
   kept.back() = Dim(1);
   const uint32_t mean = x.internal(x.dims(kept));
@@ -78,15 +83,13 @@ bool float_rms_norm(const Node& n) {
 }
 HFX_XNN_OP(RMSNorm, float_rms_norm) {
   const Value* v = n.inputs[0];
-  const int64_t h = v->shape.back().value();
   Shape kept = v->shape;
   kept.back() = Dim(1);
   const uint32_t input = x.in(n, 0), squares = x.internal(x.dims(v)), mean = x.internal(x.dims(kept)),
                  inverse = x.internal(x.dims(kept)), normed = x.internal(x.dims(v));
   const float eps = static_cast<float>(n.attrs_as<NormAttrs>().epsilon);
   x.g.binary(X::XNNMultiply, input, input, squares);
-  x.g.fully_connected(squares, x.made_constant(std::vector<float>(static_cast<size_t>(h), 1.0f / static_cast<float>(h)), {1, h}),
-                      x.made_constant({eps}, {1}), mean);
+  x.g.fully_connected(squares, averaging_filter(x, v->shape.back().value()), x.made_constant({eps}, {1}), mean);
   x.g.unary(X::XNNReciprocalSquareRoot, mean, inverse);
   x.g.binary(X::XNNMultiply, input, inverse, normed);
   x.g.binary(X::XNNMultiply, normed, x.in(n, 1), x.out(n));
