@@ -4,7 +4,7 @@ event tracer (ETDump): the runtime's kernels and, inside XNNPACK delegates, XNNP
   .venv/bin/python bench/executorch_op_times.py hfexport OUT_DIR      # our --static-cache export
   bench/.venv-optimum/bin/python bench/executorch_op_times.py optimum OUT_DIR   # optimum-executorch's
 
-Runs a 32-token prompt and 64 greedy steps (as bench_executorch.py) and prints, per op name, the
+Runs bench_executorch.py's prompt and greedy steps and prints, per op name, the
 per-step time summed over its occurrences (medians over the steps). The tracer adds its own cost
 to every event: compare programs with this script, not with bench_executorch's tok/s. A tool for
 reading profiles, not a test.
@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-PROMPT, STEPS, MAX_CACHE_LEN = 32, 64, 128
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_executorch import MAX_CACHE_LEN, PROMPT, STEPS  # noqa: E402 - the benchmark's own loop
 
 
 def run_steps(kind: str, program: Path, etdump: Path) -> float:
