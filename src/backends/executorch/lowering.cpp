@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <limits>
 
 #include "backends/executorch/xnnpack.h"
 #include "backends/executorch/xnnpack_lowering.h"
@@ -165,6 +166,33 @@ void EtLowering::plan_in_place_updates() {
   for (const Value* v : graph_.inputs)
     for (const StatePair& pair : graph_.state_pairs)
       if (pair.input == v && in_place_outputs_.count(pair.output)) cache_inputs_.push_back(v);
+  plan_slot_major_caches();
+}
+
+// Slot-major caches: mutable buffers (the caller never sees their layout) written at the
+// position_ids themselves, so that slots past the last position written are ones no query may
+// see (the caller's mask is causal), and read only as the keys and values of XNNPACK attention
+// whose keys and values are both such caches.
+void EtLowering::plan_slot_major_caches() {
+  if (!planned_io_ || !xnnpack_) return;
+  std::set<const Value*> candidates;  // updates' results
+  for (const auto& [update, positions] : in_place_)
+    if (std::find(graph_.inputs.begin(), graph_.inputs.end(), positions) != graph_.inputs.end())
+      candidates.insert(update->outputs[0]);
+  auto attends_candidates = [&](const Node& n) {
+    const Value *k = n.input(1), *v = n.input(2), *mask = n.input(3);
+    return n.op == OpKind::Attention && xnn_rule(n) && mask && k != v && candidates.count(k) && candidates.count(v) &&
+           mask->shape.back() == k->shape[2];
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Node* n : graph_.order)
+      for (size_t i = 0; i < n->inputs.size(); ++i)
+        if (candidates.count(n->inputs[i]) && n->op != OpKind::ShapeOf && !((i == 1 || i == 2) && attends_candidates(*n)))
+          changed = candidates.erase(n->inputs[i]) > 0 || changed;
+  }
+  for (const auto& [update, positions] : in_place_)
+    if (candidates.count(update->outputs[0])) slot_major_.insert({update->outputs[0], update->inputs[0]});
 }
 
 // The nodes the method runs: what the returned outputs and the cache updates need (an in-place
@@ -289,9 +317,66 @@ void EtLowering::update_in_place(const Node& n) {
   // [1, S] -> [S]: one index tensor, as the in-place index_put_ kernel requires.
   const Dim query = positions->shape.at(1);
   const int at = view(tensor(positions), {sym_int(query)}, DType::I64);
+  if (slot_major(n.inputs[0])) return update_slot_major(n, at);
   const int buffer = tensor(n.inputs[0]);
   kernel_in_place("aten::index_put_", "", {buffer, optional_tensor_list({-1, -1, at}), tensor(fresh), bool_value(false)});
   define(n.outputs[0], buffer);
+}
+
+// The fresh rows [1, Hkv, S, D] go to slots `at` of the buffer [T, 1, Hkv, D]; then the buffer
+// up to the last position written is the result: a tensor on the buffer's memory that
+// et_copy_index resizes, rewriting the last slot with itself.
+void EtLowering::update_slot_major(const Node& n, int at) {
+  const Value* fresh = n.inputs[2];
+  const std::vector<EtInt> f = sym_ints(fresh->shape);  // [1, Hkv, S, D]
+  const int64_t slots = n.inputs[0]->shape.at(2).value();
+  const int buffer = tensor(n.inputs[0]);
+  const auto written = slots_first_.find(fresh);
+  const int slots_first =
+      written != slots_first_.end()
+          ? written->second
+          : call("aten::permute_copy", "out", {tensor(fresh), int_list(std::vector<int64_t>{2, 0, 1, 3})},
+                 fresh->dtype, {f[2], f[0], f[1], f[3]});
+  kernel_in_place("aten::index_put_", "", {buffer, optional_tensor_list({at}), slots_first, bool_value(false)});
+  const EtInt last = last_slot(in_place_.at(&n), slots);
+  const int row = call("aten::select_copy", "int_out", {buffer, int_value(0), int_value(last)}, fresh->dtype,
+                       {f[0], f[1], f[3]});
+  etfb::KernelTypesUnion u;
+  u.Set(std::move(*tensor_of(fresh->dtype, {slots, 1, f[1].upper, f[3].upper}, true)));
+  const int filled = add_value(std::move(u));
+  aliases_[filled] = buffer;
+  view_sources_[filled] = buffer;
+  kernel("executorch_prim::et_copy_index", "tensor", {filled, row, int_value(last)}, {});
+  define(n.outputs[0], filled);
+}
+
+bool EtLowering::rows_of_slot_major_update(const Value* v) const {
+  const auto it = readers_.find(v);
+  if (it == readers_.end() || it->second.size() != 1) return false;
+  const Node* update = it->second.front();
+  return updates_in_place(*update) && update->inputs[2] == v && slot_major(update->inputs[0]) &&
+         std::find(graph_.outputs.begin(), graph_.outputs.end(), v) == graph_.outputs.end();
+}
+
+// The largest of this call's positions, as an Int (made once per call).
+EtInt EtLowering::last_slot(const Value* positions, int64_t slots) {
+  if (last_slot_) return *last_slot_;
+  const int largest = call("aten::amax", "out",
+                           {tensor(positions), int_list(std::vector<int64_t>{0, 1}), bool_value(false)}, DType::I64, {});
+  const int out = add_value(et_int(0));
+  kernel("aten::_local_scalar_dense", "", {largest}, {out});
+  return *(last_slot_ = EtInt{std::nullopt, out, slots - 1});
+}
+
+int EtLowering::filled_slots_mask(const Value* mask, int64_t groups) {
+  const auto key = std::make_pair(mask, groups);
+  if (const auto it = filled_masks_.find(key); it != filled_masks_.end()) return it->second;
+  HFX_CHECK(last_slot_, "internal error: executorch: attention over slot-major caches before their update");
+  const std::vector<EtInt> m = sym_ints(mask->shape);  // [1, 1, S, T]
+  const EtInt filled = arith("add", *last_slot_, EtInt::of(1));
+  return filled_masks_[key] = call("aten::slice_copy", "Tensor_out",
+                                   {additive_mask(mask, groups), int_value(3), int_value(0), int_value(filled), int_value(1)},
+                                   DType::F32, {m[0], m[1], arith("mul", EtInt::of(groups), m[2]), filled});
 }
 
 int EtLowering::add_value(etfb::KernelTypesUnion val) {
@@ -409,7 +494,7 @@ void EtLowering::kernel(std::string_view name, std::string_view overload, std::v
   // Out variants take the out arguments after the schema's, then return them: one tensor, or a
   // TensorList of several (topk's values and indices). Prim ops write their one result.
   args.insert(args.end(), outs.begin(), outs.end());
-  if (!name.starts_with("executorch_prim::") && name != "aten::sym_size") {
+  if (!name.starts_with("executorch_prim::") && name != "aten::sym_size" && name != "aten::_local_scalar_dense") {
     if (outs.size() == 1) args.push_back(outs.front());
     else args.push_back(tensor_list(outs));
   }
@@ -570,7 +655,9 @@ int EtLowering::unplanned(int id) {
 
 void EtLowering::lower_graph() {
   for (const Value* v : graph_.inputs) {
-    const int id = new_tensor(v->dtype, bounds(v->shape));
+    std::vector<EtInt> dims = bounds(v->shape);
+    if (slot_major(v)) dims = {dims[2], dims[0], dims[1], dims[3]};  // [1, Hkv, T, D] as [T, 1, Hkv, D]
+    const int id = new_tensor(v->dtype, dims);
     tensors_[v] = id;
     if (is_buffer(v)) pinned_.insert(id);
     else plan_->inputs.push_back(planned_io_ ? id : unplanned(id));
@@ -688,6 +775,11 @@ void EtLowering::plan_memory() {
     t->allocation_info->memory_id = 1;
     t->allocation_info->memory_offset_low = static_cast<uint32_t>(offset & 0xffffffffu);
     t->allocation_info->memory_offset_high = static_cast<uint32_t>(offset >> 32);
+  }
+  for (const auto& [alias, buffer] : aliases_) {
+    const auto& info = plan_->values[static_cast<size_t>(buffer)]->val.AsTensor()->allocation_info;
+    plan_->values[static_cast<size_t>(alias)]->val.AsTensor()->allocation_info =
+        std::make_unique<etfb::AllocationDetailsT>(*info);
   }
   // Slack past the last tensor: XNNPACK's kernels may read a few bytes beyond their inputs.
   plan_->non_const_buffer_sizes = {0, static_cast<int64_t>(arena + kPlanAlignment)};
