@@ -112,7 +112,15 @@ class ExecutorchSession final : public DecodeSession {
     method_name_ = program_of(manifest, manifest::component::kDecode);
     program_.emplace(path_);
     method_.emplace(program_->program, method_name_, path_);
-    if (callers_cache) bind_cache(method_->meta());
+    if (callers_cache) {
+      bind_cache(method_->meta());
+    } else {
+      // One call at the last slot: attention over the method's cache reads only the filled
+      // slots, and XNNPACK re-plans a delegate's memory whenever a call outgrows the largest
+      // shapes it has seen (every step of a first request); this sizes it for the whole cache.
+      // Any request writes that slot before a query may read it.
+      run({0}, {max_cache_len_ - 1});
+    }
   }
 
   std::vector<float> prefill(const std::vector<int64_t>& ids) override {
