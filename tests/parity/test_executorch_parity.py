@@ -132,24 +132,30 @@ def test_executorch_xnnpack_runs_whole_layers(mode, tmp_path, make_tiny_model, e
 
 
 def test_executorch_static_cache_attends_only_filled_slots(tmp_path, make_tiny_model, export_model):
-    """With XNNPACK, a static cache kept in the method is stored slot by slot, [max_cache_len, 1,
-    kv heads, head dim], and each call resizes a view of it to the slots up to its last position
-    (executorch_prim::et_copy_index), so attention reads the filled slots, not max_cache_len;
-    the caller's (zero-copy) cache keeps transformers' layout. Parity: test_generation."""
+    """With XNNPACK, attention over a static cache kept in the method reads the slots up to the
+    call's last position, not all max_cache_len: each cache is cut there once per call
+    (aten::slice_copy of the buffer, its end the largest position + 1, read at run time by
+    aten::_local_scalar_dense) and XNNPACK takes the cut with its dynamic slot count. The caller's
+    (zero-copy) cache is attended whole. Parity of both: test_generation."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", {**BASE, "num_hidden_layers": 2})
-    kv, head = model.config.num_key_value_heads, model.config.head_dim
-    for extra, slot_major in (((), True), (("--no-alloc-graph-io",), False)):
+    layers = 2
+    model_dir, model = make_tiny_model(tmp_path / "hf", "qwen3", {**BASE, "num_hidden_layers": layers})
+    cache = [1, model.config.num_key_value_heads, 256, model.config.head_dim]
+    for extra, cut in (((), True), (("--no-alloc-graph-io",), False)):
         out = export_model(model_dir, tmp_path / f"out{len(extra)}", "--format", "executorch", "--for-generation",
                            "--static-cache", "--max-cache-len", "256", *extra)
         plan = deserialize_pte_binary((out / "model.pte").read_bytes()).program.execution_plan[0]
-        ops = {op.name for op in plan.operators}
-        sizes = [list(v.val.sizes) for v in plan.values if type(v.val).__name__ == "Tensor"]
-        assert ("executorch_prim::et_copy_index" in ops) is slot_major, ops
-        # each cache's buffer and its view (and the fresh rows, as many slots at most)
-        assert (sizes.count([256, 1, kv, head]) >= 2 * 2 * 2) if slot_major else [256, 1, kv, head] not in sizes
-        assert sizes.count([1, kv, 256, head]) >= (0 if slot_major else 2 * 2), sizes
+        ops = [op.name for op in plan.operators]
+        cuts = 0
+        for chain in plan.chains:
+            for ins in chain.instructions:
+                call = ins.instr_args
+                if type(call).__name__ == "KernelCall" and ops[call.op_index] == "aten::slice_copy":
+                    source = plan.values[call.args[0]].val
+                    cuts += type(source).__name__ == "Tensor" and list(source.sizes) == cache
+        assert cuts == (2 * layers if cut else 0), cuts
+        assert ("aten::_local_scalar_dense" in ops) is cut, ops
 
 
 @pytest.mark.parametrize("backend", ["portable", "xnnpack"])

@@ -166,14 +166,14 @@ void EtLowering::plan_in_place_updates() {
   for (const Value* v : graph_.inputs)
     for (const StatePair& pair : graph_.state_pairs)
       if (pair.input == v && in_place_outputs_.count(pair.output)) cache_inputs_.push_back(v);
-  plan_slot_major_caches();
+  plan_filled_slot_reads();
 }
 
-// Slot-major caches: mutable buffers (the caller never sees their layout) written at the
-// position_ids themselves, so that slots past the last position written are ones no query may
-// see (the caller's mask is causal), and read only as the keys and values of XNNPACK attention
-// whose keys and values are both such caches.
-void EtLowering::plan_slot_major_caches() {
+// Caches read up to their filled slots: mutable buffers written at the position_ids themselves,
+// so that slots past the last position written are ones no query may see (the caller's mask is
+// causal), and read only as the keys and values of XNNPACK attention whose keys and values are
+// both such caches.
+void EtLowering::plan_filled_slot_reads() {
   if (!planned_io_ || !xnnpack_) return;
   std::set<const Value*> candidates;  // updates' results
   for (const auto& [update, positions] : in_place_)
@@ -192,7 +192,7 @@ void EtLowering::plan_slot_major_caches() {
           changed = candidates.erase(n->inputs[i]) > 0 || changed;
   }
   for (const auto& [update, positions] : in_place_)
-    if (candidates.count(update->outputs[0])) slot_major_.insert({update->outputs[0], update->inputs[0]});
+    if (candidates.count(update->outputs[0])) filled_slot_reads_.insert(update->outputs[0]);
 }
 
 // The nodes the method runs: what the returned outputs and the cache updates need (an in-place
@@ -317,63 +317,33 @@ void EtLowering::update_in_place(const Node& n) {
   // [1, S] -> [S]: one index tensor, as the in-place index_put_ kernel requires.
   const Dim query = positions->shape.at(1);
   const int at = view(tensor(positions), {sym_int(query)}, DType::I64);
-  if (slot_major(n.inputs[0])) return update_slot_major(n, at);
   const int buffer = tensor(n.inputs[0]);
   kernel_in_place("aten::index_put_", "", {buffer, optional_tensor_list({-1, -1, at}), tensor(fresh), bool_value(false)});
-  define(n.outputs[0], buffer);
+  if (!reads_filled_slots(n.outputs[0])) return define(n.outputs[0], buffer);
+  // The slots up to the last position written, [1, Hkv, filled, D]: one copy per kv head.
+  const std::vector<EtInt> c = sym_ints(n.inputs[0]->shape);
+  const EtInt filled = filled_slots(positions, c[2].upper);
+  define(n.outputs[0], call("aten::slice_copy", "Tensor_out",
+                            {buffer, int_value(2), int_value(0), int_value(filled), int_value(1)}, fresh->dtype,
+                            {c[0], c[1], filled, c[3]}));
 }
 
-// The fresh rows [1, Hkv, S, D] go to slots `at` of the buffer [T, 1, Hkv, D]; then the buffer
-// up to the last position written is the result: a tensor on the buffer's memory that
-// et_copy_index resizes, rewriting the last slot with itself.
-void EtLowering::update_slot_major(const Node& n, int at) {
-  const Value* fresh = n.inputs[2];
-  const std::vector<EtInt> f = sym_ints(fresh->shape);  // [1, Hkv, S, D]
-  const int64_t slots = n.inputs[0]->shape.at(2).value();
-  const int buffer = tensor(n.inputs[0]);
-  const auto written = slots_first_.find(fresh);
-  const int slots_first =
-      written != slots_first_.end()
-          ? written->second
-          : call("aten::permute_copy", "out", {tensor(fresh), int_list(std::vector<int64_t>{2, 0, 1, 3})},
-                 fresh->dtype, {f[2], f[0], f[1], f[3]});
-  kernel_in_place("aten::index_put_", "", {buffer, optional_tensor_list({at}), slots_first, bool_value(false)});
-  const EtInt last = last_slot(in_place_.at(&n), slots);
-  const int row = call("aten::select_copy", "int_out", {buffer, int_value(0), int_value(last)}, fresh->dtype,
-                       {f[0], f[1], f[3]});
-  etfb::KernelTypesUnion u;
-  u.Set(std::move(*tensor_of(fresh->dtype, {slots, 1, f[1].upper, f[3].upper}, true)));
-  const int filled = add_value(std::move(u));
-  aliases_[filled] = buffer;
-  view_sources_[filled] = buffer;
-  kernel("executorch_prim::et_copy_index", "tensor", {filled, row, int_value(last)}, {});
-  define(n.outputs[0], filled);
-}
-
-bool EtLowering::rows_of_slot_major_update(const Value* v) const {
-  const auto it = readers_.find(v);
-  if (it == readers_.end() || it->second.size() != 1) return false;
-  const Node* update = it->second.front();
-  return updates_in_place(*update) && update->inputs[2] == v && slot_major(update->inputs[0]) &&
-         std::find(graph_.outputs.begin(), graph_.outputs.end(), v) == graph_.outputs.end();
-}
-
-// The largest of this call's positions, as an Int (made once per call).
-EtInt EtLowering::last_slot(const Value* positions, int64_t slots) {
-  if (last_slot_) return *last_slot_;
+// The largest of this call's positions + 1, as an Int (made once per call).
+EtInt EtLowering::filled_slots(const Value* positions, int64_t slots) {
+  if (filled_slots_) return *filled_slots_;
   const int largest = call("aten::amax", "out",
                            {tensor(positions), int_list(std::vector<int64_t>{0, 1}), bool_value(false)}, DType::I64, {});
-  const int out = add_value(et_int(0));
-  kernel("aten::_local_scalar_dense", "", {largest}, {out});
-  return *(last_slot_ = EtInt{std::nullopt, out, slots - 1});
+  const int last = add_value(et_int(0));
+  kernel("aten::_local_scalar_dense", "", {largest}, {last});
+  return *(filled_slots_ = arith("add", EtInt{std::nullopt, last, slots - 1}, EtInt::of(1)));
 }
 
 int EtLowering::filled_slots_mask(const Value* mask, int64_t groups) {
   const auto key = std::make_pair(mask, groups);
   if (const auto it = filled_masks_.find(key); it != filled_masks_.end()) return it->second;
-  HFX_CHECK(last_slot_, "internal error: executorch: attention over slot-major caches before their update");
+  HFX_CHECK(filled_slots_, "internal error: executorch: attention over the filled slots before the cache update");
   const std::vector<EtInt> m = sym_ints(mask->shape);  // [1, 1, S, T]
-  const EtInt filled = arith("add", *last_slot_, EtInt::of(1));
+  const EtInt filled = *filled_slots_;
   return filled_masks_[key] = call("aten::slice_copy", "Tensor_out",
                                    {additive_mask(mask, groups), int_value(3), int_value(0), int_value(filled), int_value(1)},
                                    DType::F32, {m[0], m[1], arith("mul", EtInt::of(groups), m[2]), filled});
@@ -655,9 +625,7 @@ int EtLowering::unplanned(int id) {
 
 void EtLowering::lower_graph() {
   for (const Value* v : graph_.inputs) {
-    std::vector<EtInt> dims = bounds(v->shape);
-    if (slot_major(v)) dims = {dims[2], dims[0], dims[1], dims[3]};  // [1, Hkv, T, D] as [T, 1, Hkv, D]
-    const int id = new_tensor(v->dtype, dims);
+    const int id = new_tensor(v->dtype, bounds(v->shape));
     tensors_[v] = id;
     if (is_buffer(v)) pinned_.insert(id);
     else plan_->inputs.push_back(planned_io_ ? id : unplanned(id));
@@ -775,11 +743,6 @@ void EtLowering::plan_memory() {
     t->allocation_info->memory_id = 1;
     t->allocation_info->memory_offset_low = static_cast<uint32_t>(offset & 0xffffffffu);
     t->allocation_info->memory_offset_high = static_cast<uint32_t>(offset >> 32);
-  }
-  for (const auto& [alias, buffer] : aliases_) {
-    const auto& info = plan_->values[static_cast<size_t>(buffer)]->val.AsTensor()->allocation_info;
-    plan_->values[static_cast<size_t>(alias)]->val.AsTensor()->allocation_info =
-        std::make_unique<etfb::AllocationDetailsT>(*info);
   }
   // Slack past the last tensor: XNNPACK's kernels may read a few bytes beyond their inputs.
   plan_->non_const_buffer_sizes = {0, static_cast<int64_t>(arena + kPlanAlignment)};

@@ -113,17 +113,12 @@ class EtLowering {
   const std::vector<const Value*>& cache_inputs() const { return cache_inputs_; }
   // The in-place update of a static cache: the buffer's rows at the (batch 1) positions.
   void update_in_place(const Node& n);
-  // A cache whose every reader is XNNPACK attention (mutable buffers only) is kept slot-major,
-  // [T, 1, kv heads, head dim], so that its filled slots, 0 .. the last position written, are a
-  // prefix of the buffer: the update's result is that prefix (a tensor the buffer's memory backs,
-  // resized each call), and attention reads only the filled slots, not all max_cache_len.
-  bool slot_major(const Value* cache) const { return slot_major_.count(cache) != 0; }
-  // Whether v is the fresh rows [1, Hkv, S, D] of a slot-major cache's update and read by
-  // nothing else: an XNNPACK delegate then writes them slot-major, [S, 1, Hkv, D], the
-  // update's layout (define_slots_first), so that no kernel permutes them.
-  bool rows_of_slot_major_update(const Value* v) const;
-  void define_slots_first(const Value* v, int evalue) { slots_first_[v] = evalue; }
-  // additive_mask's [1, 1, groups * S, T] of attention over slot-major caches: T the filled slots.
+  // A cache whose every reader is XNNPACK attention (mutable buffers only) is read up to its
+  // filled slots, 0 .. the last position written this call, not all max_cache_len: the update's
+  // result is a copy of those slots (slice_copy with a run-time end), which XNNPACK takes with a
+  // dynamic slot count.
+  bool reads_filled_slots(const Value* cache) const { return filled_slot_reads_.count(cache) != 0; }
+  // additive_mask's [1, 1, groups * S, T] of attention over the filled slots: T those slots.
   int filled_slots_mask(const Value* mask, int64_t groups);
   // Whether a Linear the XNNPACK partition left (float16) runs as a delegate of its own, and its
   // lowering as one. (8da4w / 8da8w linears are the partition's QuantizedLinear rule.)
@@ -204,9 +199,8 @@ class EtLowering {
   void add_outputs();
   int unplanned(int id);
   void plan_in_place_updates();
-  void plan_slot_major_caches();
-  void update_slot_major(const Node& n, int at);
-  EtInt last_slot(const Value* positions, int64_t slots);
+  void plan_filled_slot_reads();
+  EtInt filled_slots(const Value* positions, int64_t slots);
   std::set<const Node*> needed_nodes() const;
   void note_readers(const std::set<const Node*>& needed);
   int operator_index(std::string_view name, std::string_view overload);
@@ -234,11 +228,9 @@ class EtLowering {
   std::map<int, int> view_sources_;          // a view -> the tensor whose memory it uses
   std::map<const Value*, std::vector<const Node*>> readers_;  // the nodes that read a value's data
   std::map<std::pair<const Value*, int64_t>, int> additive_masks_;
-  std::set<const Value*> slot_major_;          // state inputs and their updates, laid out [T, 1, Hkv, D]
-  std::map<int, int> aliases_;                 // a tensor -> the buffer whose memory it is
-  std::optional<EtInt> last_slot_;             // the last position written this call
+  std::set<const Value*> filled_slot_reads_;   // cache updates whose readers see the filled slots
+  std::optional<EtInt> filled_slots_;          // the last position written this call + 1
   std::map<std::pair<const Value*, int64_t>, int> filled_masks_;
-  std::map<const Value*, int> slots_first_;    // fresh rows a delegate wrote as [S, 1, Hkv, D]
 };
 
 }  // namespace hfx

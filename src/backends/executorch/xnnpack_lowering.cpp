@@ -77,25 +77,17 @@ uint32_t XnnLowering::out(const Node& n, size_t i) {
   const Value* v = n.outputs.at(i);
   if (et.read_outside(v, members_)) {
     outputs_.push_back(v);
-    if (!et.rows_of_slot_major_update(v)) return ids_[v] = g.external_output(XnnFloat::F32, dims(v));
-    const std::vector<int64_t> d = dims(v);  // [1, Hkv, S, D]
-    const uint32_t heads_first = g.internal(XnnFloat::F32, d);
-    slots_first_[v] = {heads_first, g.external_output(XnnFloat::F32, {d[2], d[0], d[1], d[3]})};
-    return ids_[v] = heads_first;
+    return ids_[v] = g.external_output(XnnFloat::F32, dims(v));
   }
   return ids_[v] = g.internal(XnnFloat::F32, dims(v));
 }
 
 void XnnLowering::finish() {
-  for (const auto& [v, ids] : slots_first_) g.transpose(ids.first, ids.second, {2, 0, 1, 3});
   const uint32_t segment = et.add_payload(g.finish());
   std::vector<int> args = inputs_;
   for (const Value* v : outputs_) {
-    std::vector<EtInt> dims = et.bounds(v->shape);
-    if (slots_first_.count(v)) dims = {dims[2], dims[0], dims[1], dims[3]};
-    const int t = et.new_tensor(v->dtype, dims);
-    if (slots_first_.count(v)) et.define_slots_first(v, t);
-    else et.define(v, t);
+    const int t = et.new_tensor(v->dtype, et.bounds(v->shape));
+    et.define(v, t);
     args.push_back(t);
   }
   et.emit_delegate(segment, std::move(args));

@@ -46,9 +46,6 @@ class XnnLowering {
   std::map<const Value*, uint32_t> ids_;
   std::vector<int> inputs_;                 // the delegate's inputs, in the order of its external inputs
   std::vector<const Value*> outputs_;       // and its outputs
-  // Outputs written slot-major ([S, 1, Hkv, D], the layout a slot-major cache's update takes):
-  // the internal heads-first value and the delegate output it is transposed to (in finish()).
-  std::map<const Value*, std::pair<uint32_t, uint32_t>> slots_first_;
 };
 
 using XnnRule = void (*)(XnnLowering& x, const Node& n);

@@ -189,17 +189,6 @@ bool attention_on_xnnpack(const Node& n) {
   const int64_t groups = q->shape[1].value() / k->shape[1].value();
   return groups == 1 || (XnnLowering::dynamic(q->shape[0]) + XnnLowering::dynamic(q->shape[2]) <= 1);
 }
-// A cache input of attention as [B, Hkv, T, D]: a slot-major cache ([T, 1, Hkv, D], T the
-// filled slots: EtLowering::slot_major) transposed, else as it is.
-uint32_t cache_heads_first(XnnLowering& x, const Node& n, size_t i) {
-  const Value* c = n.inputs[i];
-  if (!x.et.slot_major(c)) return x.in(n, i);
-  const int64_t heads = c->shape[1].value(), slots = XnnLowering::upper(c->shape[2]), d = c->shape[3].value();
-  const uint32_t heads_first = x.internal({1, heads, slots, d});
-  x.g.transpose(x.prepared(x.et.tensor(c), {slots, 1, heads, d}), heads_first, {1, 2, 0, 3});
-  return heads_first;
-}
-
 HFX_XNN_OP(Attention, attention_on_xnnpack) {
   const Value *q = n.inputs[0], *k = n.inputs[1], *v = n.inputs[2], *mask = n.input(3);
   const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
@@ -218,7 +207,7 @@ HFX_XNN_OP(Attention, attention_on_xnnpack) {
     emit(next);
     return next;
   };
-  uint32_t scores = step([&](uint32_t y) { x.g.batch_matmul(query, cache_heads_first(x, n, 1), y, true); });
+  uint32_t scores = step([&](uint32_t y) { x.g.batch_matmul(query, x.in(n, 1), y, true); });
   scores = step([&](uint32_t y) { x.g.binary(X::XNNMultiply, scores, x.scalar(static_cast<float>(a.scale)), y); });
   if (const double cap = a.softcap; cap > 0) {
     scores = step([&](uint32_t y) { x.g.binary(X::XNNDiv, scores, x.scalar(static_cast<float>(cap)), y); });
@@ -229,16 +218,16 @@ HFX_XNN_OP(Attention, attention_on_xnnpack) {
     const std::vector<int64_t> mask_dims = {XnnLowering::upper(mask->shape[0]), 1,
                                             groups * XnnLowering::upper(mask->shape[2]),
                                             XnnLowering::upper(mask->shape[3])};
-    const int additive = x.et.slot_major(k) ? x.et.filled_slots_mask(mask, groups) : x.et.additive_mask(mask, groups);
+    const int additive = x.et.reads_filled_slots(k) ? x.et.filled_slots_mask(mask, groups) : x.et.additive_mask(mask, groups);
     const uint32_t added = x.prepared(additive, mask_dims);
     scores = step([&](uint32_t y) { x.g.binary(X::XNNAdd, scores, added, y); });
   }
   const uint32_t probs = step([&](uint32_t y) { x.g.unary(X::XNNSoftmax, scores, y); });
-  if (groups == 1) return x.g.batch_matmul(probs, cache_heads_first(x, n, 2), x.out(n), false);
+  if (groups == 1) return x.g.batch_matmul(probs, x.in(n, 2), x.out(n), false);
   std::vector<int64_t> out_dims = rows.dims;
   out_dims.back() = v->shape[3].value();
   const uint32_t out = x.internal(out_dims);
-  x.g.batch_matmul(probs, cache_heads_first(x, n, 2), out, false);
+  x.g.batch_matmul(probs, x.in(n, 2), out, false);
   x.g.reshape(out, x.out(n), XnnLowering::reshape_target(n.outputs[0]->shape));
 }
 
