@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <limits>
 
 #include "backends/executorch/xnnpack.h"
 #include "backends/executorch/xnnpack_lowering.h"
@@ -175,7 +174,7 @@ void EtLowering::plan_in_place_updates() {
 // both such caches.
 void EtLowering::plan_filled_slot_reads() {
   if (!planned_io_ || !xnnpack_) return;
-  std::set<const Value*> candidates;  // updates' results
+  std::set<const Value*>& candidates = filled_slot_reads_;  // updates' results, narrowed below
   for (const auto& [update, positions] : in_place_)
     if (std::find(graph_.inputs.begin(), graph_.inputs.end(), positions) != graph_.inputs.end())
       candidates.insert(update->outputs[0]);
@@ -191,8 +190,6 @@ void EtLowering::plan_filled_slot_reads() {
         if (candidates.count(n->inputs[i]) && n->op != OpKind::ShapeOf && !((i == 1 || i == 2) && attends_candidates(*n)))
           changed = candidates.erase(n->inputs[i]) > 0 || changed;
   }
-  for (const auto& [update, positions] : in_place_)
-    if (candidates.count(update->outputs[0])) filled_slot_reads_.insert(update->outputs[0]);
 }
 
 // The nodes the method runs: what the returned outputs and the cache updates need (an in-place
