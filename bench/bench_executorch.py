@@ -31,6 +31,11 @@ xnnpack --use_custom_sdpa --use_custom_kv_cache --max_seq_len 128` (its recommen
 ExecuTorch's custom sdpa / update_cache kernels, which its loop loads from the wheel's
 `custom_ops` library) in the same kind of loop: one prefill call, then greedy steps.
 
+A second program of ours, `--executorch-kernels hfexport` (attention in hfexport's kernel library,
+which reads the cache in place; optimum's counterpart is its custom_sdpa), decodes in the same
+alternation as `hfexport+kernels` when that library is built (beside `--hfexport`'s build, or in
+the venv's hfexport package).
+
   .venv/bin/python bench/bench_executorch.py [--layers 28] [--weights fp32|int4|int8] [--optimum-python PY]
 
 A benchmark, not a test: it fails only when something cannot run.
@@ -180,6 +185,15 @@ def quantized_step_bytes(ckpt: Path, weights: str) -> int:
     return count * 9 // 16 if weights == "int4" else count  # 4 + 16/32 bits; 8 bits
 
 
+def kernels_library(hfexport: Path) -> Path | None:
+    """hfexport's ExecuTorch kernel library: beside the binary's build (a dev build), or in the
+    hfexport package of the venv the binary is installed in."""
+    name = "libhfexport_executorch_kernels.so"
+    found = [hfexport.parent / "python" / "hfexport" / name,
+             *hfexport.parent.parent.glob(f"lib/python3*/site-packages/hfexport/{name}")]
+    return next((f for f in found if f.is_file()), None)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hfexport", type=Path, default=REPO / ".venv" / "bin" / "hfexport")
@@ -209,6 +223,13 @@ def main() -> int:
                *(["--quantize", args.weights] if quantized else [])]
         wall, rss, _ = sorted(peak_rss_of(cmd) for _ in range(3))[1]  # the median of three
         export = {"hfexport": {"wall_s": wall, "peak_rss": rss}}
+        ours = ("hfexport",)
+        if library := kernels_library(args.hfexport):
+            os.environ["HFEXPORT_EXECUTORCH_KERNELS"] = str(library)
+            dirs["hfexport+kernels"] = work / "ours-kernels"
+            subprocess.run([*cmd[:cmd.index("-o") + 1], str(dirs["hfexport+kernels"]), *cmd[cmd.index("-o") + 2:],
+                            "--executorch-kernels", "hfexport"], check=True, capture_output=True)
+            ours += ("hfexport+kernels",)
         if "transformers" in peers:
             wall, rss, out = peak_rss_of([sys.executable, "-c", TRANSFORMERS_EXPORT, str(ckpt), str(dirs["transformers"]),
                                           args.weights])
@@ -225,31 +246,33 @@ def main() -> int:
         for kind, e in export.items():
             print(f"  {kind:13s} {e['wall_s']:7.2f} s {how[kind]:42s} peak RSS {e['peak_rss'] / 2**20:7.0f} MiB "
                   f"({100 * e['peak_rss'] / size:.1f} % of the checkpoint)  .pte {files[kind] / 2**30:.2f} GiB")
-        ours = export["hfexport"]
+        mine = export["hfexport"]
         for kind in peers:
-            print(f"  ratio: {export[kind]['wall_s'] / ours['wall_s']:.1f}x faster than {kind}; "
-                  f"{export[kind]['peak_rss'] / ours['peak_rss']:.1f}x less peak RSS")
+            print(f"  ratio: {export[kind]['wall_s'] / mine['wall_s']:.1f}x faster than {kind}; "
+                  f"{export[kind]['peak_rss'] / mine['peak_rss']:.1f}x less peak RSS")
         rows = {} if quantized else {"eager": child(DECODE, "eager", str(ckpt), str(work), env_python)[0]}
         # Each program's decode `repeats` times, the programs alternating (a shared machine's speed
         # drifts): the median run counts, the others are printed.
         runs: dict[str, list[dict]] = {}
         for _ in range(args.repeats):
-            for kind in ("hfexport",) + peers:
+            for kind in ours + peers:
                 if kind == "optimum":
                     runs.setdefault(kind, []).append(optimum_decode(optimum, dirs["optimum"]))
                 else:
-                    runs.setdefault(kind, []).append(child(DECODE, kind, str(ckpt), str(dirs[kind]), env_python)[0])
+                    loop = "hfexport" if kind in ours else kind
+                    runs.setdefault(kind, []).append(child(DECODE, loop, str(ckpt), str(dirs[kind]), env_python)[0])
         for kind, each in runs.items():
             rows[kind] = dict(sorted(each, key=lambda r: r["tok_s"])[len(each) // 2], runs=[r["tok_s"] for r in each])
         step_bytes = quantized_step_bytes(ckpt, args.weights) if quantized else size * 2  # the weights a step reads
         ceiling = read_bandwidth() / step_bytes
         print(f"decode ({kind_of}, batch 1, prompt {PROMPT}, {STEPS} steps, ExecuTorch's runtime; ceiling "
               f"{ceiling:.1f} tok/s = one core's read bandwidth / {step_bytes / 2**30:.2f} GiB):")
-        for kind in ("hfexport",) + peers:
-            print(f"  {kind:13s} {rows[kind]['tok_s']:7.2f} tok/s  ({100 * rows[kind]['tok_s'] / ceiling:.0f} % of "
+        for kind in ours + peers:
+            print(f"  {kind:16s} {rows[kind]['tok_s']:7.2f} tok/s  ({100 * rows[kind]['tok_s'] / ceiling:.0f} % of "
                   f"the ceiling; median of {', '.join(f'{t:.2f}' for t in rows[kind]['runs'])})")
-        for kind in peers:
-            print(f"  ratio: {rows['hfexport']['tok_s'] / rows[kind]['tok_s']:.2f}x {kind}'s program")
+        for mine in ours:
+            for kind in peers:
+                print(f"  ratio: {mine} {rows[mine]['tok_s'] / rows[kind]['tok_s']:.2f}x {kind}'s program")
         if quantized:
             for kind in peers:
                 same = sum(a == b for a, b in zip(rows["hfexport"]["tokens"], rows[kind]["tokens"]))
@@ -258,7 +281,7 @@ def main() -> int:
         else:
             want = rows["eager"]["tokens"]
             print(f"  greedy tokens identical to transformers eager: "
-                  f"{ {k: rows[k]['tokens'] == want for k in ('hfexport',) + peers} }")
+                  f"{ {k: rows[k]['tokens'] == want for k in ours + peers} }")
         result = {"checkpoint_bytes": size, "export": export, "files": files, "ceiling_tok_s": ceiling,
                   "decode": rows}
     if args.json:

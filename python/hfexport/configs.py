@@ -303,6 +303,9 @@ class ExecutorchConfig(ExportConfigMixin):
 
     export_format: str = "executorch"
     backend: str = "xnnpack"
+    # "hfexport": attention runs hfexport's kernel library (reads the cache in place), which the
+    # program then needs at run time; "stock": only kernels every ExecuTorch runtime has.
+    kernels: str = "stock"
     alloc_graph_input: bool = True
     alloc_graph_output: bool = True
     alloc_mutable_buffers: bool = True
@@ -312,6 +315,8 @@ class ExecutorchConfig(ExportConfigMixin):
         if self.backend not in _EXECUTORCH_BACKENDS:
             raise ConfigError(f"ExecutorchConfig: backend {self.backend!r} is not one of "
                               f"{', '.join(_EXECUTORCH_BACKENDS)}")
+        if self.kernels not in ("stock", "hfexport"):
+            raise ConfigError(f"ExecutorchConfig: kernels {self.kernels!r} is not one of stock, hfexport")
         for field in ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"):
             if not isinstance(getattr(self, field), bool):
                 raise ConfigError(f"ExecutorchConfig: {field} must be True or False, got {getattr(self, field)!r}")
@@ -326,6 +331,8 @@ class ExecutorchConfig(ExportConfigMixin):
     def core_backend(self, generation: bool) -> dict:
         out = super().core_backend(generation)
         out["executorch_backend"] = self.backend
+        if self.kernels != "stock":
+            out["executorch_kernels"] = self.kernels
         if not self.alloc_graph_input:
             out["alloc_graph_io"] = False
         return out

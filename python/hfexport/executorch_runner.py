@@ -10,6 +10,11 @@ the caller's buffers instead)."""
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 
 from .manifest import CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, PREFILL, SHARES_BUFFER, ExportManifest
@@ -17,10 +22,48 @@ from .runner import DecodeRunner, GenerationError, check_request, left_padded_po
 from .versions import check_runtime_versions
 
 
+KERNELS_LIBRARY = "libhfexport_executorch_kernels.so"
+_kernels_loaded = False
+
+
+def kernels_library() -> Path | None:
+    """hfexport's ExecuTorch kernel library (hfexport::sdpa.out), beside the package (the build
+    puts it there, as it does the extension module), or where HFEXPORT_EXECUTORCH_KERNELS says."""
+    candidates = [os.environ.get("HFEXPORT_EXECUTORCH_KERNELS", ""), str(Path(__file__).with_name(KERNELS_LIBRARY))]
+    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
+
+
+def load_hfexport_kernels() -> bool:
+    """Registers hfexport's kernels with the ExecuTorch runtime of this process (once); False if
+    the library was not built. The runtime's own library is loaded first, so that ours binds to it."""
+    global _kernels_loaded
+    if not _kernels_loaded and (library := kernels_library()) is not None:
+        import executorch.runtime  # noqa: F401 - loads libexecutorch.so, which the library registers into
+
+        ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+        _kernels_loaded = True
+    return _kernels_loaded
+
+
+def needs_hfexport_kernels(program_path) -> bool:
+    """Whether the export beside this program was written with --executorch-kernels hfexport."""
+    meta = Path(program_path).with_name("export.json")
+    if not meta.is_file():
+        return False
+    backend = json.loads(meta.read_text()).get("export_config", {}).get("backend", {})
+    return backend.get("executorch_kernels") == "hfexport"
+
+
 def load_program(path):
-    """The program, verified as ExecuTorch's runtime loads it (each load has fresh method state)."""
+    """The program, verified as ExecuTorch's runtime loads it (each load has fresh method state),
+    with hfexport's kernels registered first when they are built (a program exported with
+    --executorch-kernels hfexport calls them)."""
     from executorch.runtime import Runtime, Verification
 
+    if not load_hfexport_kernels() and needs_hfexport_kernels(path):
+        raise GenerationError(f"{path}: exported with --executorch-kernels hfexport, and hfexport's kernel library "
+                              f"({KERNELS_LIBRARY}) is not beside the hfexport package; build hfexport with the "
+                              "executorch wheel installed, or set HFEXPORT_EXECUTORCH_KERNELS to its path")
     return Runtime.get().load_program(str(path), verification=Verification.InternalConsistency)
 
 

@@ -102,6 +102,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"backend.aot", "--aot"},
     {"backend.executorch_backend", "--executorch-backend"},
     {"backend.alloc_graph_io", "--no-alloc-graph-io"},
+    {"backend.executorch_kernels", "--executorch-kernels"},
 };
 
 // Flags that set one key of the backend options, and the formats that take it: given with another
@@ -116,6 +117,7 @@ constexpr BackendFlag kBackendFlags[] = {
     {"--aot", "aot", {"pt2", "", "", ""}},
     {"--executorch-backend", "executorch_backend", {"executorch", "", "", ""}},
     {"--no-alloc-graph-io", "alloc_graph_io", {"executorch", "", "", ""}},
+    {"--executorch-kernels", "executorch_kernels", {"executorch", "", "", ""}},
 };
 
 // Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
@@ -162,7 +164,7 @@ void parse_dim(const std::string& text, hfx::ExportConfig& config) {
 
 struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
-  std::string format, dtype, quantize, quantize_compute, onnx_ops, executorch_backend;
+  std::string format, dtype, quantize, quantize_compute, onnx_ops, executorch_backend, executorch_kernels;
   std::vector<std::string> dims, decompose, inputs;
   bool overwrite = false, verbose = false, quiet = false, aot = false, no_alloc_graph_io = false;
   bool for_generation = false, multi_token = false, static_cache = false;
@@ -203,6 +205,7 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
                                     : b.key == "aot"     ? nlohmann::json(true)
                                     : b.key == "executorch_backend" ? nlohmann::json(f.executorch_backend)
                                     : b.key == "alloc_graph_io"     ? nlohmann::json(false)
+                                    : b.key == "executorch_kernels" ? nlohmann::json(f.executorch_kernels)
                                                          : nlohmann::json(f.onnx_ops);
   }
   return c;
@@ -233,6 +236,9 @@ int main(int argc, char** argv) {
   exp->add_flag("--aot", flags.aot, "pt2: also compile each program with AOTInductor (runs Python with torch)");
   exp->add_option("--executorch-backend", flags.executorch_backend,
                   "executorch: xnnpack (linears delegated to XNNPACK; the default) | portable (the runtime's aten kernels only)");
+  exp->add_option("--executorch-kernels", flags.executorch_kernels,
+                  "executorch: stock (only kernels the stock runtime has; the default) | hfexport (attention reads the "
+                  "cache in place in hfexport's kernel library, which the program then needs: hfexport's runners load it)");
   exp->add_flag("--no-alloc-graph-io", flags.no_alloc_graph_io,
                 "executorch: no planned memory for inputs and outputs; a static cache is the caller's, passed in and "
                 "returned as outputs [cache x N, logits, cache x N] for set_output_data_ptr (zero copy)");

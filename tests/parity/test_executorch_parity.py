@@ -7,6 +7,7 @@ transformers eager."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,58 @@ def test_executorch_parity_fp32(model_type, variant, overrides, backend, tmp_pat
                                 support_matrix):
     model_dir, model = make_tiny_model(tmp_path / "hf", model_type, {**BASE, **overrides})
     run_case(model_type, variant, model_dir, model, tmp_path / "out", export_model, support_matrix, backend=backend)
+
+
+@pytest.mark.parametrize("model_type,variant,overrides", CASES, ids=[f"{m}-{v}" for m, v, _ in CASES])
+def test_executorch_parity_fp32_hfexport_kernels(model_type, variant, overrides, tmp_path, make_tiny_model,
+                                                 export_model, support_matrix):
+    """--executorch-kernels hfexport: attention is hfexport::sdpa.out (hfexport's kernel library,
+    registered into the runtime when loaded), XNNPACK the rest; left-padded batches included."""
+    import hfexport.executorch_runner as er
+
+    assert er.load_hfexport_kernels(), f"{er.KERNELS_LIBRARY} was not built beside {er.__file__}"
+    model_dir, model = make_tiny_model(tmp_path / "hf", model_type, {**BASE, **overrides})
+    run_case(model_type, f"{variant} hfexport-kernels", model_dir, model, tmp_path / "out", export_model,
+             support_matrix, "--executorch-kernels", "hfexport", backend="xnnpack")
+    ops = (tmp_path / "out" / "model.pte").read_bytes()
+    assert (b"hfexport::sdpa" in ops) == (model_type != "gpt_oss")  # attention with sinks: the stock kernels
+
+
+def test_executorch_hfexport_kernels_needed_but_not_built(tmp_path, make_tiny_model, export_model):
+    """A program exported with --executorch-kernels hfexport, opened where hfexport's kernel library
+    is absent: one clear error saying what is missing, not the runtime's missing-operator log."""
+    import shutil
+    import subprocess
+    import sys
+
+    import hfexport
+
+    model_dir, _ = make_tiny_model(tmp_path / "hf", "qwen3", {**BASE, "num_hidden_layers": 1})
+    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", "--for-generation", "--static-cache",
+                       "--max-cache-len", "16", "--executorch-kernels", "hfexport")
+    package = tmp_path / "py" / "hfexport"
+    shutil.copytree(Path(hfexport.__file__).parent, package, ignore=shutil.ignore_patterns("libhfexport_*"))
+    env = {k: v for k, v in os.environ.items() if k != "HFEXPORT_EXECUTORCH_KERNELS"}
+    env["PYTHONPATH"] = str(tmp_path / "py")
+    script = ("import numpy as np, hfexport; ids = np.array([[5, 6]]); "
+              f"hfexport.generate(hfexport.open_runner({str(out)!r}), ids, np.ones_like(ids), max_new_tokens=1)")
+    proc = subprocess.run([sys.executable, "-c", script],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode != 0
+    assert "--executorch-kernels hfexport" in proc.stderr and "libhfexport_executorch_kernels.so" in proc.stderr, \
+        proc.stderr[-2000:]
+
+
+def test_executorch_kernels_option_is_checked(tmp_path, make_tiny_model, run_hfexport):
+    from conftest import assert_clean_error
+
+    model_dir, _ = make_tiny_model(tmp_path / "hf", "qwen3", {**BASE, "num_hidden_layers": 1})
+    proc = run_hfexport("export", str(model_dir), "-o", str(tmp_path / "out"), "--format", "executorch",
+                        "--executorch-kernels", "fast")
+    assert_clean_error(proc, tmp_path / "out", "--executorch-kernels", "stock", "hfexport")
+    proc = run_hfexport("export", str(model_dir), "-o", str(tmp_path / "out"), "--format", "onnx",
+                        "--executorch-kernels", "hfexport")
+    assert_clean_error(proc, tmp_path / "out", "--executorch-kernels", "executorch")
 
 
 @pytest.mark.parametrize("backend", ["portable", "xnnpack"])

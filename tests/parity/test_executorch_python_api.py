@@ -166,3 +166,22 @@ def test_executorch_half_precision_model(dtype, llama):
     first = present[0] if isinstance(present, (list, tuple)) else next(iter(present.values()))
     first = first[0] if isinstance(first, (list, tuple)) else first
     assert str(first.dtype) == dtype
+
+
+def test_executorch_config_hfexport_kernels(llama, tmp_path):
+    """ExecutorchConfig(kernels="hfexport") is --executorch-kernels hfexport: attention calls
+    hfexport::sdpa.out, and generate (which loads hfexport's kernel library) gives transformers'
+    greedy tokens; any other value is refused."""
+    _, model = llama
+    ids = torch.tensor([PROMPT])
+    exported = ExecutorchExporter().export_for_generation(
+        model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, config=ExecutorchConfig(kernels="hfexport"),
+        generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    assert exported.generate(ids, max_new_tokens=NEW, ignore_eos=True).tolist() == want.tolist()
+    exported.save_pretrained(tmp_path / "saved")
+    assert b"hfexport::sdpa" in (tmp_path / "saved" / "model.pte").read_bytes()
+    with pytest.raises(ConfigError, match="kernels"):
+        ExecutorchConfig(kernels="fast")

@@ -374,16 +374,21 @@ def test_executorch_forward_matches_dequantized_transformers(name, bits, tiny, t
 DENSE = [n for n, (model_type, _) in CONFIGS.items() if model_type not in ("mixtral", "qwen3_moe", "gpt_oss")]
 
 
+@pytest.mark.parametrize("kernels", ["stock", "hfexport"])
 @pytest.mark.parametrize("name", DENSE)
-def test_executorch_xnnpack_8da4w(name, tiny, tmp_path, export_model):
+def test_executorch_xnnpack_8da4w(name, kernels, tiny, tmp_path, export_model):
     """XNNPACK's 4-bit linears, as ExecuTorch's 8da4w: codes stored as they are, positive bf16
     scales (XNNPACK refuses others), activations quantized to int8 per token inside the delegate.
-    Against transformers with the same dequantized weights: close, as onnxruntime's int8 compute."""
+    Against transformers with the same dequantized weights: close, as onnxruntime's int8 compute.
+    With --executorch-kernels hfexport, attention is hfexport::sdpa.out between the delegates."""
     pytest.importorskip("executorch")
+    import hfexport.executorch_runner as er
     from test_executorch_parity import DIMS, et_logits, load_program
 
+    assert kernels == "stock" or er.load_hfexport_kernels()
     model_dir, model = tiny(name)
-    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", *DIMS, "--quantize", "int4")
+    out = export_model(model_dir, tmp_path / "out", "--format", "executorch", *DIMS, "--quantize", "int4",
+                       "--executorch-kernels", kernels)
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["quantization"]["compute"] == "int8"
     assert (out / "model.pte").read_bytes().count(b"XH00") > 0  # MoE experts stay dequantized matmuls

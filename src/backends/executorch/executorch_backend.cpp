@@ -31,6 +31,9 @@ constexpr const char* kExecutorchBackendKey = "executorch_backend";
 // caller's (transformers.exporters' alloc_graph_input/alloc_graph_output/alloc_mutable_buffers
 // all false: the zero-copy interface its C++ decode loop binds with set_output_data_ptr).
 constexpr const char* kAllocGraphIoKey = "alloc_graph_io";
+// "hfexport": attention calls hfexport's kernel library (hfexport::sdpa.out, which reads the cache
+// in place), which the runner loads; "stock" (the default): only kernels the stock runtime has.
+constexpr const char* kKernelsKey = "executorch_kernels";
 // ExecuTorch's default max_seq_length: every tensor is planned at its dims' upper bounds, so the
 // bounds a server would use (32768 tokens) would plan gigabytes.
 constexpr int64_t kDefaultMaxSequence = 128;
@@ -64,19 +67,27 @@ bool uses_xnnpack(const ExportConfig& config) {
 
 bool plans_graph_io(const ExportConfig& config) { return config.backend.value(kAllocGraphIoKey, true); }
 
+bool uses_hfexport_kernels(const ExportConfig& config) {
+  return config.backend.value(kKernelsKey, std::string("stock")) == "hfexport";
+}
+
 void put_u32(std::string& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
 void put_u64(std::string& out, size_t at, uint64_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
 
 class ExecutorchWriter final : public ExportWriter {
  public:
   ExecutorchWriter(const ExportConfig& config, const std::filesystem::path& dir)
-      : path_(dir / kProgramFile), config_(config), xnnpack_(uses_xnnpack(config)), planned_io_(plans_graph_io(config)) {}
+      : path_(dir / kProgramFile),
+        config_(config),
+        xnnpack_(uses_xnnpack(config)),
+        planned_io_(plans_graph_io(config)),
+        hfexport_kernels_(uses_hfexport_kernels(config)) {}
 
   WrittenComponent write(const std::string& name, Graph& graph) override {
     // The LLM runner calls its method `forward`; other components keep their names.
     const bool main_method = name == manifest::component::kModel || name == manifest::component::kDecode;
     const std::string method = main_method ? "forward" : name;
-    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_);
+    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_, hfexport_kernels_);
     lowering.lower_graph();
     if (main_method) record_metadata(graph);
     record_bounds(graph);
@@ -240,6 +251,7 @@ class ExecutorchWriter final : public ExportWriter {
   ExportConfig config_;
   bool xnnpack_;
   bool planned_io_;
+  bool hfexport_kernels_;
   EtConstants constants_;
   std::vector<uint64_t> segment_offsets_;  // relative to the segment base
   uint64_t segment_bytes_ = 0;
@@ -262,9 +274,14 @@ class ExecutorchBackend final : public Backend {
 
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
     for (const auto& [key, value] : config.backend.items())
-      if (key != "decompose" && key != kExecutorchBackendKey && key != kAllocGraphIoKey)
+      if (key != "decompose" && key != kExecutorchBackendKey && key != kAllocGraphIoKey && key != kKernelsKey)
         fail(spell("backend"), ": unknown executorch option '", key, "' (known: decompose, ", kExecutorchBackendKey, ", ",
-             kAllocGraphIoKey, ")");
+             kAllocGraphIoKey, ", ", kKernelsKey, ")");
+    if (config.backend.contains(kKernelsKey)) {
+      const nlohmann::json& k = config.backend.at(kKernelsKey);
+      if (!k.is_string() || (k != "stock" && k != "hfexport"))
+        fail(spell("backend.executorch_kernels"), ": expected \"stock\" or \"hfexport\"");
+    }
     if (config.backend.contains(kAllocGraphIoKey) && !config.backend.at(kAllocGraphIoKey).is_boolean())
       fail(spell("backend.alloc_graph_io"), ": expected true or false");
     if (config.backend.contains(kExecutorchBackendKey)) {

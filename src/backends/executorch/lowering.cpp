@@ -131,12 +131,13 @@ bool et_maps_natively(const Node& n) {
 }
 
 EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& constants,
-                       uint64_t (*bytes_of)(const Value&), bool xnnpack, bool planned_io)
+                       uint64_t (*bytes_of)(const Value&), bool xnnpack, bool planned_io, bool hfexport_kernels)
     : graph_(graph),
       constants_(constants),
       bytes_of_(bytes_of),
       xnnpack_(xnnpack),
       planned_io_(planned_io),
+      hfexport_kernels_(hfexport_kernels),
       plan_(std::make_unique<etfb::ExecutionPlanT>()) {
   plan_->name = std::move(method);
   plan_in_place_updates();
@@ -180,7 +181,7 @@ void EtLowering::plan_filled_slot_reads() {
       candidates.insert(update->outputs[0]);
   auto attends_candidates = [&](const Node& n) {
     const Value *k = n.input(1), *v = n.input(2), *mask = n.input(3);
-    return n.op == OpKind::Attention && xnn_rule(n) && mask && k != v && candidates.count(k) && candidates.count(v) &&
+    return n.op == OpKind::Attention && xnn_rule(n) && !runs_hfexport_attention(n) && mask && k != v && candidates.count(k) && candidates.count(v) &&
            mask->shape.back() == k->shape[2];
   };
   for (bool changed = true; changed;) {
@@ -190,6 +191,15 @@ void EtLowering::plan_filled_slot_reads() {
         if (candidates.count(n->inputs[i]) && n->op != OpKind::ShapeOf && !((i == 1 || i == 2) && attends_candidates(*n)))
           changed = candidates.erase(n->inputs[i]) > 0 || changed;
   }
+}
+
+bool EtLowering::runs_hfexport_attention(const Node& n) const {
+  if (!hfexport_kernels_ || n.op != OpKind::Attention || n.input(4)) return false;
+  const Value *q = n.inputs[0], *k = n.inputs[1], *v = n.inputs[2], *mask = n.input(3);
+  const bool float32 = q->dtype == DType::F32 && k->dtype == DType::F32 && v->dtype == DType::F32 &&
+                       n.outputs[0]->dtype == DType::F32;
+  return float32 && q->rank() == 4 && k->rank() == 4 && v->rank() == 4 &&
+         (!mask || (mask->dtype == DType::Bool && mask->rank() == 4 && mask->shape[1] == Dim(1)));
 }
 
 // The nodes the method runs: what the returned outputs and the cache updates need (an in-place
@@ -647,7 +657,7 @@ void EtLowering::lower_graph() {
   for (const Node* n : graph_.order) {
     if (!needed.count(n)) continue;
     if (lower_shape_arithmetic(*n)) continue;
-    if (xnnpack_ && xnn_rule(*n)) {
+    if (xnnpack_ && xnn_rule(*n) && !runs_hfexport_attention(*n)) {
       run.push_back(n);
       continue;
     }

@@ -98,8 +98,12 @@ class EtLowering {
   // `xnnpack`: float32 linears are delegated to XNNPACK (one XnnpackBackend payload each).
   // `planned_io` false: the method's inputs and outputs get no planned memory (the caller's
   // buffers are used as they are; outputs are bound with Method::set_output_data_ptr).
+  // `hfexport_kernels`: attention runs hfexport's own kernel (hfexport::sdpa.out, a library the
+  // caller loads: src/runners/executorch/kernels), reading the cache in place.
   EtLowering(const Graph& graph, std::string method, EtConstants& constants, uint64_t (*bytes_of)(const Value&),
-             bool xnnpack = false, bool planned_io = true);
+             bool xnnpack = false, bool planned_io = true, bool hfexport_kernels = false);
+  // Whether this attention node runs hfexport::sdpa.out (float32, no sinks, a [B, 1, S, T] mask).
+  bool runs_hfexport_attention(const Node& n) const;
 
   // A static cache (input.<name> -> ScatterElements at the positions -> output.<name>) is written
   // in place. With planned I/O it is a mutable buffer of the method, kept between execute()
@@ -210,6 +214,7 @@ class EtLowering {
   uint64_t (*bytes_of_)(const Value&);
   bool xnnpack_;
   bool planned_io_;
+  bool hfexport_kernels_;
   std::unique_ptr<etfb::ExecutionPlanT> plan_;
   std::vector<std::unique_ptr<etfb::InstructionT>> instructions_;
   std::map<std::pair<std::string, std::string>, int> operators_;

@@ -195,6 +195,10 @@ bool attention_without_sinks(const Node& n) { return n.input(4) == nullptr; }
 HFX_ET_OP_NATIVE(Attention, attention_without_sinks) {
   const Value *q = n.inputs[0], *k = n.inputs[1], *v = n.inputs[2], *mask = n.input(3);
   const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
+  if (l.runs_hfexport_attention(n))  // the cache read in place, the masked slots skipped
+    return l.result(n, "hfexport::sdpa", "out",
+                    {l.in(n, 0), l.in(n, 1), l.in(n, 2), mask ? l.in(n, 3) : l.null_value(), l.double_value(a.scale),
+                     l.double_value(a.softcap)});
   const int64_t hkv = k->shape[1].value(), groups = q->shape[1].value() / hkv;
   const EtInt batch = l.sym_int(q->shape[0]), s = l.sym_int(q->shape[2]), t = l.sym_int(k->shape[2]);
   const EtInt d = EtInt::of(q->shape[3].value()), dv = EtInt::of(v->shape[3].value());
