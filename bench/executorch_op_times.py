@@ -29,6 +29,13 @@ def run_steps(kind: str, program: Path, etdump: Path) -> float:
     if kind == "optimum":
         from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - llama::custom_sdpa
         from executorch.kernels import quantized  # noqa: F401
+    # The loop's own torch ops (the mask, argmax) would otherwise wake OpenMP threads that spin on
+    # the cores XNNPACK's threads need: whole blocks of layers then read 40 % slower in the trace.
+    torch.set_num_threads(1)
+    if kind == "hfexport":
+        from hfexport.executorch_runner import load_hfexport_kernels
+
+        load_hfexport_kernels()  # for programs exported with --executorch-kernels hfexport
     module = portable_lib._load_for_executorch(str(program), enable_etdump=True, debug_buffer_size=0)
     torch.manual_seed(0)
     prompt = torch.randint(0, 1000, (1, PROMPT))
