@@ -24,6 +24,11 @@ bench_generate.py runs every task in a fresh process, so each configuration star
         transformers-export   a transformers.exporters output directory, through its own runner
                               (--tf-loop runner) or a minimal IO-binding loop (--tf-loop iobinding)
         eager                 the checkpoint in PyTorch: a manual forward loop over a DynamicCache
+  alternate HFEXPORT BUILDER
+      hfexport's runner on one export and the builder-iobinding loop on the builder's, loaded in
+      one process and run in alternating blocks of --block decode steps (the order swapped every
+      block) over --generations generations: both see the same machine state at the same time,
+      which separate processes (whose speed differs by up to ±5 % on a shared VM) do not.
 
 Every task writes its result as JSON to --result; bench_generate.py reads it. Not meant to be run
 by hand, but it can be: python bench/_generate_worker.py --result r.json time eager CKPT ...
@@ -484,6 +489,32 @@ def task_bandwidth(args) -> dict:
         "gb_s": weight_bytes / median_s / 1e9,
     }
 
+def task_alternate(args) -> dict:
+    """Paired per-block timings of hfexport's runner and the builder's graph in one process."""
+    # The first large session a process loads decodes ~4 % slower than the later ones (measured:
+    # the same export loaded twice); --builder-first swaps the order so that a pair of runs cancels it.
+    make = {"hfexport": lambda: HfexportLoop(args.hfexport, args.new_tokens, args.ort_threads),
+            "builder-graph": lambda: BuilderIoBindingLoop(args.builder, args.new_tokens, args.ort_threads)}
+    load_order = ["builder-graph", "hfexport"] if args.builder_first else ["hfexport", "builder-graph"]
+    loops = {name: make[name]() for name in load_order}
+    prompt = prompt_ids(args.vocab_size, args.prompt_len, args.seed)
+    step_s: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(args.generations):
+        tokens = {name: loop.prefill(prompt).argmax(-1) for name, loop in loops.items()}
+        for block in range(args.new_tokens // args.block):
+            for name in list(loops) if block % 2 == 0 else reversed(loops):
+                start = time.perf_counter()
+                for _ in range(args.block):
+                    tokens[name] = loops[name].step(tokens[name]).argmax(-1)
+                step_s[name].append((time.perf_counter() - start) / args.block)
+    ratios = [b / a for a, b in zip(step_s["hfexport"], step_s["builder-graph"])]
+    return {
+        "loaded_first": load_order[0], "blocks": len(ratios), "block_steps": args.block,
+        "decode_tok_s_median": {name: 1 / statistics.median(v) for name, v in step_s.items()},
+        "ratio_median": statistics.median(ratios), "ratio_mean": statistics.mean(ratios),
+        "ratio_quartiles": statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3,
+    }
+
 
 # --------------------------------------------------------------------------- main
 
@@ -511,6 +542,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     timing.add_argument("--torch-attn", default=None, help="attn_implementation for eager (default: transformers')")
     timing.add_argument("--tf-loop", choices=["runner", "iobinding"], default="iobinding")
 
+    alternate = tasks.add_parser("alternate")
+    alternate.add_argument("hfexport", type=Path, help="an hfexport export (shared-buffer generation)")
+    alternate.add_argument("builder", type=Path, help="the model builder's output directory")
+    alternate.add_argument("--vocab-size", type=int, required=True)
+    alternate.add_argument("--prompt-len", type=int, default=128)
+    alternate.add_argument("--new-tokens", type=int, default=128)
+    alternate.add_argument("--block", type=int, default=16, help="decode steps per timed block")
+    alternate.add_argument("--generations", type=int, default=3)
+    alternate.add_argument("--builder-first", action="store_true", help="load the builder's session first")
+    alternate.add_argument("--ort-threads", type=int, default=0, help="0: onnxruntime's default")
+
     bandwidth = tasks.add_parser("bandwidth")
     bandwidth.add_argument("--repeats", type=int, default=20, help="timed runs after 3 warm-up runs")
     bandwidth.add_argument("--ort-threads", type=int, default=0, help="0: onnxruntime's default")
@@ -521,7 +563,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    tasks = {"export-transformers": task_export_transformers, "time": task_time, "bandwidth": task_bandwidth}
+    tasks = {"export-transformers": task_export_transformers, "time": task_time, "bandwidth": task_bandwidth,
+             "alternate": task_alternate}
     result = tasks[args.task](args)
     result["peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     args.result.write_text(json.dumps(result, indent=2) + "\n")

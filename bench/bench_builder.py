@@ -19,6 +19,11 @@ weights; a word-level tokenizer with an eos id is added, which the builder needs
                                  graphs are compared apart from the loops
                hfexport-genai    hfexport's export through onnxruntime-genai's loop (its genai_config.json)
   tokens       the greedy tokens of the fp32 runs, compared between every configuration
+  alternating  hfexport's runner and the builder's graph (our loop) in one process, in alternating
+               blocks of 16 decode steps over --alternate-generations generations (0: skip), twice:
+               each tool's session loaded first once (a process's first large session decodes a
+               few per cent slower); the paired per-block ratios, the sharpest decode comparison on
+               a noisy machine
 
 Each timing is a fresh process (bench/_generate_worker.py): one warm-up generation, then one timed;
 the configurations are interleaved over --rounds rounds (medians reported) so that drift on a
@@ -119,6 +124,8 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every timing (medians)")
     p.add_argument("--ort-threads", type=int, default=0, help="0: onnxruntime's default (every core)")
+    p.add_argument("--alternate-generations", type=int, default=3,
+                   help="generations of the in-process alternating decode comparison (0: skip it)")
     p.add_argument("--keep-exports", action="store_true")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -163,6 +170,23 @@ def main(argv=None) -> int:
                 samples.setdefault(name, []).append(res)
                 print(f"round {r + 1}: {name:22s} prefill {res['prefill_ms_median']:8.1f} ms  decode "
                       f"{res['decode_tok_s_median']:6.2f} tok/s  rss {res['peak_rss_kib'] / 1024:6.0f} MiB", flush=True)
+    results["alternating"] = {}
+    for precision in PRECISIONS if args.alternate_generations > 0 else ():
+        ours, peer = root / f"hfexport-{precision}", root / f"builder-{precision}"
+        if not all(results["exports"][f"{t}-{precision}"]["ok"] for t in ("hfexport", "builder")):
+            continue
+        for first in ("hfexport", "builder"):
+            res, _, err = run_worker(["alternate", str(ours), str(peer), "--vocab-size", str(vocab),
+                                      "--prompt-len", str(args.prompt_len), "--new-tokens", str(args.new_tokens),
+                                      "--generations", str(args.alternate_generations),
+                                      "--ort-threads", str(args.ort_threads),
+                                      *(["--builder-first"] if first == "builder" else [])],
+                                     root / "run.json", logs / f"alternate-{precision}-{first}-first.log")
+            if res is None:
+                failed = True
+                print(f"alternate {precision}: FAILED\n{err}")
+                continue
+            results["alternating"].setdefault(precision, []).append(res)
     for name, runs in samples.items():
         tool, precision = name.rsplit("-", 1)
         out = root / (("hfexport" if tool.startswith("hfexport") else "builder") + f"-{precision}")
@@ -208,6 +232,17 @@ def print_report(results: dict) -> None:
                      f"prefill {ratio(ours['prefill_ms_median'], min(p['prefill_ms_median'] for p in peers))}",
                      f"runtime RSS {ratio(ours['peak_rss_kib'], min(p['peak_rss_kib'] for p in peers))}"]
         print(f"  {precision}: " + ", ".join(line))
+    for precision, pair in results.get("alternating", {}).items():
+        for a in pair:
+            tok_s = a["decode_tok_s_median"]
+            q1, _, q3 = a["ratio_quartiles"]
+            print(f"  {precision}, in one process, {a['loaded_first']} loaded first ({a['blocks']} alternating "
+                  f"blocks of {a['block_steps']} steps): hfexport {tok_s['hfexport']:.2f} vs builder graph "
+                  f"{tok_s['builder-graph']:.2f} tok/s, decode {a['ratio_median']:.3f}x (per-block quartiles "
+                  f"{q1:.3f}-{q3:.3f})")
+        if len(pair) == 2:
+            both = statistics.geometric_mean([a["ratio_median"] for a in pair])
+            print(f"  {precision}, in one process, both load orders: decode {both:.3f}x")
     fp32 = {n: r["tokens"] for n, r in runs.items() if n.endswith("-fp32")}
     if fp32:
         same = len({tuple(t) for t in fp32.values()}) == 1
