@@ -28,7 +28,8 @@ bench_generate.py runs every task in a fresh process, so each configuration star
       hfexport's runner on one export and the builder-iobinding loop on the builder's, loaded in
       one process and run in alternating blocks of --block decode steps (the order swapped every
       block) over --generations generations: both see the same machine state at the same time,
-      which separate processes (whose speed differs by up to ±5 % on a shared VM) do not.
+      which separate processes (whose speed differs by 10-25 % on a shared VM) do not.
+      --builder-first loads the builder's session first (bench_builder.py runs both orders).
 
 Every task writes its result as JSON to --result; bench_generate.py reads it. Not meant to be run
 by hand, but it can be: python bench/_generate_worker.py --result r.json time eager CKPT ...
@@ -488,6 +489,7 @@ def task_bandwidth(args) -> dict:
         "median_s": median_s,
         "gb_s": weight_bytes / median_s / 1e9,
     }
+
 
 def task_alternate(args) -> dict:
     """Paired per-block timings of hfexport's runner and the builder's graph in one process."""
