@@ -493,12 +493,11 @@ def task_bandwidth(args) -> dict:
 
 def task_alternate(args) -> dict:
     """Paired per-block timings of hfexport's runner and the builder's graph in one process."""
-    # The first large session a process loads decodes ~4 % slower than the later ones (measured:
+    # The first large session a process loads decodes 4-8 % slower than the later ones (measured:
     # the same export loaded twice); --builder-first swaps the order so that a pair of runs cancels it.
-    make = {"hfexport": lambda: HfexportLoop(args.hfexport, args.new_tokens, args.ort_threads),
-            "builder-graph": lambda: BuilderIoBindingLoop(args.builder, args.new_tokens, args.ort_threads)}
+    kinds = {"hfexport": (HfexportLoop, args.hfexport), "builder-graph": (BuilderIoBindingLoop, args.builder)}
     load_order = ["builder-graph", "hfexport"] if args.builder_first else ["hfexport", "builder-graph"]
-    loops = {name: make[name]() for name in load_order}
+    loops = {name: kinds[name][0](kinds[name][1], args.new_tokens, args.ort_threads) for name in load_order}
     prompt = prompt_ids(args.vocab_size, args.prompt_len, args.seed)
     step_s: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(args.generations):

@@ -184,7 +184,7 @@ def main(argv=None) -> int:
                                      root / "run.json", logs / f"alternate-{precision}-{first}-first.log")
             if res is None:
                 failed = True
-                print(f"alternate {precision}: FAILED\n{err}")
+                print(f"alternate {precision}, {first} first: FAILED\n{err}")
                 continue
             results["alternating"].setdefault(precision, []).append(res)
     for name, runs in samples.items():
