@@ -441,6 +441,9 @@ class ExportedModel(Mapping):
             past = _cache_length(cache)
             feeds["position_ids"] = np.broadcast_to(np.arange(past, past + query, dtype=np.int64), (batch, query)).copy()
         past_inputs = [n for n in input_names if n.startswith("past_key_values.")]
+        if not past_inputs and _cache_length(cache) > 0:
+            raise ValueError(f"component '{name}' keeps its KV cache inside the runtime: it cannot be called with "
+                             "a given cache (use generate())")
         if past_inputs:
             if cache is None:
                 raise ValueError(f"component '{name}' reads a KV cache: pass past_key_values")
@@ -601,6 +604,9 @@ def _stage_module(model, stage: str, multi_token_decode: bool, generation_config
             self.config = model.config
 
         def forward(self, **kwargs):
+            # transformers' caches grow in place: the stage runs on a copy, so its kwargs stay as
+            # captured and an export after an eager call exports (and verifies) the same stage.
+            kwargs = {k: copy.deepcopy(v) if k in CACHE_KWARGS else v for k, v in kwargs.items()}
             return self.model(**kwargs)
 
     return GenerationStage()
@@ -611,7 +617,9 @@ def decompose_for_generation(model, inputs: Mapping[str, Any], generation_config
     """Runs `model.generate(**inputs, max_new_tokens=2)` once and captures the forward kwargs of
     its prefill and first decode step: `{"prefill": (submodel, kwargs), "decode": (submodel,
     kwargs)}` (only "decode" with `multi_token_decode`). Each submodel runs eagerly
-    (`submodel(**kwargs)`), and `exporter.export(submodel, kwargs, config)` exports that stage."""
+    (`submodel(**kwargs)`, on a copy of the captured cache: the kwargs never change), and
+    `exporter.export(submodel, kwargs, config)` exports that stage, the same whether or not it
+    ran before."""
     import torch
 
     calls: list[dict] = []
@@ -835,7 +843,7 @@ class HfExporter:
         max_cache_len), or as the format's op profile makes them. `inputs` are generate kwargs."""
         config = self._config(config)
         generation = _generation_options(generation_config, multi_token_decode, _batch_size(inputs))
-        core_config = self.core_config(config, inputs, generation)
+        core_config = self._bounded_by(self.core_config(config, inputs, generation), inputs)
         with tempfile.TemporaryDirectory(prefix="hfexport-") as scratch:
             record = self._program_interface(model, config, core_config, inputs, Path(scratch))
             directory, root = self._write(model, core_config)
@@ -851,12 +859,17 @@ class HfExporter:
         to `core_config` (files in `scratch`); returns a (key, value) to record in export.json."""
         return None
 
+    def _bounded_by(self, core_config: dict, inputs) -> dict:
+        """A format's hook: bounds a generation export's dims so that the sample `inputs` fit."""
+        return core_config
+
     def _export_stage(self, stage, inputs, config, verify) -> ExportedModel:
         """A decompose_for_generation stage: the generation export of its mode, keeping the graph
         that serves the stage (the format's one graph when it has no separate prefill)."""
         config = self._config(config)
         generation = _generation_options(stage.generation_config, stage.multi_token_decode, _batch_size(inputs))
-        directory, root = self._write(stage.model, self.core_config(config, None, generation))
+        core_config = self._bounded_by(self.core_config(config, None, generation), inputs)
+        directory, root = self._write(stage.model, core_config)
         names = list(load_manifest(directory).data["components"])
         name = stage.stage if stage.stage in names else DECODE
         exported = ExportedModel(directory, components=[name], temporary=root)
@@ -895,6 +908,15 @@ class DynamoExporter(HfExporter):
 class ExecutorchExporter(HfExporter):
     export_format = "executorch"
     config_class = ExecutorchConfig
+
+    def _bounded_by(self, core_config: dict, inputs) -> dict:
+        """ExecuTorch plans memory at the dims' bounds, batch 1 unless told: a dynamic cache's
+        batch is bounded by the sample's (a static cache has its own batch_size)."""
+        batch = _batch_size(inputs)
+        static = (core_config.get("generation") or {}).get("cache_implementation") == "static"
+        if batch > 1 and not static and "batch" not in core_config.get("dims", {}):
+            core_config.setdefault("dims", {})["batch"] = {"min": 1, "max": batch}
+        return core_config
 
 
 EXPORTERS: dict[str, type[HfExporter]] = {"onnx": OnnxExporter, "openvino": OpenVINOExporter,

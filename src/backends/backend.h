@@ -28,9 +28,16 @@ struct BackendCapabilities {
   bool stateful_generation = false;
 };
 
+// A fused kernel a backend prefers that a graph fails a runtime precondition of, why, and the
+// form written instead.
+struct KernelFallback {
+  std::string kernel, reason, instead;
+};
+
 // What passes found, for the manifest.
 struct PassReport {
   QuantizeReport quantization;
+  std::vector<KernelFallback> kernel_fallbacks;
 };
 
 struct Pass {
@@ -55,6 +62,8 @@ struct WrittenComponent {
   bool cache_shares_buffer = false;
   // The attention rotates the keys it stores by cache slot (not by position_ids).
   bool cache_keys_rotated_by_slot = false;
+  // Fused kernels the backend prefers that this graph could not use: export.json's `kernel_fallbacks`.
+  std::vector<KernelFallback> kernel_fallbacks;
 };
 
 // Stores one export: components are written one after another; weights they share are stored

@@ -222,6 +222,10 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                             {key::kInputs, tensors_json(w.inputs)},
                             {key::kOutputs, tensors_json(w.outputs)}};
       if (!w.program.empty()) components[c.name][key::kProgram] = w.program;
+      std::vector<KernelFallback> fallbacks = report.kernel_fallbacks;
+      fallbacks.insert(fallbacks.end(), w.kernel_fallbacks.begin(), w.kernel_fallbacks.end());
+      for (const KernelFallback& f : fallbacks)
+        components[c.name]["kernel_fallbacks"].push_back({{"kernel", f.kernel}, {"reason", f.reason}, {"instead", f.instead}});
       stateful = stateful || w.stateful;
       quantized_compute = report.quantization.int8_compute ? "int8" : "float";
       if (config.quantization.enabled())

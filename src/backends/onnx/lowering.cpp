@@ -220,6 +220,13 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
   }
   plan_splits(graph);
   if (!profile_has_contrib_ops(profile_)) return;
+  // GroupQueryAttention serves the whole graph or none of it: the runner binds every cache pair
+  // one way. Every family's attentions share one head size, so a refusal holds for all of them.
+  bool gqa = profile_ == OnnxOpProfile::OrtGqa;
+  for (const Node* n : graph.order) {
+    if (!gqa || n->op != OpKind::Attention) continue;
+    gqa = gqa_refusal(*n).empty();  // the ort-gqa passes recorded why not (check_gqa_preconditions)
+  }
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
   for (const Node* n : graph.order) {
     if (n->op == OpKind::RMSNorm || n->op == OpKind::LayerNorm)
@@ -230,13 +237,21 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
       auto only_feeds = [&](const Node* p) {
         return p && p->op == OpKind::KVAppend && consumers(p->outputs[0]).size() == 1;
       };
-      if (profile_ == OnnxOpProfile::OrtGqa && only_feeds(k) && only_feeds(v)) {
+      if (gqa && only_feeds(k) && only_feeds(v)) {
         fused_.insert({k, v});
         fused_appends_ += 2;
       }
     }
   }
-  if (profile_ == OnnxOpProfile::OrtGqa) plan_gqa_layouts(graph);
+  if (gqa) plan_gqa_layouts(graph);
+}
+
+// onnxruntime 1.32's CPU kernel (contrib_ops/cpu/bert/group_query_attention) rejects a head size
+// that is not a multiple of 8 when it runs, not when the session loads.
+std::string gqa_refusal(const Node& attention) {
+  const int64_t head_size = attention.inputs[0]->shape[3].value();
+  if (head_size % 8 != 0) return "head size " + std::to_string(head_size) + " is not a multiple of 8";
+  return {};
 }
 
 // A packed Linear's result is read by one Slice per original Linear, each a static range of the
@@ -293,13 +308,19 @@ void Lowering::plan_fused_rotaries(const Graph& graph) {
     auto absorbable = [&](const Node* r) {
       return r && r->op == OpKind::RoPE && bsh_ropes_.count(r) && consumers(r->outputs[0]).size() == 1 &&
              table_of(r->inputs[1], false) && table_of(r->inputs[2], true) &&
-             r->inputs[1]->shape.back() == r->inputs[0]->shape.back() &&
-             r->inputs[0]->shape.back().value() % 16 == 0;  // the CPU kernel's rotary needs it
+             r->inputs[1]->shape.back() == r->inputs[0]->shape.back();
     };
     if (!absorbable(q_rope) || !absorbable(k_rope) || q_rope->inputs[1] != k_rope->inputs[1] ||
         q_rope->inputs[2] != k_rope->inputs[2] ||
         q_rope->attrs_as<RoPEAttrs>().interleaved != k_rope->attrs_as<RoPEAttrs>().interleaved)
       continue;
+    // The CPU kernel's own rotary needs it (checked when it runs).
+    if (const int64_t head_size = q_rope->inputs[0]->shape.back().value(); head_size % 16 != 0) {
+      if (fallbacks_.empty() || fallbacks_.back().kernel != "GroupQueryAttention do_rotary")
+        fallbacks_.push_back({"GroupQueryAttention do_rotary", "head size " + std::to_string(head_size) +
+                              " is not a multiple of 16", "RotaryEmbedding before GroupQueryAttention"});
+      continue;
+    }
     fused_rotaries_[n] = {q_rope, k_rope};
     fused_.insert({q_rope, k_rope});
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "ir/graph.h"
 #include "onnx/onnx.pb.h"
 
@@ -25,6 +26,9 @@ int32_t onnx_type(DType t);
 void set_value_info(onnx::ValueInfoProto* info, const std::string& name, DType dtype, const Shape& shape);
 // Whether the profile has a fused op for this high-level node (else it is decomposed first).
 bool maps_natively(const Node& n, OnnxOpProfile profile);
+// Why onnxruntime's CPU GroupQueryAttention cannot run this Attention node ("" when it can): its
+// kernel checks these only at run time, so an export that ignored them would fail in the runtime.
+std::string gqa_refusal(const Node& attention);
 
 void attr_int(onnx::NodeProto* n, const std::string& name, int64_t v);
 void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v);
@@ -73,6 +77,8 @@ class Lowering {
   bool uses_contrib_ops() const { return uses_contrib_; }
   // Every cache append was absorbed into a GroupQueryAttention (and there is at least one).
   bool attention_owns_cache() const { return appends_ > 0 && fused_appends_ == appends_; }
+  // Fused kernels the profile prefers that this graph cannot use, and what it got instead.
+  const std::vector<KernelFallback>& fallbacks() const { return fallbacks_; }
 
   // What the op rules build with.
   OnnxOpProfile profile() const { return profile_; }
@@ -155,6 +161,7 @@ class Lowering {
   std::map<const Node*, std::pair<const Node*, const Node*>> fused_rotaries_;
   std::map<std::pair<const Value*, const Value*>, std::string> rope_angles_, slot_angles_;
   std::map<std::tuple<const Value*, const Value*, double, bool, DType>, std::string> rotary_caches_;
+  std::vector<KernelFallback> fallbacks_;
   int counter_ = 0;
   int appends_ = 0, fused_appends_ = 0;
   bool uses_contrib_ = false;

@@ -90,6 +90,7 @@ class OnnxWriter final : public ExportWriter {
     written.data_files.push_back(kDataFile);
     written.cache_shares_buffer = lowering.attention_owns_cache();
     written.cache_keys_rotated_by_slot = lowering.rotates_by_slot();
+    written.kernel_fallbacks = lowering.fallbacks();
 
     std::string bytes;
     if (!model.SerializeToString(&bytes)) fail((dir_ / written.file).string(), ": cannot serialize the model");
@@ -169,6 +170,22 @@ class OnnxWriter final : public ExportWriter {
   std::map<StoredKey, WeightFile::Span> stored_;  // checkpoint weights written by earlier components
 };
 
+// ort-gqa's attention is GroupQueryAttention; where the graph fails a precondition of its CPU
+// kernel, the export falls back (Attention-23 over a concatenated cache, or the reference
+// decomposition for attention with sinks, which Attention-23 lacks) and says so in export.json.
+void check_gqa_preconditions(const Graph& graph, OnnxOpProfile profile, PassReport& report) {
+  if (profile != OnnxOpProfile::OrtGqa) return;
+  for (const Node* n : graph.order) {
+    if (n->op != OpKind::Attention) continue;
+    if (std::string why = gqa_refusal(*n); !why.empty()) {
+      report.kernel_fallbacks.push_back({"GroupQueryAttention", why + " (onnxruntime's CPU kernel)",
+                                         n->input(4) ? "the reference decomposition of attention with sinks"
+                                                     : "Attention (opset 23) over a concatenated cache"});
+      return;
+    }
+  }
+}
+
 class OnnxBackend final : public Backend {
  public:
   std::string_view format() const override { return "onnx"; }
@@ -211,6 +228,7 @@ class OnnxBackend final : public Backend {
     const OnnxOpProfile profile = profile_of(config);
     const WeightQuantization quantize = resolve_compute(config.quantization, profile);
     return {
+        {"check_gqa_preconditions", [profile](Graph& g, PassReport& r) { check_gqa_preconditions(g, profile, r); }},
         {"lower_state", [](Graph& g, PassReport&) { lower_state_as_io(g); }},
         // onnxruntime runs each MatMul as its own thread-pool round; batch-1 decode gains from fewer,
         // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
