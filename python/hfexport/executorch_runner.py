@@ -223,14 +223,20 @@ class ExecutorchStaticRunner(DecodeRunner):
 
             self.caches = [torch.zeros(i["shape"], dtype=getattr(torch, i["dtype"])) for i in component["inputs"][3:]]
         self.logits_index = len(self.caches)
+        # forward(tokens, cache_position), as ExecuTorch's LLM runner calls it: the program builds
+        # the mask and positions itself.
+        self.cache_position_form = [i["name"] for i in component["inputs"]] == ["input_ids", "cache_position"]
 
     def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         import torch
 
-        slots = np.arange(self.max_cache_len)
-        mask = (slots[None, None, :] <= positions[:, :, None])[:, None]
-        feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
-                 torch.from_numpy(np.ascontiguousarray(positions)), *self.caches]
+        if self.cache_position_form:
+            feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(np.ascontiguousarray(positions[0]))]
+        else:
+            slots = np.arange(self.max_cache_len)
+            mask = (slots[None, None, :] <= positions[:, :, None])[:, None]
+            feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
+                     torch.from_numpy(np.ascontiguousarray(positions)), *self.caches]
         outputs = execute_without_clones(self.method, feeds)
         # The outputs are the method's memory, rewritten by the next call: the last row is copied.
         return np.array(outputs[self.logits_index][:, -1].float().numpy())

@@ -18,10 +18,35 @@ import numpy as np
 import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
-from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, park_padding
+from .runner import (DecodeRunner, GenerationError, check_cache_position_call, check_request, left_padded_positions,
+                     park_padding)
 from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+# Ops whose CPU kernels run only at their speed on weights onnxruntime prepacked into a layout of
+# its own (MatMulNBits' unpacked path is ~100x slower on int4 decode: bench/bench_default_paths.py).
+NEEDS_PREPACKING = frozenset({"MatMulNBits", "QMoE", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
+# Ops that prepack a constant input (into a copy per session), the above included.
+PREPACKS = NEEDS_PREPACKING | {"MatMul", "Gemm", "FusedMatMul", "Conv", "GatherBlockQuantized"}
+
+
+def _graph(path: Path):
+    import onnx
+
+    return onnx.load(str(path), load_external_data=False).graph
+
+
+def prepacked_inputs(paths: list[Path]) -> tuple[bool, set[str]]:
+    """(whether some op needs prepacking to be fast, the initializers a prepacking op reads)."""
+    needs, read = False, set()
+    for p in paths:
+        for node in _graph(p).node:
+            if node.op_type in PREPACKS:
+                read.update(node.input)
+                needs = needs or node.op_type in NEEDS_PREPACKING
+    return needs, read
 
 
 def _external_initializers(path: Path) -> dict[str, tuple]:
@@ -29,7 +54,7 @@ def _external_initializers(path: Path) -> dict[str, tuple]:
     import onnx
 
     out = {}
-    for t in onnx.load(str(path), load_external_data=False).graph.initializer:
+    for t in _graph(path).initializer:
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         e = {x.key: x.value for x in t.external_data}
@@ -38,25 +63,32 @@ def _external_initializers(path: Path) -> dict[str, tuple]:
     return out
 
 
-def shared_weights(paths: list[Path]) -> dict[str, ort.OrtValue]:
+def shared_weights(paths: list[Path], skip: frozenset[str] | set[str] = frozenset()) -> dict[str, ort.OrtValue]:
     """OrtValues over one in-memory copy of the data file, for the external initializers every
-    model in `paths` stores identically. Given to each session with add_initializer, they replace
+    model in `paths` stores identically, except those in `skip` (whose bytes are then not read:
+    each of the others is read on its own). Given to each session with add_initializer, they replace
     the copies each session would otherwise make, so the weights are resident once.
 
     The file is read into anonymous memory rather than mapped: numpy backs large arrays with huge
     pages, and batch-1 decode streams every weight per token, so 4 KiB file pages cost it ~18 % in
     TLB misses (measured). onnxruntime prepacks MatMul weights into a private copy per session
-    unless session.disable_prepacking is set; the caller sets it, since a copy per session is what
-    this avoids (bench/bench_runner_memory.py has the figures)."""
+    unless session.disable_prepacking is set: the caller decides which weights to share and
+    whether to prepack (OnnxRuntimeRunner._share_weights; bench/bench_runner_memory.py has the
+    figures)."""
     tables = [_external_initializers(p) for p in paths]
-    common = {name: spec for name, spec in tables[0].items() if all(t.get(name) == spec for t in tables[1:])}
+    common = {name: spec for name, spec in tables[0].items()
+              if name not in skip and all(t.get(name) == spec for t in tables[1:])}
     maps: dict[str, np.ndarray] = {}
     values = {}
     for name, (location, offset, length, dtype, dims) in common.items():
-        if location not in maps:
-            maps[location] = np.fromfile(paths[0].parent / location, dtype=np.uint8)
-        array = maps[location][offset : offset + length].view(np.dtype(dtype)).reshape(dims)
-        values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+        path = paths[0].parent / location
+        if skip:
+            raw = np.fromfile(path, dtype=np.uint8, count=length, offset=offset)
+        else:
+            if location not in maps:
+                maps[location] = np.fromfile(path, dtype=np.uint8)
+            raw = maps[location][offset : offset + length]
+        values[name] = ort.OrtValue.ortvalue_from_numpy(raw.view(np.dtype(dtype)).reshape(dims))
     return values
 
 
@@ -75,13 +107,10 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.last_logits_only = gen.get(LOGITS) == "last"
         providers = providers or ["CPUExecutionProvider"]
         names = [n for n in (PREFILL, DECODE) if manifest.has_component(n)]
+        self.weight_policy = "per-session"
         if share_weights and len(names) > 1:
             session_options = session_options or ort.SessionOptions()
-            session_options.add_session_config_entry("session.disable_prepacking", "1")
-            # The OrtValues must outlive the sessions that read them.
-            self.weights = shared_weights([manifest.file_of(n) for n in names])
-            for name, value in self.weights.items():
-                session_options.add_initializer(name, value)
+            self.weight_policy = self._share_weights(session_options, [manifest.file_of(n) for n in names])
 
         def session(name: str) -> ort.InferenceSession:
             return ort.InferenceSession(str(manifest.file_of(name)), session_options, providers=providers)
@@ -91,9 +120,23 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         inputs = {i.name: i for i in self.decode.get_inputs()}
         self.cache_specs = {name: inputs[name] for name, _ in self.pairs}
+        self.decode_input_names = set(inputs)
         self.max_cache_len = int(gen.get("max_cache_len", 0))
         self.buffers: dict[str, ort.OrtValue] = {}
         self.binding: ort.IOBinding | None = None
+
+    def _share_weights(self, session_options: ort.SessionOptions, paths: list[Path]) -> str:
+        """Hands the sessions one copy of their common weights, as fast as each export allows:
+        without prepacking where no op needs it, else with prepacking on and only the weights no
+        prepacking op reads shared (those get a prepacked copy per session, the unpacked one freed)."""
+        needs_prepacking, prepacked = prepacked_inputs(paths)
+        if not needs_prepacking:
+            session_options.add_session_config_entry("session.disable_prepacking", "1")
+        # The OrtValues must outlive the sessions that read them.
+        self.weights = shared_weights(paths, skip=prepacked if needs_prepacking else frozenset())
+        for name, value in self.weights.items():
+            session_options.add_initializer(name, value)
+        return "shared, prepacked per session" if needs_prepacking else "shared, not prepacked"
 
     def _run_dynamic(self, session: ort.InferenceSession, feeds: dict[str, np.ndarray],
                      past: list[ort.OrtValue] | None) -> np.ndarray:
@@ -199,12 +242,16 @@ class OnnxRuntimeRunner(DecodeRunner):
             self.binding.bind_ortvalue_output(out, self.buffers[name])
 
     def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
-        slots = np.arange(self.cache_len)
-        mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
-        # Rows also see only slots that hold their real tokens (always the prefix 0..position).
         self.binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
-        self.binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
-        self.binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask[:, None]))
+        if "cache_position" in self.decode_input_names:  # the graph builds mask and positions
+            check_cache_position_call(positions, real)
+            self.binding.bind_cpu_input("cache_position", np.ascontiguousarray(positions[0]))
+        else:
+            slots = np.arange(self.cache_len)
+            mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
+            # Rows also see only slots that hold their real tokens (always the prefix 0..position).
+            self.binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
+            self.binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask[:, None]))
         self._bind_static_outputs()
         self.decode.run_with_iobinding(self.binding)
         return self.binding.get_outputs()[0].numpy()[:, -1]
@@ -216,7 +263,10 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.attention_mask = attention_mask
         self.next_position = positions[:, -1] + 1
         if self.static:
-            self._allocate_static(input_ids.shape[0], min(self.max_cache_len, input_ids.shape[1] + max_new_tokens))
+            # A cache_position graph's buffers are as long as its mask: max_cache_len.
+            fixed = "cache_position" in self.decode_input_names
+            self._allocate_static(input_ids.shape[0], self.max_cache_len if fixed else
+                                  min(self.max_cache_len, input_ids.shape[1] + max_new_tokens))
             return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
         if self.shared:
             return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)

@@ -33,6 +33,14 @@ class DecodeRunner(ABC):
         """Feeds one new token per row [batch]; returns logits [batch, vocab]."""
 
 
+def check_cache_position_call(positions, real) -> None:
+    """A graph taking cache_position (its mask and positions built from it) serves rows that share
+    their positions and have no padding."""
+    if not np.asarray(real).all() or (np.asarray(positions) != np.asarray(positions)[:1]).any():
+        raise GenerationError("this export takes cache_position (one set of positions for every row, no padding): "
+                              "left-padded rows need an export with attention_mask and position_ids")
+
+
 def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
     """position_ids of a left-padded batch, as transformers derives them from the mask."""
     return np.clip(np.cumsum(attention_mask, -1) - 1, 0, None)

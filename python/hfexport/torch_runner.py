@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from .manifest import CACHE_STATIC, DECODE, PREFILL, ExportManifest
-from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, park_padding
+from .runner import (DecodeRunner, GenerationError, check_cache_position_call, check_request, left_padded_positions,
+                     park_padding)
 from .versions import check_runtime_versions
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
@@ -25,6 +26,7 @@ def load_programs(path: Path) -> dict:
     raised as they are, not behind torch.export.load's generic one)."""
     from torch.export.pt2_archive._package import load_pt2
 
+    register_cache_pytrees()  # the programs' output (and cache) structures name these types
     # Example inputs holding a transformers StaticCache load only through torch's weights_only=False
     # fallback, whose warning has a broken format string (a logging error, raised under pytest).
     quiet = [logging.getLogger(name) for name in ("torch.export", "torch._export.serde.serialize")]
@@ -43,14 +45,44 @@ def program_of(manifest: ExportManifest, component: str, programs: dict):
 
 
 def register_cache_pytrees() -> None:
-    """transformers' StaticCache as a pytree node (as transformers.exporters registers it), for
-    programs that take one; nothing when transformers.exporters is not installed."""
+    """The pytree nodes the programs' structures name, as transformers registers them:
+    transformers' ModelOutput classes (registered when transformers.modeling_outputs is
+    imported) and its StaticCache and DynamicCache (as transformers.exporters registers them).
+    Without transformers, the output classes are stand-ins that flatten the same way."""
     try:
-        from transformers import StaticCache
+        import transformers.modeling_outputs  # noqa: F401 - registers every ModelOutput class
+        from transformers import DynamicCache, StaticCache
         from transformers.exporters.exporter_dynamo import register_pytree_node
     except ImportError:
+        _register_stand_in_outputs()
         return
-    register_pytree_node(StaticCache)
+    for cache in (StaticCache, DynamicCache):
+        register_pytree_node(cache)
+
+
+_STAND_IN_OUTPUTS = ("CausalLMOutputWithPast", "CausalLMOutputWithCrossAttentions", "MoeCausalLMOutputWithPast")
+
+
+def _register_stand_in_outputs() -> None:
+    """dict-like stand-ins for transformers' causal-LM output classes, registered under their
+    serialized names, so that a logits-only program loads where transformers is not installed."""
+    import torch.utils._pytree as pytree
+
+    for name in _STAND_IN_OUTPUTS:
+        serialized = f"transformers.modeling_outputs.{name}"
+        if serialized in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            continue
+        cls = type(name, (dict,), {"__getattr__": lambda self, key: self[key]})
+        pytree.register_pytree_node(
+            cls, lambda o: (list(o.values()), list(o.keys())), lambda values, keys, c=cls: c(zip(keys, values)),
+            serialized_type_name=serialized)
+
+
+def output_leaves(outputs) -> list:
+    """A program's outputs as the flat tensors of its pytree (the manifest's output order)."""
+    import torch
+
+    return torch.utils._pytree.tree_leaves(outputs)
 
 
 def callable_of(manifest_dir: Path, entry: dict, program):
@@ -81,7 +113,7 @@ class TorchProgramGraph:
         with torch.no_grad():
             outputs = self.module(**{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()})
         return {name: value.float().numpy() if value.is_floating_point() else value.numpy()
-                for name, value in zip(self.output_names, outputs)}
+                for name, value in zip(self.output_names, output_leaves(outputs))}
 
 
 class TorchProgramRunner(DecodeRunner):
@@ -96,8 +128,7 @@ class TorchProgramRunner(DecodeRunner):
         # A decode program written for transformers' StaticCache (the Python API's Dynamo export)
         # is called with one built over this runner's buffers.
         self.interface = manifest.data.get("pt2_interface")
-        if self.interface:
-            register_cache_pytrees()
+        register_cache_pytrees()
         programs = load_programs(manifest.file_of(DECODE))
         decode_program = program_of(manifest, DECODE, programs)
         self.in_spec = decode_program.call_spec.in_spec
@@ -110,6 +141,7 @@ class TorchProgramRunner(DecodeRunner):
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         specs = {i["name"]: i for i in manifest.component(DECODE)["inputs"]}
         self.cache_specs = {name: specs[name] for name, _ in self.pairs}
+        self.decode_input_names = set(specs)
         self.decode_outputs = [o["name"] for o in manifest.component(DECODE)["outputs"]]
         self.prefill_outputs = ([o["name"] for o in manifest.component(PREFILL)["outputs"]]
                                 if self.prefill_module else [])
@@ -125,7 +157,7 @@ class TorchProgramRunner(DecodeRunner):
         with torch.no_grad():
             values = module(**{k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
                                for k, v in feeds.items()})
-        return dict(zip(outputs, values))
+        return dict(zip(outputs, output_leaves(values)))
 
     @staticmethod
     def _last_logits(out: dict) -> np.ndarray:
@@ -133,16 +165,20 @@ class TorchProgramRunner(DecodeRunner):
 
     # -- static cache ---------------------------------------------------------------------------
     def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
-        slots = np.arange(self.cache_len)
-        mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
-        feeds = {"input_ids": input_ids, "attention_mask": mask[:, None], "position_ids": positions, **self.buffers}
+        if "cache_position" in self.decode_input_names:  # the program builds mask and positions
+            check_cache_position_call(positions, real)
+            feeds = {"input_ids": input_ids, "cache_position": positions[0], **self.buffers}
+        else:
+            slots = np.arange(self.cache_len)
+            mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
+            feeds = {"input_ids": input_ids, "attention_mask": mask[:, None], "position_ids": positions, **self.buffers}
         if self.interface:  # the program's own pytree over the same tensors (a StaticCache)
             torch = self.torch
             leaves = [torch.from_numpy(np.ascontiguousarray(feeds[i["name"]])) if isinstance(feeds[i["name"]], np.ndarray)
                       else feeds[i["name"]] for i in self.manifest.component(DECODE)["inputs"]]
             args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.in_spec)
             with torch.no_grad():
-                return self.decode(*args, **kwargs)[0][:, -1].float().numpy()
+                return self.decode(*args, **kwargs).logits[:, -1].float().numpy()
         out = self._call(self.decode, self.decode_outputs, **feeds)
         return self._last_logits(out)
 
@@ -162,7 +198,8 @@ class TorchProgramRunner(DecodeRunner):
         if self.static:
             # A StaticCache is as long as its max_cache_len (the program's spec holds it).
             needed = input_ids.shape[1] + max_new_tokens
-            self.cache_len = self.max_cache_len if self.interface else min(self.max_cache_len, needed)
+            fixed = self.interface or "cache_position" in self.decode_input_names  # buffers of max_cache_len
+            self.cache_len = self.max_cache_len if fixed else min(self.max_cache_len, needed)
             self.buffers = {name: self._cache_tensor(name, batch, self.cache_len) for name, _ in self.pairs}
             for i in self.manifest.component(DECODE)["inputs"]:  # transformers' StaticLayer.cumulative_length
                 if i["name"].startswith("cumulative_length_"):

@@ -230,7 +230,9 @@ int main(int argc, char** argv) {
   exp->add_option("--dim", flags.dims, "bounds of a named dim, NAME=MIN:MAX or NAME=SIZE (repeatable)");
   exp->add_option("--inputs", flags.inputs,
                   "the plain forward's inputs, e.g. input_ids,attention_mask (the rest derived as the model's "
-                  "forward does; default: input_ids,attention_mask,position_ids)")
+                  "forward does; default: input_ids,attention_mask,position_ids); with --static-cache, "
+                  "input_ids,cache_position: the mask and positions follow from the tokens' cache positions "
+                  "(ExecuTorch's LLM runner calls forward(tokens, input_pos) so)")
       ->delimiter(',');
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
   exp->add_flag("--aot", flags.aot, "pt2: also compile each program with AOTInductor (runs Python with torch)");

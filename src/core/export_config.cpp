@@ -166,8 +166,10 @@ void ExportConfig::validate(const FieldSpelling& spell) const {
   if (!inputs.empty()) {
     const std::set<std::string> unique(inputs.begin(), inputs.end());
     if (unique.size() != inputs.size()) fail(spell("inputs"), ": an input is named twice");
-    if (g.enabled)
-      fail(spell("inputs"), " applies only to the plain forward (generation components take every input)");
+    const bool cache_position_form = g.static_cache() && unique == std::set<std::string>{"input_ids", "cache_position"};
+    if (g.enabled && !cache_position_form)
+      fail(spell("inputs"), " applies only to the plain forward, or is input_ids,cache_position with a static cache "
+           "(generation components take every input)");
   }
   for (const auto& [name, r] : dims)
     if (r.min < 0 || r.min > r.max)

@@ -211,6 +211,9 @@ class Graph {
   std::vector<Node*> order;  // topological
   std::vector<StateDecl> states;       // declared by the frontend
   std::vector<StatePair> state_pairs;  // filled by a backend's state pass
+  // The Python class the model's forward returns its outputs in (a transformers ModelOutput, by
+  // module path), for formats whose programs return that structure (.pt2); empty: a plain tuple.
+  std::string output_type;
   const std::deque<Symbol>& symbols() const { return symbols_; }
   std::vector<Value*> constants() const;  // every constant used by a node in `order`
 

@@ -278,6 +278,7 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
     if (rope.type == "longrope") out.rebuild_cache_at_length = rope.original_max_position_embeddings + 1;
   for (const auto& [name, variant] : components_for(config.generation))
     out.components.push_back({std::string(name), build_graph(ckpt, config, cfg, variant, out.dims)});
+  for (Component& c : out.components) c.graph->output_type = std::string("transformers.modeling_outputs.") + defaults_.output_type;
   return out;
 }
 

@@ -84,6 +84,8 @@ struct DecoderDefaults {
   // The pre-quantized checkpoint format the family reads (gpt-oss: "mxfp4"); any other
   // quantization_config is refused.
   const char* quant_method = nullptr;
+  // The transformers.modeling_outputs class the family's causal LM returns.
+  const char* output_type = "CausalLMOutputWithPast";
 };
 
 // A decoder's hyper-parameters, read once from config.json.

@@ -8,21 +8,31 @@ namespace hfx {
 
 namespace {
 constexpr int64_t kMaxBatch = 4096;
-constexpr const char* kInputNames[] = {"input_ids", "attention_mask", "position_ids"};
+constexpr const char* kInputNames[] = {"input_ids", "attention_mask", "position_ids", "cache_position"};
 
 // Which of the decoder's inputs the graph takes: all by default, else the configured ones.
+// `cache_position` (transformers' name; ExecuTorch's LLM runner's input_pos) replaces the mask
+// and positions of a static cache: the positions of the query's tokens, which also fix the mask.
 struct TakenInputs {
-  bool attention_mask = true, position_ids = true;
+  bool attention_mask = true, position_ids = true, cache_position = false;
 };
 
-TakenInputs taken_inputs(const std::vector<std::string>& names) {
+TakenInputs taken_inputs(const std::vector<std::string>& names, CacheKind cache) {
   if (names.empty()) return {};
   for (const std::string& name : names)
     if (std::find(std::begin(kInputNames), std::end(kInputNames), name) == std::end(kInputNames))
-      fail("inputs: '", name, "' is not an input of this model (it takes input_ids, attention_mask, position_ids)");
+      fail("inputs: '", name, "' is not an input of this model (it takes input_ids, attention_mask, position_ids, "
+           "or input_ids, cache_position with a static cache)");
   auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
   if (!has("input_ids")) fail("inputs: must include input_ids");
-  return {has("attention_mask"), has("position_ids")};
+  const TakenInputs taken{has("attention_mask"), has("position_ids"), has("cache_position")};
+  if (taken.cache_position && cache != CacheKind::Static)
+    fail("inputs: cache_position is the static cache's input (--static-cache)");
+  if (taken.cache_position && (taken.attention_mask || taken.position_ids))
+    fail("inputs: cache_position replaces attention_mask and position_ids (the mask follows from the positions)");
+  if (cache == CacheKind::Static && !taken.cache_position)
+    fail("inputs: a static cache takes input_ids, attention_mask, position_ids (the default) or input_ids, cache_position");
+  return taken;
 }
 }  // namespace
 
@@ -34,7 +44,11 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   batch_ = fixed ? Dim(v.batch) : m.dim("batch", 1, kMaxBatch);
   if (!v.single_token) query_ = m.dim("sequence", 1, max_len);
   input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
-  const TakenInputs taken = taken_inputs(m.config().inputs);
+  const TakenInputs taken = taken_inputs(m.config().inputs, v.cache);
+  if (taken.cache_position) {
+    cache_position_inputs(v.max_cache_len);
+    return;
+  }
   if (v.cache == CacheKind::None && !taken.attention_mask) {
     attention_mask_ = nullptr;  // every token attends (causally)
   } else if (fixed) {
@@ -49,6 +63,18 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   }
   const bool derive_positions = v.cache == CacheKind::None && !taken.position_ids;
   position_ids_ = derive_positions ? arange_positions() : b.input("position_ids", DType::I64, {batch_, query_});
+}
+
+// The static cache's other form: cache_position [query], the slots of this call's tokens, as
+// ExecuTorch's LLM runner passes input_pos (and transformers its cache_position). Every row has
+// those positions, and each query sees the slots up to its own: the mask is built here over a
+// cache of the full length.
+void DecoderIO::cache_position_inputs(int64_t max_cache_len) {
+  total_ = Dim(max_cache_len);
+  Value* cache_position = b_.input("cache_position", DType::I64, {query_});
+  position_ids_ = b_.expand(b_.unsqueeze(cache_position, {0}), b_.shape_of(input_ids_), {batch_, query_});
+  Value* slots = b_.range(b_.const_i64({0}), b_.const_i64({max_cache_len}), b_.const_i64({1}), *total_);
+  attention_mask_ = b_.compare(OpKind::LessOrEqual, b_.unsqueeze(slots, {0, 1, 2}), b_.unsqueeze(position_ids_, {1, 3}));
 }
 
 // What the model's forward uses without position_ids: 0..query-1 in every row (it does not look at

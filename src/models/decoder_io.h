@@ -49,6 +49,7 @@ class DecoderIO {
   Value* static_mask(std::optional<int64_t> window);
   Value* update_one(const std::string& name, Value* fresh);
   Value* arange_positions();
+  void cache_position_inputs(int64_t max_cache_len);
 
   Builder& b_;
   DecoderVariant variant_;
@@ -56,7 +57,7 @@ class DecoderIO {
   Dim batch_, query_;
   std::optional<Dim> past_, total_;
   Value* input_ids_;
-  Value* attention_mask_;  // null when the graph does not take one
+  Value* attention_mask_;  // null when the graph does not take one (or computes it)
   Value* position_ids_;
   std::map<std::optional<int64_t>, Value*> masks_;
 };

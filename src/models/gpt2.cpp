@@ -27,6 +27,7 @@ constexpr DecoderDefaults kGpt2{
               .attention_norm = "ln_1",
               .mlp_norm = "ln_2",
               .final_norm = "ln_f"},
+    .output_type = "CausalLMOutputWithCrossAttentions",
 };
 
 // A GPT-2 key, or its transformers alias (hidden_size for n_embd, ...) when only that is given.

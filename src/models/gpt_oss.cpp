@@ -28,6 +28,7 @@ constexpr DecoderDefaults kGptOss{
     .rope_params = gpt_oss_rope_params,
     .norm_eps = 1e-5,
     .quant_method = "mxfp4",
+    .output_type = "MoeCausalLMOutputWithPast",
 };
 
 class GptOssDecoder : public Decoder {

@@ -15,6 +15,7 @@ constexpr DecoderDefaults kMixtral{
     .rope_theta = 1000000.0,
     .norm_eps = 1e-5,
     .names = {.mlp = "block_sparse_moe"},
+    .output_type = "MoeCausalLMOutputWithPast",
 };
 
 class MixtralDecoder : public Decoder {

@@ -12,6 +12,7 @@ constexpr DecoderDefaults kQwen3Moe{
     .max_position_embeddings = 32768,
     .attention_bias = AttentionBias::FromConfig,
     .qk_norm = true,
+    .output_type = "MoeCausalLMOutputWithPast",
 };
 
 class Qwen3MoeDecoder : public Decoder {

@@ -24,9 +24,8 @@ ids = torch.tensor([prompt]); pos = torch.arange(len(prompt))
 tokens = []
 ptr = past_key_values.layers[0].keys.data_ptr()
 for _ in range(n):
-    out = decode(input_ids=ids, attention_mask=causal_mask(pos, max_cache_len), position_ids=pos[None],
-                 **{kwarg: past_key_values})
-    logits = out.logits if hasattr(out, "logits") else out[0]
+    logits = decode(input_ids=ids, attention_mask=causal_mask(pos, max_cache_len), position_ids=pos[None],
+                    **{kwarg: past_key_values}).logits
     t = int(logits[0, -1].argmax()); tokens.append(t)
     ids = torch.tensor([[t]]); pos = pos[-1:] + 1
 assert past_key_values.layers[0].keys.data_ptr() == ptr

@@ -181,3 +181,35 @@ def test_onnx_runner_holds_the_shared_weights_once(tmp_path, make_tiny_model, ex
     assert not hasattr(separate, "weights")
     np.testing.assert_array_equal(hfexport.generate(shared, ids, max_new_tokens=8, ignore_eos=True),
                                   hfexport.generate(separate, ids, max_new_tokens=8, ignore_eos=True))
+
+
+def test_onnx_runner_keeps_prepacking_where_a_kernel_needs_it(tmp_path, make_tiny_model, export_model):
+    """MatMulNBits runs fast only on weights onnxruntime prepacked (its unpacked path was 60-100x
+    slower on int4 decode): with such an op the runner keeps prepacking on and shares only the
+    weights no prepacking op reads; float graphs share every weight with prepacking off. Greedy
+    tokens are those of onnxruntime's own defaults either way (speed: bench/bench_default_paths.py)."""
+    import hfexport
+    import numpy as np
+    from hfexport.onnxruntime_runner import PREPACKS
+
+    c = case("qwen2-gqa-qkv_bias-theta1e6")
+    model_dir, _ = make_tiny_model(tmp_path / "hf", c.model_type, {**c.config, "hidden_size": 128})
+    ids = np.array([[5, 9, 13, 17, 21]])
+    for extra, policy in (([], "shared, not prepacked"), (["--quantize", "int4"], "shared, prepacked per session")):
+        out = export_model(model_dir, tmp_path / f"gen{len(extra)}", "--for-generation", "--onnx-ops", "ort", *extra)
+        runner = hfexport.open_runner(out)
+        assert runner.weight_policy == policy
+        prepacked = set()
+        for name in ("prefill", "decode"):
+            graph = onnx.load(str(out / f"{name}.onnx"), load_external_data=False).graph
+            prepacked |= {i for n in graph.node if n.op_type in PREPACKS for i in n.input}
+        if extra:
+            assert not set(runner.weights) & prepacked, "a weight a prepacking op reads was shared"
+        try:
+            disabled = runner.decode.get_session_options().get_session_config_entry("session.disable_prepacking")
+        except Exception:  # noqa: BLE001 - onnxruntime raises for an entry never set
+            disabled = None
+        assert (disabled == "1") is (not extra), disabled
+        np.testing.assert_array_equal(
+            hfexport.generate(runner, ids, max_new_tokens=8, ignore_eos=True),
+            hfexport.generate(hfexport.open_runner(out, share_weights=False), ids, max_new_tokens=8, ignore_eos=True))

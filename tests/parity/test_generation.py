@@ -909,6 +909,20 @@ ET_HALF = {"float16": "xnnpack", "bfloat16": "portable"}
 HALF_MARGIN, HALF_FLOOR = 2.0, 1e-2
 
 
+def native_float16_cpu() -> bool:
+    """A CPU with AVX512-FP16, where XNNPACK's float16 kernels compute (and accumulate) in float16
+    itself, unlike transformers' CPU float16 (float32 accumulation): measured 2.4-3.4x its error
+    on such a machine (Gemma 4.8x), with the same program within 2x on others."""
+    try:
+        return "avx512_fp16" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+def half_margin(dtype: str) -> float:
+    return 6.0 if dtype == "float16" and native_float16_cpu() else HALF_MARGIN
+
+
 def transformers_own_error(model, ref: Reference, ids: np.ndarray, mask: np.ndarray, dtype: str) -> float:
     """transformers' max step-logit error in `dtype` against its float32 greedy run, on the float32
     run's tokens (one forward over prompt + tokens, the positions generate() gives them)."""
@@ -944,7 +958,7 @@ def test_executorch_half_precision_generation(name, dtype, mode, tiny, tmp_path,
         for lengths in (SINGLE, (11,) if mode.startswith("static") else BATCH):
             ids, mask = tm.prompts(lengths)
             ref = tm.reference(lengths)
-            tol = HALF_MARGIN * transformers_own_error(tm.model, ref, ids, mask, dtype) + HALF_FLOOR
+            tol = half_margin(dtype) * transformers_own_error(tm.model, ref, ids, mask, dtype) + HALF_FLOOR
             logits: list = []
             tokens = hfexport.generate(runner, ids, mask, max_new_tokens=NEW_TOKENS, ignore_eos=True,
                                        step_logits=logits)

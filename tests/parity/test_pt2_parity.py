@@ -32,7 +32,7 @@ def load_program(path: Path):
 def pt2_logits(program, inputs) -> np.ndarray:
     feeds = {name: torch.from_numpy(a) for name, a in zip(INPUT_NAMES, inputs)}
     with torch.no_grad():
-        (logits,) = program.module()(**feeds)
+        logits = program.module()(**feeds).logits
     return logits.numpy()
 
 

@@ -4,6 +4,8 @@ a process of its own, on the saved decode.pt2), against transformers eager."""
 
 from __future__ import annotations
 
+import copy
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -60,14 +62,16 @@ def test_dynamo_forward_as_documented(llama, tmp_path):
     assert exported.manifest["verification"]["passed"]
     with torch.no_grad():
         want = model(**inputs).logits
-        (got,) = exported.module()(**inputs)
+        out = exported.module()(**inputs)
+    assert type(out).__name__ == "CausalLMOutputWithPast" and list(out.keys()) == ["logits"]
+    got = out.logits
     real = inputs["attention_mask"].bool()
     assert float((got - want)[real].abs().max()) <= 1e-5
     assert torch.allclose(exported(**inputs)["logits"][real], want[real], atol=1e-5)
     exported.save(tmp_path / "model.pt2")
     program = torch.export.load(str(tmp_path / "model.pt2"))
     with torch.no_grad():
-        (again,) = program.module()(**inputs)
+        again = program.module()(**inputs).logits
     assert torch.equal(again, got)
     with pytest.raises(ValueError, match=r"\.pt2"):
         exported.save(tmp_path / "model.onnx")
@@ -95,8 +99,81 @@ def test_documented_static_cache_loop_runs_unchanged(kwarg, llama, tmp_path):
     assert exported.generate(ids, max_new_tokens=NEW)[0, len(PROMPT):].tolist() == greedy(model, PROMPT, NEW)
 
 
+def output_structure(out) -> tuple:
+    """(output class, its fields, the cache's class and length, or None) of a program's output."""
+    cache = out.get("cache")
+    return (type(out).__module__ + "." + type(out).__name__, list(out.keys()),
+            None if cache is None else (type(cache).__name__, len(cache.layers)))
+
+
+def program_outputs(program, kwargs):
+    with torch.no_grad():
+        return program.module()(**copy.deepcopy(kwargs))
+
+
+@pytest.mark.parametrize("form", ["forward", "dynamic", "static"])
+def test_program_outputs_have_transformers_structure(form, llama, tmp_path):
+    """Each program returns what transformers.exporters' DynamoExporter's program returns for the
+    same export, read with torch.export.load: its ModelOutput class, with its fields (logits; a
+    DynamicCache of the presents for a dynamic cache; for a static cache the caller's StaticCache,
+    its own tensors updated in place), equal logits."""
+    import transformers.exporters as tx
+    from transformers.exporters.exporter_dynamo import register_pytree_node
+    from transformers import DynamicCache, StaticCache
+
+    for cache_class in (StaticCache, DynamicCache):
+        register_pytree_node(cache_class)
+    # Example inputs holding a StaticCache load through torch's weights_only=False fallback, whose
+    # warning has a broken format string (a logging error under pytest).
+    for logger in ("torch.export", "torch._export.serde.serialize"):
+        logging.getLogger(logger).setLevel(logging.ERROR)
+    _, model = llama
+    ids = torch.tensor([PROMPT])
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if form == "forward":
+        theirs = {"model": tx.DynamoExporter().export(model, {**inputs, "use_cache": False}, config=tx.DynamoConfig())}
+        ours = {"model": DynamoExporter().export(model, inputs, config=DynamoConfig())}
+    else:
+        options = (dict(generation_config=static_generation(), multi_token_decode=True) if form == "static"
+                   else dict(generation_config=GenerationConfig(do_sample=False)))
+        theirs = tx.DynamoExporter().export_for_generation(model, inputs, tx.DynamoConfig(dynamic=True), **options)
+        theirs = {name: c for name, c in theirs.components.items()}
+        ours = DynamoExporter().export_for_generation(model, inputs, config=DynamoConfig(cache_kwarg="cache"), **options)
+        ours.save_pretrained(tmp_path / "ours")
+    prefill_cache = None
+    for name, program in theirs.items():
+        program = getattr(program, "program", program)
+        want = program_outputs(program, program.example_inputs[1])
+        if form == "forward":
+            ours[name].save(tmp_path / "model.pt2")
+            loaded, kwargs = torch.export.load(str(tmp_path / "model.pt2")), inputs
+        elif form == "static":
+            loaded = torch.export.load(str(tmp_path / "ours" / "decode.pt2"))
+            kwargs = loaded.example_inputs[1]
+        else:  # flat kwargs: the prompt, then one token over the prefill's presents
+            from torch.export.pt2_archive._package import load_pt2
+
+            loaded = load_pt2(str(tmp_path / "ours" / "decode.pt2")).exported_programs["prefill" if name == "prefill" else "model"]
+            n = len(PROMPT)
+            kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(n)[None]}
+            if name == "decode":
+                kwargs = {"input_ids": torch.tensor([[3]]), "attention_mask": torch.ones(1, n + 1, dtype=torch.long),
+                          "position_ids": torch.tensor([[n]])}
+                for i, layer in enumerate(prefill_cache.layers):
+                    kwargs[f"past_key_values_{i}_key"], kwargs[f"past_key_values_{i}_value"] = layer.keys, layer.values
+        got = program_outputs(loaded, kwargs)
+        assert output_structure(got) == output_structure(want), (form, name)
+        prefill_cache = got.get("cache")
+        if form == "static":  # the returned cache is the caller's, updated in place
+            call = copy.deepcopy(loaded.example_inputs[1])
+            with torch.no_grad():
+                out = loaded.module()(**call)
+            assert out.cache.layers[0].keys is call["cache"].layers[0].keys
+            assert float(call["cache"].layers[0].keys.abs().sum()) > 0
+
+
 def test_flat_cache_program_needs_no_transformers(llama, tmp_path):
-    """cache_kwarg=None: the static cache as flat keyword tensors, updated in place."""
+    """cache_kwarg=None: the static cache as flat keyword tensors (no transformers cache class), updated in place."""
     _, model = llama
     ids = torch.tensor([PROMPT])
     exported = DynamoExporter().export_for_generation(
@@ -110,7 +187,7 @@ def test_flat_cache_program_needs_no_transformers(llama, tmp_path):
     pos = torch.arange(len(PROMPT))
     mask = (torch.arange(MAX_CACHE_LEN)[None, :] <= pos[:, None])[None, None]
     with torch.no_grad():
-        (logits,) = decode(input_ids=ids, attention_mask=mask, position_ids=pos[None], **cache)
+        logits = decode(input_ids=ids, attention_mask=mask, position_ids=pos[None], **cache).logits
         want = model(input_ids=ids).logits
     assert float((logits - want).abs().max()) <= 1e-5
     assert all(float(c[:, :, : len(PROMPT)].abs().sum()) > 0 and float(c[:, :, len(PROMPT):].abs().sum()) == 0

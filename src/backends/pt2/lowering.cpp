@@ -29,6 +29,48 @@ json dict_spec(const std::vector<std::string>& keys) {
 }
 std::string dump_spec(const json& spec) { return json::array({1, spec}).dump(); }
 
+// transformers' DynamicCache as transformers.exporters registers it with pytree: its context
+// numbers each layer's keys and values among the leaves. Key order matters (the context is
+// compared as written when a returned cache is flattened again), hence ordered_json.
+json dynamic_cache_spec(size_t layers) {
+  using ordered = nlohmann::ordered_json;
+  ordered entries = ordered::array();
+  json children = json::array();
+  for (size_t l = 0; l < layers; ++l) {
+    ordered layer = {{"keys", {{"_t", "tensor"}, {"i", 2 * l}}},
+                     {"values", {{"_t", "tensor"}, {"i", 2 * l + 1}}},
+                     {"is_initialized", true},
+                     {"device", {{"_t", "device"}, {"s", "cpu"}}}};
+    entries.push_back({{"_t", "obj"}, {"p", "transformers.cache_utils:DynamicLayer"}, {"s", layer}});
+    children.push_back(leaf_spec());
+    children.push_back(leaf_spec());
+  }
+  ordered cache = {{"layers", entries}, {"layer_class_to_replicate", nullptr}, {"offloading", false}};
+  ordered context = {{"_t", "obj"}, {"p", "transformers.cache_utils:DynamicCache"}, {"s", cache}};
+  return {{"type", "transformers.cache_utils:DynamicCache"}, {"context", context.dump()}, {"children_spec", children}};
+}
+
+// What transformers' own program returns for the same export: the model's ModelOutput (a pytree
+// node whose context is its non-None field names): `logits`, and for a dynamic cache the presents
+// as a DynamicCache under `cache` (transformers 5.24's field name). Null when `outputs` (returned
+// names, in order) are not logits then each layer's key and value in layer order.
+json model_output_spec(const std::string& type, const std::vector<std::string>& outputs) {
+  if (type.empty() || outputs.empty() || outputs[0] != "logits" || outputs.size() % 2 != 1) return nullptr;
+  const size_t layers = outputs.size() / 2;
+  for (size_t l = 0; l < layers; ++l)
+    for (const char* kind : {"key", "value"})
+      if (const std::string want = "present." + std::to_string(l) + "." + kind, &got = outputs[1 + 2 * l + (kind[0] == 'v')];
+          got != want && got != python_identifier(want, false))
+        return nullptr;
+  std::vector<std::string> fields{"logits"};
+  json children = json::array({leaf_spec()});
+  if (layers > 0) {
+    fields.push_back("cache");
+    children.push_back(dynamic_cache_spec(layers));
+  }
+  return {{"type", type}, {"context", json(fields).dump()}, {"children_spec", children}};
+}
+
 // A contiguous tensor's TensorMeta.
 json meta_json(DType dtype, const std::vector<SymExpr>& dims) {
   std::vector<SymExpr> strides(dims.size(), SymExpr::constant(1));
@@ -351,8 +393,8 @@ void Pt2Lowering::lower_graph() {
   scope_.clear();
   for (const std::string& length : pending_cache_lengths_) {
     const SymInt query = sym_int(graph_.inputs.front()->shape.at(1));
-    call("torch.ops.aten.add_.Scalar", {{"self", tensor_arg(length)}, {"other", sym_int_arg(query)}}, DType::I64, {},
-         length + "_advanced");
+    advanced_lengths_[length] = call("torch.ops.aten.add_.Scalar", {{"self", tensor_arg(length)}, {"other", sym_int_arg(query)}},
+                                     DType::I64, {}, length + "_advanced");
   }
   for (const Value* v : graph_.outputs) tensor(v);
 }
@@ -364,6 +406,39 @@ void Pt2Lowering::add_cache_length(size_t layer) {
   tensor_values_[name] = tensor_meta(DType::I64, {});
   user_inputs_.push_back({name, name, DType::I64, {}});
   pending_cache_lengths_.push_back(name);
+}
+
+// transformers' static-cache programs also return the cache they were given: its own tensors,
+// updated in place (the in-place results, the advanced lengths), under the in_spec's subtree of
+// that keyword. Null when the interface has no such cache or its leaves are not these.
+std::optional<std::pair<json, std::vector<std::string>>> Pt2Lowering::returned_cache() const {
+  if (interface_.in_spec.empty() || !interface_.cache_lengths) return std::nullopt;
+  std::map<const Value*, const Value*> updated;  // cache input -> its in-place result
+  for (const StatePair& pair : graph_.state_pairs)
+    if (pair.input && in_place_outputs_.count(pair.output)) updated[pair.input] = pair.output;
+  std::vector<std::string> leaves;
+  for (const Pt2Input& in : user_inputs_) {
+    if (const auto length = advanced_lengths_.find(in.placeholder); length != advanced_lengths_.end()) {
+      leaves.push_back(length->second);
+      continue;
+    }
+    const auto input = std::find_if(graph_.inputs.begin(), graph_.inputs.end(), [&](const Value* v) { return v->name == in.keyword; });
+    if (input != graph_.inputs.end() && updated.count(*input)) leaves.push_back(names_.at(updated.at(*input)));
+  }
+  const json spec = json::parse(interface_.in_spec);  // [1, (args, kwargs)]
+  const json& kwargs = spec.at(1).at("children_spec").at(1);
+  for (const json& child : kwargs.at("children_spec")) {
+    size_t count = 0;  // the child's leaves
+    std::vector<const json*> todo{&child};
+    while (!todo.empty()) {
+      const json* node = todo.back();
+      todo.pop_back();
+      if (node->at("type").is_null()) ++count;
+      for (const json& c : node->at("children_spec")) todo.push_back(&c);
+    }
+    if (!child.at("type").is_null() && count == leaves.size()) return std::make_pair(child, leaves);
+  }
+  return std::nullopt;
 }
 
 json Pt2Lowering::program() const {
@@ -384,11 +459,23 @@ json Pt2Lowering::program() const {
     arg_names.push_back(in.keyword);
   }
   json out_leaves = json::array();
+  std::vector<std::string> returned_names;
   for (const Value* v : graph_.outputs) {
     if (!returned(v)) continue;
     outputs.push_back(tensor_arg(names_.at(v)));
     output_specs.push_back({{"user_output", {{"arg", tensor_arg(names_.at(v))}}}});
     out_leaves.push_back(leaf_spec());
+    returned_names.push_back(v->name);
+  }
+  json out_spec = model_output_spec(graph_.output_type, returned_names);
+  if (out_spec.is_null()) out_spec = tuple_spec(out_leaves);
+  else if (const auto cache = returned_cache(); cache && returned_names.size() == 1) {
+    for (const std::string& name : cache->second) {
+      outputs.push_back(tensor_arg(name));
+      output_specs.push_back({{"user_output", {{"arg", tensor_arg(name)}}}});
+    }
+    out_spec["context"] = json({"logits", "cache"}).dump();
+    out_spec["children_spec"].push_back(cache->first);
   }
   json range_constraints = json::object();
   for (const Symbol& s : graph_.symbols())
@@ -398,13 +485,13 @@ json Pt2Lowering::program() const {
                 {"sym_int_values", sym_int_values_}, {"sym_bool_values", json::object()},
                 {"is_single_tensor_return", false}, {"custom_obj_values", json::object()},
                 {"sym_float_values", json::object()}};
-  // forward(*, input_ids, attention_mask, ...) -> a tuple of the outputs.
+  // forward(*, input_ids, attention_mask, ...) -> the model's output structure.
   const bool flat = interface_.in_spec.empty();
   json signature = {
       {"inputs", json::array()}, {"outputs", json::array()},
       {"in_spec", flat ? dump_spec(tuple_spec(json::array({tuple_spec(json::array()), dict_spec(arg_names)})))
                        : interface_.in_spec},
-      {"out_spec", dump_spec(tuple_spec(out_leaves))},
+      {"out_spec", dump_spec(out_spec)},
       {"forward_arg_names", flat ? arg_names : interface_.forward_arg_names}};
   return {{"graph_module",
            {{"graph", graph},

@@ -156,11 +156,14 @@ class Pt2Lowering {
                            const std::string& name) const;
 
   void add_cache_length(size_t layer);
+  // The StaticCache subtree of the interface's in_spec and the tensors a call returns for it.
+  std::optional<std::pair<nlohmann::json, std::vector<std::string>>> returned_cache() const;
 
   const Graph& graph_;
   Pt2Interface interface_;
   std::vector<Pt2Input> user_inputs_;
   std::vector<std::string> pending_cache_lengths_;
+  std::map<std::string, std::string> advanced_lengths_;  // a cumulative_length input -> its add_ result
   std::map<const Symbol*, SymExpr> symbols_;
   std::map<const Symbol*, SymInt> symbol_ints_;
   std::map<const Value*, std::string> names_;

@@ -110,6 +110,9 @@ class ExecutorchSession final : public DecodeSession {
       fail(path_, ": not an ExecuTorch export with a static cache");
     max_cache_len_ = gen.at(manifest::key::kMaxCacheLen).get<int64_t>();
     method_name_ = program_of(manifest, manifest::component::kDecode);
+    // forward(tokens, cache_position), as ExecuTorch's LLM runner calls it: no mask, no positions.
+    const nlohmann::json& inputs = manifest.component(manifest::component::kDecode).at("inputs");
+    cache_position_form_ = inputs.size() == 2 && inputs[1].value("name", "") == "cache_position";
     program_.emplace(path_);
     method_.emplace(program_->program, method_name_, path_);
     if (callers_cache) {
@@ -138,9 +141,18 @@ class ExecutorchSession final : public DecodeSession {
   }
 
  private:
-  // One call: the tokens, a [1, 1, query, max_cache_len] mask (slot <= position) and the positions.
+  // One call: the tokens, a [1, 1, query, max_cache_len] mask (slot <= position) and the positions;
+  // or the tokens and their cache positions.
   std::vector<float> run(std::vector<int64_t> ids, std::vector<int64_t> positions) {
     const auto query = static_cast<int32_t>(ids.size());
+    if (cache_position_form_) {
+      auto input_ids = executorch::extension::from_blob(ids.data(), {1, query}, ScalarType::Long);
+      auto cache_position = executorch::extension::from_blob(positions.data(), {query}, ScalarType::Long);
+      check((*method_)->set_input(et::EValue(*input_ids), 0), path_ + ": input_ids");
+      check((*method_)->set_input(et::EValue(*cache_position), 1), path_ + ": cache_position");
+      check((*method_)->execute(), path_ + ": " + method_name_);
+      return last_logits((*method_)->get_output(0).toTensor());
+    }
     mask_.assign(static_cast<size_t>(query * max_cache_len_), 0);
     for (int32_t q = 0; q < query; ++q)
       for (int64_t s = 0; s <= positions[static_cast<size_t>(q)]; ++s) mask_[static_cast<size_t>(q * max_cache_len_ + s)] = 1;
@@ -186,6 +198,7 @@ class ExecutorchSession final : public DecodeSession {
   size_t logits_bytes_ = 0;
   std::string path_, method_name_;
   int64_t max_cache_len_ = 0, next_ = 0;
+  bool cache_position_form_ = false;
   std::optional<EtProgram> program_;
   std::optional<EtMethod> method_;
   std::vector<uint8_t> mask_;  // bool
