@@ -98,6 +98,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"quantization.group_size", "--quantize-group-size"},
     {"quantization.compute", "--quantize-compute"},
     {"backend.op_profile", "--onnx-ops"},
+    {"backend.layout", "--onnx-layout"},
     {"backend.decompose", "--decompose"},
     {"backend.aot", "--aot"},
     {"backend.executorch_backend", "--executorch-backend"},
@@ -113,6 +114,7 @@ struct BackendFlag {
 };
 constexpr BackendFlag kBackendFlags[] = {
     {"--onnx-ops", "op_profile", {"onnx", "", "", ""}},
+    {"--onnx-layout", "layout", {"onnx", "", "", ""}},
     {"--decompose", "decompose", {"onnx", "openvino", "pt2", "executorch"}},
     {"--aot", "aot", {"pt2", "", "", ""}},
     {"--executorch-backend", "executorch_backend", {"executorch", "", "", ""}},
@@ -164,7 +166,7 @@ void parse_dim(const std::string& text, hfx::ExportConfig& config) {
 
 struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
-  std::string format, dtype, quantize, quantize_compute, onnx_ops, executorch_backend, executorch_kernels;
+  std::string format, dtype, quantize, quantize_compute, onnx_ops, onnx_layout, executorch_backend, executorch_kernels;
   std::vector<std::string> dims, decompose, inputs;
   bool overwrite = false, verbose = false, quiet = false, aot = false, no_alloc_graph_io = false;
   bool for_generation = false, multi_token = false, static_cache = false;
@@ -206,6 +208,7 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
                                     : b.key == "executorch_backend" ? nlohmann::json(f.executorch_backend)
                                     : b.key == "alloc_graph_io"     ? nlohmann::json(false)
                                     : b.key == "executorch_kernels" ? nlohmann::json(f.executorch_kernels)
+                                    : b.key == "layout"             ? nlohmann::json(f.onnx_layout)
                                                          : nlohmann::json(f.onnx_ops);
   }
   return c;
@@ -247,6 +250,9 @@ int main(int argc, char** argv) {
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_flag("--quiet", flags.quiet, "no progress lines (they are shown only on a terminal)");
   exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
+  exp->add_option("--onnx-layout", flags.onnx_layout,
+                  "optimum: the one graph as onnx/model.onnx + onnx/model.onnx_data, the files optimum's "
+                  "ORTModel classes and transformers.js look for (config and tokenizer files stay beside onnx/)");
   exp->add_option("--decompose", flags.decompose,
                   "high-level ops to export as their reference decomposition (e.g. Attention,RMSNorm, or all)")
       ->delimiter(',');

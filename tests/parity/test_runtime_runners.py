@@ -180,10 +180,12 @@ def optimum_generate(out: Path, ids: np.ndarray, mask: np.ndarray, n: int, tmp_p
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("model_type", list(FAMILIES))
-def test_optimum_ort_model_for_causal_lm(model_type, family_model, tmp_path, export_model):
-    """`ORTModelForCausalLM.from_pretrained(OUT).generate(...)` on the default ONNX generation
-    export (one graph for prompt and steps, `past_key_values.{i}.key` -> `present.{i}.key`), a
+@pytest.mark.parametrize("model_type, layout", [(t, "optimum") for t in FAMILIES] + [("llama", "default")])
+def test_optimum_ort_model_for_causal_lm(model_type, layout, family_model, tmp_path, export_model):
+    """`ORTModelForCausalLM.from_pretrained(OUT).generate(...)` on the ONNX generation export
+    (one graph for prompt and steps, `past_key_values.{i}.key` -> `present.{i}.key`) laid out as
+    optimum writes it (`--onnx-layout optimum`: onnx/model.onnx + onnx/model.onnx_data) and, for
+    one family, as hfexport's default (decode.onnx, which optimum also finds), on a
     left-padded batch of two: transformers' greedy tokens. optimum builds the first step's empty
     past from its own reading of config.json (head_dim only for a few model types, else hidden /
     heads; num_key_value_heads only for others: huggingface/optimum#2379); where that reading is
@@ -194,7 +196,9 @@ def test_optimum_ort_model_for_causal_lm(model_type, family_model, tmp_path, exp
     from test_generation import hf_generate, make_prompts
 
     path, model = family_model(model_type)
-    out = export_model(path, tmp_path / "out", "--for-generation")
+    out = export_model(path, tmp_path / "out", "--for-generation", *(["--onnx-layout", layout] if layout != "default" else []))
+    if layout == "optimum":
+        assert sorted(p.name for p in (out / "onnx").iterdir()) == ["model.onnx", "model.onnx_data"]
     ids, mask = make_prompts(model.config.vocab_size, (9, 5))
     proc = optimum_generate(out, ids, mask, NEW_TOKENS, tmp_path)
     if proc.returncode == 3:
@@ -208,3 +212,34 @@ def test_optimum_ort_model_for_causal_lm(model_type, family_model, tmp_path, exp
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == hf_generate(model, ids, mask, NEW_TOKENS).tokens.tolist()
+
+
+def test_optimum_layout_in_hfexport_and_onnxruntime_genai(family_model, tmp_path, export_model):
+    """The optimum layout is still an hfexport export: `hfexport generate`, ExportedModel and
+    onnxruntime-genai (its genai_config.json names onnx/model.onnx) run it."""
+    pytest.importorskip("onnxruntime_genai")
+    from test_generation import hf_generate, make_prompts
+
+    path, model = family_model("llama")
+    out = export_model(path, tmp_path / "out", "--for-generation", "--onnx-layout", "optimum")
+    assert json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["filename"] == "onnx/model.onnx"
+    ids, mask = make_prompts(model.config.vocab_size, (7,))
+    want = hf_generate(model, ids, mask, 8).tokens[0].tolist()
+    assert hfexport.ExportedModel.from_pretrained(out).generate(ids, max_new_tokens=8, ignore_eos=True)[0, 7:].tolist() == want
+    from test_onnxruntime_genai import genai_generate
+
+    assert genai_generate(out, ids, 8)[0] == want
+
+
+def test_optimum_layout_refuses_what_optimum_cannot_run(family_model, tmp_path, run_hfexport):
+    from conftest import assert_clean_error
+
+    path, _ = family_model("llama")
+    base = ["export", str(path), "-o", str(tmp_path / "out"), "--onnx-layout"]
+    for extra, mentions in [
+        (["optimum", "--for-generation", "--onnx-ops", "standard"], ["--onnx-layout", "--multi-token-decode"]),
+        (["optimum", "--for-generation", "--static-cache", "--max-cache-len", "16"], ["--onnx-layout", "--static-cache"]),
+        (["transformers.js", "--for-generation"], ["--onnx-layout", "optimum"]),
+        (["optimum", "--format", "openvino"], ["--onnx-layout", "onnx"]),
+    ]:
+        assert_clean_error(run_hfexport(*base, *extra), tmp_path / "out", *mentions)

@@ -32,6 +32,12 @@ WeightQuantization resolve_compute(WeightQuantization q, OnnxOpProfile profile) 
 }
 
 constexpr const char* kProfileKey = "op_profile";
+// "optimum": the export's one graph is onnx/model.onnx with its data in onnx/model.onnx_data, as
+// optimum writes a decoder (its ORTModelForCausalLM and transformers.js find it there).
+constexpr const char* kLayoutKey = "layout";
+constexpr const char* kOptimumLayout = "optimum";
+
+bool optimum_layout(const ExportConfig& config) { return config.backend.value(kLayoutKey, std::string()) == kOptimumLayout; }
 
 // Unset, generation exports get ort-gqa: onnxruntime's decode kernels (GroupQueryAttention owning
 // a cache buffer the runner binds once, MatMulNBits), the fastest loop measured
@@ -53,7 +59,12 @@ StoredKey stored_key(const Value& v, bool transposed) { return {v.constant->key(
 class OnnxWriter final : public ExportWriter {
  public:
   OnnxWriter(const ExportConfig& config, const std::filesystem::path& dir)
-      : profile_(profile_of(config)), dir_(dir), data_(dir / kDataFile, kDataAlignment) {}
+      : profile_(profile_of(config)),
+        optimum_(optimum_layout(config)),
+        dir_(optimum_ ? make_subdir(dir / "onnx") : dir),
+        prefix_(optimum_ ? "onnx/" : ""),
+        data_file_(optimum_ ? "model.onnx_data" : "model.onnx.data"),
+        data_(dir_ / data_file_, kDataAlignment) {}
 
   WrittenComponent write(const std::string& name, Graph& graph) override {
     onnx::ModelProto model;
@@ -71,7 +82,8 @@ class OnnxWriter final : public ExportWriter {
       if (n->op == OpKind::Linear) transposed.insert(n->inputs[1]);
     Lowering lowering(g, graph, profile_, transposed);
     WrittenComponent written;
-    written.file = name + ".onnx";
+    const std::string file = (optimum_ ? std::string("model") : name) + ".onnx";
+    written.file = prefix_ + file;
     for (const Value* v : graph.inputs) {
       set_value_info(g.add_input(), v->name, v->dtype, v->shape);
       written.inputs.push_back({v->name, v->dtype, v->shape});
@@ -87,21 +99,26 @@ class OnnxWriter final : public ExportWriter {
       written.outputs.push_back({v->name, v->dtype, v->shape});
     }
     write_initializers(g, lowering.initializers());
-    written.data_files.push_back(kDataFile);
+    written.data_files.push_back(prefix_ + data_file_);
     written.cache_shares_buffer = lowering.attention_owns_cache();
     written.cache_keys_rotated_by_slot = lowering.rotates_by_slot();
     written.kernel_fallbacks = lowering.fallbacks();
 
     std::string bytes;
-    if (!model.SerializeToString(&bytes)) fail((dir_ / written.file).string(), ": cannot serialize the model");
-    write_file(dir_ / written.file, bytes);
+    if (!model.SerializeToString(&bytes)) fail((dir_ / file).string(), ": cannot serialize the model");
+    write_file(dir_ / file, bytes);
     return written;
   }
 
   void finish() override { data_.close(); }
 
  private:
-  static constexpr const char* kDataFile = "model.onnx.data";
+  static std::filesystem::path make_subdir(const std::filesystem::path& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail(dir.string(), ": cannot create: ", ec.message());
+    return dir;
+  }
 
   void write_initializers(onnx::GraphProto& g, const std::vector<Lowering::Init>& inits) {
     // Each external initializer reads either bytes this component appends (`fresh`) or a
@@ -158,14 +175,17 @@ class OnnxWriter final : public ExportWriter {
         e->set_value(value);
       };
       ref.tensor->set_data_location(onnx::TensorProto::EXTERNAL);
-      add("location", kDataFile);
+      add("location", data_file_);
       add("offset", std::to_string(span.offset));
       add("length", std::to_string(span.length));
     }
   }
 
   OnnxOpProfile profile_;
-  std::filesystem::path dir_;
+  bool optimum_;
+  std::filesystem::path dir_;  // where the .onnx files and their data go
+  std::string prefix_;         // dir_ relative to the export's directory
+  std::string data_file_;
   WeightFile data_;
   std::map<StoredKey, WeightFile::Span> stored_;  // checkpoint weights written by earlier components
 };
@@ -200,8 +220,9 @@ class OnnxBackend final : public Backend {
 
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
     for (const auto& [key, value] : config.backend.items())
-      if (key != kProfileKey && key != "decompose")
-        fail(spell("backend"), ": unknown ONNX option '", key, "' (known: ", kProfileKey, ", decompose)");
+      if (key != kProfileKey && key != "decompose" && key != kLayoutKey)
+        fail(spell("backend"), ": unknown ONNX option '", key, "' (known: ", kProfileKey, ", ", kLayoutKey, ", decompose)");
+    check_layout(config, spell);
     forced_decompositions(config, spell);
     if (config.backend.contains(kProfileKey) && !config.backend[kProfileKey].is_string())
       fail(spell("backend.op_profile"), " must be a string");
@@ -210,6 +231,20 @@ class OnnxBackend final : public Backend {
         config.quantization.compute == WeightQuantization::Compute::Int8)
       fail(spell("quantization.compute"), " int8 needs ", spell("backend.op_profile"),
            " ort (onnxruntime's MatMulNBits); the standard op set dequantizes the weights and computes in float");
+  }
+
+  // The optimum layout holds one graph that serves the prompt and the steps (or a plain forward):
+  // optimum's decoder classes run a dynamic cache, past -> present, in one session.
+  static void check_layout(const ExportConfig& config, const FieldSpelling& spell) {
+    if (!config.backend.contains(kLayoutKey)) return;
+    const nlohmann::json& layout = config.backend.at(kLayoutKey);
+    if (!layout.is_string() || layout != kOptimumLayout) fail(spell("backend.layout"), ": expected \"optimum\"");
+    const GenerationConfig& g = config.generation;
+    if (g.static_cache())
+      fail(spell("backend.layout"), " optimum: optimum's decoders run a dynamic cache, not ", spell("generation.cache_implementation"));
+    if (g.enabled && !g.multi_token_decode && profile_of(config, spell) != OnnxOpProfile::OrtGqa)
+      fail(spell("backend.layout"), " optimum holds one graph for the prompt and the steps: add ",
+           spell("generation.multi_token_decode"), " (or keep the default op profile)");
   }
 
   // ort-gqa's dynamic cache is one decode graph for the prompt and the steps: one session, so
