@@ -64,18 +64,22 @@ _STAND_IN_OUTPUTS = ("CausalLMOutputWithPast", "CausalLMOutputWithCrossAttention
 
 
 def _register_stand_in_outputs() -> None:
-    """dict-like stand-ins for transformers' causal-LM output classes, registered under their
-    serialized names, so that a logits-only program loads where transformers is not installed."""
+    """Stand-ins for transformers' causal-LM output classes (dict-like) and its DynamicCache (a
+    list of each layer's keys and values), registered under their serialized names, so that the
+    programs load and run where transformers (or its exporters) is not installed."""
     import torch.utils._pytree as pytree
 
+    def register(serialized: str, cls, flatten, unflatten) -> None:
+        if serialized not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:  # the context is read with json.loads
+            pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=serialized)
+
     for name in _STAND_IN_OUTPUTS:
-        serialized = f"transformers.modeling_outputs.{name}"
-        if serialized in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
-            continue
-        cls = type(name, (dict,), {"__getattr__": lambda self, key: self[key]})
-        pytree.register_pytree_node(
-            cls, lambda o: (list(o.values()), list(o.keys())), lambda values, keys, c=cls: c(zip(keys, values)),
-            serialized_type_name=serialized)
+        output = type(name, (dict,), {"__getattr__": lambda self, key: self[key]})
+        register(f"transformers.modeling_outputs.{name}", output, lambda o: (list(o.values()), list(o.keys())),
+                 lambda values, keys, cls=output: cls(zip(keys, values)))
+    cache = type("DynamicCache", (list,), {"layers": property(list)})
+    register("transformers.cache_utils:DynamicCache", cache, lambda o: ([t for pair in o for t in pair], None),
+             lambda values, _context: cache(zip(values[0::2], values[1::2])))
 
 
 def output_leaves(outputs) -> list:

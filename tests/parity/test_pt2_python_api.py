@@ -5,6 +5,7 @@ a process of its own, on the saved decode.pt2), against transformers eager."""
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import subprocess
 import sys
@@ -203,3 +204,21 @@ def test_static_cache_interface_refuses_sliding_layers(tmp_path):
                                                generation_config=static_generation(), multi_token_decode=True)
     with pytest.raises(ConfigError, match="cache_kwarg must be"):
         DynamoConfig(cache_kwarg="kv")
+
+
+def test_programs_run_in_hfexport_without_transformers(llama, tmp_path, export_model):
+    """The outputs name transformers' classes; where transformers is not installed, hfexport's
+    loader registers stand-ins, so `hfexport generate`'s runner still runs every program form."""
+    path, model = llama
+    script = ("import sys, json; sys.modules['transformers'] = None\n"
+              "import numpy as np, hfexport\n"
+              "ids = np.array([json.loads(sys.argv[2])])\n"
+              "print(json.dumps(hfexport.generate(hfexport.open_runner(sys.argv[1]), ids, max_new_tokens=6, "
+              "ignore_eos=True)[0].tolist()))\n")
+    want = greedy(model, PROMPT, 6)
+    for mode in (["--for-generation"], ["--for-generation", "--static-cache", "--max-cache-len", "32"]):
+        out = export_model(path, tmp_path / f"out{len(mode)}", "--format", "pt2", *mode)
+        proc = subprocess.run([sys.executable, "-c", script, str(out), json.dumps(PROMPT)], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == want, mode
