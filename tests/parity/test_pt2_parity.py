@@ -125,7 +125,10 @@ def test_pt2_generation_programs_decompose(mode_args, tmp_path, make_tiny_model,
     dynamic cache (past + query) and the in-place static-cache writes (a user-input mutation once
     functionalized) are consistent to torch's shape checks."""
     from torch.export.pt2_archive._package import load_pt2
+    from transformers import DynamicCache
+    from transformers.exporters.exporter_dynamo import register_pytree_node
 
+    register_pytree_node(DynamicCache)  # a dynamic cache's presents come back as one, as transformers' do
     model_dir, _ = make_tiny_model(tmp_path / "hf", "qwen3", dict(BASE))
     out = export_model(model_dir, tmp_path / "out", "--format", "pt2", *mode_args)
     programs = load_pt2(str(out / "decode.pt2")).exported_programs
