@@ -11,6 +11,7 @@ import copy
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -23,7 +24,7 @@ import numpy as np
 from .configs import (AutoExportConfig, ConfigError, DynamoConfig, ExecutorchConfig, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
                       config_class_for, dims_from_dynamic_shapes, static_dims)
 from .forward import open_graph
-from .manifest import DECODE, FILE_NAME, MODEL, PREFILL, load_manifest
+from .manifest import CACHE_STATEFUL, DECODE, FILE_NAME, MODEL, PREFILL, load_manifest
 from .versions import check_runtime_versions
 
 logger = logging.getLogger("hfexport")
@@ -227,7 +228,8 @@ class OnnxSaver:
             for kv in tensor.external_data:
                 if kv.key == "location":
                     kv.value = data_name
-        _replace_file(src.parent / data_files[0], dst.with_name(data_name))
+        # data_files are relative to the export's folder; the data sits beside its graph
+        _replace_file(src.parent / Path(data_files[0]).name, dst.with_name(data_name))
         tmp = dst.with_name(f".{dst.name}.hfexport-tmp")
         onnx.save(model, str(tmp))
         os.replace(tmp, dst)
@@ -362,9 +364,11 @@ class ExportedModel(Mapping):
         if target.resolve() == self.directory.resolve():
             return
         target.mkdir(parents=True, exist_ok=True)
-        files = [p for p in self.directory.iterdir() if p.is_file() and p.name != FILE_NAME]
+        # Subfolders too: --onnx-layout optimum keeps its graph in onnx/.
+        files = [p for p in self.directory.rglob("*") if p.is_file() and p != self.directory / FILE_NAME]
         for path in files:
-            _replace_file(path, target / path.name)
+            (target / path.relative_to(self.directory)).parent.mkdir(parents=True, exist_ok=True)
+            _replace_file(path, target / path.relative_to(self.directory))
         _replace_file(self.directory / FILE_NAME, target / FILE_NAME)  # last: the export is complete
 
     @classmethod
@@ -440,8 +444,9 @@ class ExportedModel(Mapping):
             # What the model's forward uses without them (and how a cache it built was rotated).
             past = _cache_length(cache)
             feeds["position_ids"] = np.broadcast_to(np.arange(past, past + query, dtype=np.int64), (batch, query)).copy()
-        past_inputs = [n for n in input_names if n.startswith("past_key_values.")]
-        if not past_inputs and _cache_length(cache) > 0:
+        # past_key_values.{i}.key, or as a .pt2 program's keyword (past_key_values_{i}_key)
+        past_inputs = [n for n in input_names if _PAST_INPUT.fullmatch(n)]
+        if not past_inputs and _cache_length(cache) > 0 and self._manifest.cache == CACHE_STATEFUL:
             raise ValueError(f"component '{name}' keeps its KV cache inside the runtime: it cannot be called with "
                              "a given cache (use generate())")
         if past_inputs:
@@ -449,7 +454,7 @@ class ExportedModel(Mapping):
                 raise ValueError(f"component '{name}' reads a KV cache: pass past_key_values")
             layers = _cache_layers(cache)
             for n in past_inputs:
-                _, layer, kind = n.split(".")
+                layer, kind = _PAST_INPUT.fullmatch(n).groups()
                 k, v = layers[int(layer)]
                 feeds[n] = _to_numpy(k if kind == "key" else v)
         missing = [n for n in input_names if n not in feeds and n != "beam_idx"]
@@ -556,6 +561,9 @@ class ExportedModel(Mapping):
             else:
                 out[key] = default
         return out
+
+
+_PAST_INPUT = re.compile(r"past_key_values[._](\d+)[._](key|value)")
 
 
 def _cache_length(cache) -> int:

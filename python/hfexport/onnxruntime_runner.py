@@ -96,7 +96,8 @@ class OnnxRuntimeRunner(DecodeRunner):
     def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
                  providers: list | None = None, share_weights: bool = True):
         """`share_weights`: with several components, hold their common weights once in memory for
-        all sessions (and turn off onnxruntime's per-session prepacked copies); False keeps
+        all sessions (onnxruntime's per-session prepacked copies off, or, where an op needs them,
+        only the weights no prepacking op reads shared: `weight_policy` says which); False keeps
         onnxruntime's defaults (faster prefill, a weight copy per session). With sharing, the shared
         initializers are added to `session_options`: do not reuse that object for another runner."""
         self.manifest = manifest

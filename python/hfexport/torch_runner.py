@@ -26,7 +26,14 @@ def load_programs(path: Path) -> dict:
     raised as they are, not behind torch.export.load's generic one)."""
     from torch.export.pt2_archive._package import load_pt2
 
+    import torch.utils._pytree as pytree
+
     register_cache_pytrees()  # the programs' output (and cache) structures name these types
+    # An older transformers' output classes cannot take the programs' fields: hfexport reads the
+    # programs through stand-ins then (the names map to them while the archive loads).
+    overrides = _older_output_classes()
+    saved = {name: pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[name] for name in overrides}
+    pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.update(overrides)
     # Example inputs holding a transformers StaticCache load only through torch's weights_only=False
     # fallback, whose warning has a broken format string (a logging error, raised under pytest).
     quiet = [logging.getLogger(name) for name in ("torch.export", "torch._export.serde.serialize")]
@@ -36,6 +43,7 @@ def load_programs(path: Path) -> dict:
     try:
         return dict(load_pt2(str(path)).exported_programs)
     finally:
+        pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.update(saved)
         for logger, level in zip(quiet, levels):
             logger.setLevel(level)
 
@@ -74,12 +82,45 @@ def _register_stand_in_outputs() -> None:
             pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=serialized)
 
     for name in _STAND_IN_OUTPUTS:
-        output = type(name, (dict,), {"__getattr__": lambda self, key: self[key]})
+        output = _stand_in_output(name)
         register(f"transformers.modeling_outputs.{name}", output, lambda o: (list(o.values()), list(o.keys())),
                  lambda values, keys, cls=output: cls(zip(keys, values)))
-    cache = type("DynamicCache", (list,), {"layers": property(list)})
-    register("transformers.cache_utils:DynamicCache", cache, lambda o: ([t for pair in o for t in pair], None),
-             lambda values, _context: cache(zip(values[0::2], values[1::2])))
+    layer = type("DynamicLayer", (), {"__init__": lambda self, k, v: self.__dict__.update(keys=k, values=v)})
+    cache = type("DynamicCache", (), {"__init__": lambda self, layers: setattr(self, "layers", layers)})
+    register("transformers.cache_utils:DynamicCache", cache,
+             lambda o: ([t for layer in o.layers for t in (layer.keys, layer.values)], None),
+             lambda values, _context: cache([layer(k, v) for k, v in zip(values[0::2], values[1::2])]))
+
+
+def _stand_in_output(name: str) -> type:
+    """A dict whose keys read as attributes, as a transformers ModelOutput's do."""
+    def getattr_(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    return type(name, (dict,), {"__getattr__": getattr_})
+
+
+def _older_output_classes() -> dict[str, type]:
+    """Serialized output names whose installed transformers class has no `cache` field (before
+    5.24 it is `past_key_values`), each with a stand-in that takes the programs' fields."""
+    import torch.utils._pytree as pytree
+
+    out = {}
+    for name in _STAND_IN_OUTPUTS:
+        serialized = f"transformers.modeling_outputs.{name}"
+        cls = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(serialized)
+        if cls is not None and "cache" not in getattr(cls, "__dataclass_fields__", {"cache": None}):
+            stand_in = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(f"hfexport.{name}")
+            if stand_in is None:
+                stand_in = _stand_in_output(name)
+                pytree.register_pytree_node(stand_in, lambda o: (list(o.values()), list(o.keys())),
+                                            lambda values, keys, c=stand_in: c(zip(keys, values)),
+                                            serialized_type_name=f"hfexport.{name}")
+            out[serialized] = stand_in
+    return out
 
 
 def output_leaves(outputs) -> list:
@@ -182,7 +223,7 @@ class TorchProgramRunner(DecodeRunner):
                       else feeds[i["name"]] for i in self.manifest.component(DECODE)["inputs"]]
             args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.in_spec)
             with torch.no_grad():
-                return self.decode(*args, **kwargs).logits[:, -1].float().numpy()
+                return output_leaves(self.decode(*args, **kwargs))[0][:, -1].float().numpy()
         out = self._call(self.decode, self.decode_outputs, **feeds)
         return self._last_logits(out)
 

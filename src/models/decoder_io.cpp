@@ -30,8 +30,6 @@ TakenInputs taken_inputs(const std::vector<std::string>& names, CacheKind cache)
     fail("inputs: cache_position is the static cache's input (--static-cache)");
   if (taken.cache_position && (taken.attention_mask || taken.position_ids))
     fail("inputs: cache_position replaces attention_mask and position_ids (the mask follows from the positions)");
-  if (cache == CacheKind::Static && !taken.cache_position)
-    fail("inputs: a static cache takes input_ids, attention_mask, position_ids (the default) or input_ids, cache_position");
   return taken;
 }
 }  // namespace

@@ -133,6 +133,15 @@ def test_onnx_default_records_its_fallbacks(shape, recorded, shares_buffer, shap
     assert ("RotaryEmbedding" in ops) is ("GroupQueryAttention do_rotary" in recorded or not shares_buffer)
 
 
+@pytest.mark.parametrize("extra", [STATIC, GEN + ["--decompose", "Attention"]], ids=["static", "decomposed"])
+def test_no_fallback_recorded_where_gqa_was_never_a_candidate(extra, shape_model, tmp_path, export_model):
+    """A static cache's attention (over the scattered buffer) and a decomposed one never become
+    GroupQueryAttention under ort-gqa: nothing fell back, nothing is recorded."""
+    model_dir, _ = shape_model("head12")
+    out = export_model(model_dir, tmp_path / "out", *extra, "--onnx-ops", "ort-gqa")
+    assert fallbacks(out) == {}
+
+
 # The first generation case of each family, at head size 12 (where the family's config allows it).
 def _head12(model_type: str, overrides: dict) -> dict:
     out = {**overrides, "hidden_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -222,3 +223,23 @@ def test_programs_run_in_hfexport_without_transformers(llama, tmp_path, export_m
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert json.loads(proc.stdout.strip().splitlines()[-1]) == want, mode
+
+
+def test_programs_run_in_hfexport_under_older_transformers(llama, tmp_path, export_model):
+    """Under transformers < 5.24 (here 4.57, optimum-onnx's venv) the output classes name the
+    cache `past_key_values`, not the programs' `cache`: hfexport reads them through stand-ins."""
+    older = Path(__file__).resolve().parents[2] / ".venv-optimum-onnx" / "bin" / "python"
+    if not older.is_file():
+        pytest.skip("no .venv-optimum-onnx (scripts/setup.sh makes it)")
+    path, model = llama
+    out = export_model(path, tmp_path / "out", "--format", "pt2", "--for-generation")
+    script = ("import sys, json, numpy as np, transformers, hfexport\n"
+              "assert transformers.__version__ < '5'\n"
+              "ids = np.array([json.loads(sys.argv[2])])\n"
+              "print(json.dumps(hfexport.generate(hfexport.open_runner(sys.argv[1]), ids, max_new_tokens=6, "
+              "ignore_eos=True)[0].tolist()))\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "python"))
+    proc = subprocess.run([str(older), "-c", script, str(out), json.dumps(PROMPT)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == greedy(model, PROMPT, 6)

@@ -134,6 +134,8 @@ def test_executorch_cache_position_form_refuses_what_it_cannot_serve(family_mode
         (["--static-cache", "--max-cache-len", "16", "--inputs", "input_ids,cache_position,attention_mask"],
          ["--inputs"]),
         (["--static-cache", "--max-cache-len", "16", "--inputs", "input_ids,cache_pos"], ["--inputs"]),
+        (["--static-cache", "--max-cache-len", "16", "--inputs", "input_ids,cache_position", "--no-alloc-graph-io"],
+         ["--inputs", "--no-alloc-graph-io"]),
     ]:
         assert_clean_error(run_hfexport(*base, *extra), tmp_path / "out", *mentions)
 

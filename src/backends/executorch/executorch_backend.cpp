@@ -290,6 +290,12 @@ class ExecutorchBackend final : public Backend {
         fail(spell("backend.executorch_backend"), ": expected \"portable\" or \"xnnpack\"");
     }
     forced_decompositions(config, spell);
+    // ExecuTorch's LLM runner passes two inputs and keeps the cache in the method: with the
+    // caller's cache (zero copy) the form serves no runner.
+    if (!plans_graph_io(config) &&
+        std::find(config.inputs.begin(), config.inputs.end(), "cache_position") != config.inputs.end())
+      fail(spell("inputs"), " input_ids,cache_position keeps the cache in the method (ExecuTorch's LLM runner's "
+           "form): it does not go with ", spell("backend.alloc_graph_io"));
     if (config.quantization.compute == WeightQuantization::Compute::Int8 && !uses_xnnpack(config))
       fail(spell("quantization.compute"), " int8: only XNNPACK's linears quantize activations (the xnnpack "
            "backend, with 4-bit or 8-bit weights); the portable kernels dequantize weights and compute in float");

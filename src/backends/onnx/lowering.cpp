@@ -224,7 +224,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
   // one way. Every family's attentions share one head size, so a refusal holds for all of them.
   bool gqa = profile_ == OnnxOpProfile::OrtGqa;
   for (const Node* n : graph.order) {
-    if (!gqa || n->op != OpKind::Attention) continue;
+    if (!gqa || n->op != OpKind::Attention || !gqa_candidate(*n)) continue;
     gqa = gqa_refusal(*n).empty();  // the ort-gqa passes recorded why not (check_gqa_preconditions)
   }
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
@@ -244,6 +244,11 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
     }
   }
   if (gqa) plan_gqa_layouts(graph);
+}
+
+bool gqa_candidate(const Node& attention) {
+  const Node* k = attention.inputs[1]->producer;
+  return attention.input(3) && ((k && k->op == OpKind::KVAppend) || attention.inputs[1]->shape[2] == attention.inputs[0]->shape[2]);
 }
 
 // onnxruntime 1.32's CPU kernel (contrib_ops/cpu/bert/group_query_attention) rejects a head size

@@ -196,7 +196,7 @@ class OnnxWriter final : public ExportWriter {
 void check_gqa_preconditions(const Graph& graph, OnnxOpProfile profile, PassReport& report) {
   if (profile != OnnxOpProfile::OrtGqa) return;
   for (const Node* n : graph.order) {
-    if (n->op != OpKind::Attention) continue;
+    if (n->op != OpKind::Attention || !gqa_candidate(*n)) continue;
     if (std::string why = gqa_refusal(*n); !why.empty()) {
       report.kernel_fallbacks.push_back({"GroupQueryAttention", why + " (onnxruntime's CPU kernel)",
                                          n->input(4) ? "the reference decomposition of attention with sinks"
@@ -222,10 +222,10 @@ class OnnxBackend final : public Backend {
     for (const auto& [key, value] : config.backend.items())
       if (key != kProfileKey && key != "decompose" && key != kLayoutKey)
         fail(spell("backend"), ": unknown ONNX option '", key, "' (known: ", kProfileKey, ", ", kLayoutKey, ", decompose)");
-    check_layout(config, spell);
     forced_decompositions(config, spell);
     if (config.backend.contains(kProfileKey) && !config.backend[kProfileKey].is_string())
       fail(spell("backend.op_profile"), " must be a string");
+    check_layout(config, spell);
     const OnnxOpProfile profile = profile_of(config, spell);
     if (config.quantization.enabled() && !profile_has_contrib_ops(profile) &&
         config.quantization.compute == WeightQuantization::Compute::Int8)
@@ -263,8 +263,11 @@ class OnnxBackend final : public Backend {
     const OnnxOpProfile profile = profile_of(config);
     const WeightQuantization quantize = resolve_compute(config.quantization, profile);
     return {
-        {"check_gqa_preconditions", [profile](Graph& g, PassReport& r) { check_gqa_preconditions(g, profile, r); }},
         {"lower_state", [](Graph& g, PassReport&) { lower_state_as_io(g); }},
+        {"check_gqa_preconditions",
+         [profile, forced = forced_decompositions(config)](Graph& g, PassReport& r) {
+           if (!forced.count(OpKind::Attention)) check_gqa_preconditions(g, profile, r);
+         }},
         // onnxruntime runs each MatMul as its own thread-pool round; batch-1 decode gains from fewer,
         // wider ones. (OpenVINO's CPU plugin fuses q/k/v itself: packing measured no different there.)
         {"pack_linears", [](Graph& g, PassReport&) { pack_linears(g); }},

@@ -354,9 +354,7 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
 // append or no cache).
 bool attention_maps_natively(const Node& n, OnnxOpProfile profile) {
   if (!n.input(4)) return true;
-  const Node* k = n.inputs[1]->producer;
-  return profile == OnnxOpProfile::OrtGqa && n.input(3) && gqa_refusal(n).empty() &&
-         ((k && k->op == OpKind::KVAppend) || n.inputs[1]->shape[2] == n.inputs[0]->shape[2]);
+  return profile == OnnxOpProfile::OrtGqa && gqa_candidate(n) && gqa_refusal(n).empty();
 }
 HFX_ONNX_OP_NATIVE(Attention, attention_maps_natively) {
   if (l.profile() == OnnxOpProfile::OrtGqa && lower_group_query_attention(l, n, out)) return;
