@@ -227,7 +227,13 @@ def test_optimum_layout_in_hfexport_and_onnxruntime_genai(family_model, tmp_path
     assert json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["filename"] == "onnx/model.onnx"
     ids, mask = make_prompts(model.config.vocab_size, (7,))
     want = hf_generate(model, ids, mask, 8).tokens[0].tolist()
-    assert hfexport.ExportedModel.from_pretrained(out).generate(ids, max_new_tokens=8, ignore_eos=True)[0, 7:].tolist() == want
+    exported = hfexport.ExportedModel.from_pretrained(out)
+    assert exported.generate(ids, max_new_tokens=8, ignore_eos=True)[0, 7:].tolist() == want
+    exported.save_pretrained(tmp_path / "copy")  # onnx/ comes along
+    copy = hfexport.ExportedModel.from_pretrained(tmp_path / "copy")
+    assert copy.generate(ids, max_new_tokens=8, ignore_eos=True)[0, 7:].tolist() == want
+    exported["decode"].save(tmp_path / "single" / "decode.onnx")  # one graph, its data beside it
+    assert (tmp_path / "single" / "decode.onnx.data").is_file()
     from test_onnxruntime_genai import genai_generate
 
     assert genai_generate(out, ids, 8)[0] == want
