@@ -77,30 +77,36 @@ def _register_stand_in_outputs() -> None:
     programs load and run where transformers (or its exporters) is not installed."""
     import torch.utils._pytree as pytree
 
-    def register(serialized: str, cls, flatten, unflatten) -> None:
-        if serialized not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:  # the context is read with json.loads
-            pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=serialized)
-
     for name in _STAND_IN_OUTPUTS:
-        output = _stand_in_output(name)
-        register(f"transformers.modeling_outputs.{name}", output, lambda o: (list(o.values()), list(o.keys())),
-                 lambda values, keys, cls=output: cls(zip(keys, values)))
+        _registered_stand_in_output(name, f"transformers.modeling_outputs.{name}")
+    if "transformers.cache_utils:DynamicCache" in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+        return
     layer = type("DynamicLayer", (), {"__init__": lambda self, k, v: self.__dict__.update(keys=k, values=v)})
     cache = type("DynamicCache", (), {"__init__": lambda self, layers: setattr(self, "layers", layers)})
-    register("transformers.cache_utils:DynamicCache", cache,
-             lambda o: ([t for layer in o.layers for t in (layer.keys, layer.values)], None),
-             lambda values, _context: cache([layer(k, v) for k, v in zip(values[0::2], values[1::2])]))
+    pytree.register_pytree_node(  # the context is read with json.loads
+        cache, lambda o: ([t for layer in o.layers for t in (layer.keys, layer.values)], None),
+        lambda values, _context: cache([layer(k, v) for k, v in zip(values[0::2], values[1::2])]),
+        serialized_type_name="transformers.cache_utils:DynamicCache")
 
 
-def _stand_in_output(name: str) -> type:
-    """A dict whose keys read as attributes, as a transformers ModelOutput's do."""
+def _registered_stand_in_output(name: str, serialized: str) -> type:
+    """The class registered under `serialized`, else a dict whose keys read as attributes (as a
+    transformers ModelOutput's do), registered under it."""
+    import torch.utils._pytree as pytree
+
+    if serialized in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+        return pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[serialized]
+
     def getattr_(self, key):
         try:
             return self[key]
         except KeyError:
             raise AttributeError(key) from None
 
-    return type(name, (dict,), {"__getattr__": getattr_})
+    output = type(name, (dict,), {"__getattr__": getattr_})
+    pytree.register_pytree_node(output, lambda o: (list(o.values()), list(o.keys())),
+                                lambda values, keys: output(zip(keys, values)), serialized_type_name=serialized)
+    return output
 
 
 def _older_output_classes() -> dict[str, type]:
@@ -113,13 +119,7 @@ def _older_output_classes() -> dict[str, type]:
         serialized = f"transformers.modeling_outputs.{name}"
         cls = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(serialized)
         if cls is not None and "cache" not in getattr(cls, "__dataclass_fields__", {"cache": None}):
-            stand_in = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.get(f"hfexport.{name}")
-            if stand_in is None:
-                stand_in = _stand_in_output(name)
-                pytree.register_pytree_node(stand_in, lambda o: (list(o.values()), list(o.keys())),
-                                            lambda values, keys, c=stand_in: c(zip(keys, values)),
-                                            serialized_type_name=f"hfexport.{name}")
-            out[serialized] = stand_in
+            out[serialized] = _registered_stand_in_output(name, f"hfexport.{name}")
     return out
 
 
