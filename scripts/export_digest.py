@@ -49,6 +49,25 @@ OPENVINO_MODES = [
     ("int8-generation", ["--quantize", "int8", "--for-generation"]),
 ]
 
+EXECUTORCH_MODES = [
+    ("plain", []),
+    ("dynamic", ["--for-generation"]),
+    ("multi", ["--for-generation", "--multi-token-decode"]),
+    ("static", ["--for-generation", *CACHE.split()]),
+    ("static-positions", ["--for-generation", *CACHE.split(), "--inputs", "input_ids,cache_position"]),
+    ("static-portable", ["--for-generation", *CACHE.split(), "--executorch-backend", "portable"]),
+    ("static-kernels", ["--for-generation", *CACHE.split(), "--executorch-kernels", "hfexport"]),
+    ("static-no-alloc", ["--for-generation", *CACHE.split(), "--no-alloc-graph-io"]),
+    ("int4-static", ["--quantize", "int4", "--for-generation", *CACHE.split()]),
+]
+PT2_MODES = [
+    ("plain", []),
+    ("dynamic", ["--for-generation"]),
+    ("multi", ["--for-generation", "--multi-token-decode"]),
+    ("static", ["--for-generation", *CACHE.split()]),
+    ("int8", ["--quantize", "int8"]),
+]
+
 
 def binary() -> str:
     return os.environ.get("HFEXPORT_BIN") or str(ROOT / ".venv" / "bin" / "hfexport")
@@ -92,7 +111,8 @@ def run(models: Path, work: Path, args_canonical: bool = False) -> dict[str, dic
         if not (model_dir / "config.json").exists():
             build_tiny_model(model_dir, case.model_type, {**TINY_CONFIG, **case.overrides})
         full = "generation" in case.suites or "quantized" in case.suites
-        modes = [("onnx", m, a) for m, a in ONNX_MODES] + [("openvino", m, a) for m, a in OPENVINO_MODES]
+        modes = ([("onnx", m, a) for m, a in ONNX_MODES] + [("openvino", m, a) for m, a in OPENVINO_MODES]
+                 + [("executorch", m, a) for m, a in EXECUTORCH_MODES] + [("pt2", m, a) for m, a in PT2_MODES])
         if not full:  # forward-only cases: the plain graphs
             modes = [m for m in modes if m[1].startswith("plain")]
         for fmt, mode, args in modes:

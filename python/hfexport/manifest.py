@@ -15,6 +15,12 @@ SCHEMA_VERSION = 1
 MODEL = "model"  # the plain forward
 PREFILL = "prefill"  # prompt -> last logits + cache
 DECODE = "decode"  # the step a decode loop repeats
+ENCODER = "encoder"  # an encoder-decoder's encoder
+DECODER = "decoder"  # an encoder-decoder's decoder step
+TEXT_DECODER = "text_decoder"  # a decoder over inputs_embeds
+TOKEN_EMBEDDING = "token_embedding"  # token ids -> inputs_embeds
+VISION_ENCODER = "vision_encoder"  # pixel values -> image embeddings
+AUDIO_ENCODER = "audio_encoder"  # audio features -> audio embeddings
 
 # generation.cache
 CACHE_DYNAMIC = "dynamic"  # past_key_values.* -> present.*

@@ -14,6 +14,7 @@
 
 #include "core/export_config.h"
 #include "io/json_config.h"
+#include "ir/component.h"
 #include "ir/graph.h"
 #include "passes/passes.h"
 
@@ -79,7 +80,7 @@ class ExportWriter {
   };
   virtual void set_token_ids(const TokenIds& ids) { (void)ids; }
   // Lowers `graph` (its passes have run; lowering may add small constants) and writes its files.
-  virtual WrittenComponent write(const std::string& name, Graph& graph) = 0;
+  virtual WrittenComponent write(Role role, Graph& graph) = 0;
   virtual void finish() = 0;
 };
 

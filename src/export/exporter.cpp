@@ -90,7 +90,7 @@ json generation_json(const GenerationConfig& g, const ExportModel& model, const 
               {key::kLogits, g.last_logits_only ? "last" : "all"},
               {key::kEosTokenId, eos_token_ids(ckpt)}};
   json components = json::array();
-  for (const Component& c : model.components) components.push_back(c.name);
+  for (const Component& c : model.components) components.push_back(c.name());
   out[key::kComponents] = components;
   if (model.rebuild_cache_at_length > 0) out[key::kRebuildCacheAt] = model.rebuild_cache_at_length;
   if (keys_by_slot) out[key::kCacheKeyPositions] = "slots";
@@ -212,27 +212,28 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
     const std::unique_ptr<ExportWriter> writer = backend->writer(config, out.path());
     writer->set_token_ids(token_ids(ckpt));
     for (Component& c : model.components) {
-      progress::stage("writing " + c.name);
+      const std::string name(c.name());
+      progress::stage("writing " + name);
       for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
       PassReport report;
-      run_passes(*backend, graph_config, c.name, *c.graph, report, run.verbose);
-      const WrittenComponent w = writer->write(c.name, *c.graph);
-      components[c.name] = {{key::kFile, w.file},
+      run_passes(*backend, graph_config, name, *c.graph, report, run.verbose);
+      const WrittenComponent w = writer->write(c.role, *c.graph);
+      components[name] = {{key::kFile, w.file},
                             {key::kDataFiles, w.data_files},
                             {key::kInputs, tensors_json(w.inputs)},
                             {key::kOutputs, tensors_json(w.outputs)}};
-      if (!w.program.empty()) components[c.name][key::kProgram] = w.program;
+      if (!w.program.empty()) components[name][key::kProgram] = w.program;
       std::vector<KernelFallback> fallbacks = report.kernel_fallbacks;
       fallbacks.insert(fallbacks.end(), w.kernel_fallbacks.begin(), w.kernel_fallbacks.end());
       for (const KernelFallback& f : fallbacks)
-        components[c.name]["kernel_fallbacks"].push_back({{"kernel", f.kernel}, {"reason", f.reason}, {"instead", f.instead}});
+        components[name]["kernel_fallbacks"].push_back({{"kernel", f.kernel}, {"reason", f.reason}, {"instead", f.instead}});
       stateful = stateful || w.stateful;
       quantized_compute = report.quantization.int8_compute ? "int8" : "float";
       if (config.quantization.enabled())
-        components[c.name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
+        components[name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
                                                       {"kept_float", report.quantization.kept_float},
                                                       {"embeddings", report.quantization.embeddings}};
-      if (c.name == manifest::component::kDecode) {
+      if (c.role == Role::Decode) {  // the step a decode loop repeats carries the loop's cache
         shares_buffer = w.cache_shares_buffer;
         keys_by_slot = w.cache_keys_rotated_by_slot;
         for (const StatePair& state : c.graph->state_pairs) {

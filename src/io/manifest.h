@@ -19,6 +19,12 @@ namespace component {
 inline constexpr std::string_view kModel = "model";      // the plain forward
 inline constexpr std::string_view kPrefill = "prefill";  // prompt -> last logits + cache
 inline constexpr std::string_view kDecode = "decode";    // the step a decode loop repeats
+inline constexpr std::string_view kEncoder = "encoder";  // an encoder-decoder's encoder
+inline constexpr std::string_view kDecoder = "decoder";  // an encoder-decoder's decoder step
+inline constexpr std::string_view kTextDecoder = "text_decoder";  // a decoder over inputs_embeds
+inline constexpr std::string_view kTokenEmbedding = "token_embedding";  // token ids -> inputs_embeds
+inline constexpr std::string_view kVisionEncoder = "vision_encoder";    // pixel values -> image embeddings
+inline constexpr std::string_view kAudioEncoder = "audio_encoder";      // audio features -> audio embeddings
 }  // namespace component
 
 namespace cache {

@@ -70,19 +70,18 @@ AttentionSpec parse_attention(const JsonConfig& c, const DecoderDefaults& d, int
 }
 
 // The graph variants to export: the plain forward, or the components a decode loop needs.
-std::vector<std::pair<std::string_view, DecoderVariant>> components_for(const GenerationConfig& gen) {
-  namespace component = manifest::component;
-  if (!gen.enabled) return {{component::kModel, {}}};
+std::vector<std::pair<Role, DecoderVariant>> components_for(const GenerationConfig& gen) {
+  if (!gen.enabled) return {{Role::Forward, {}}};
   if (gen.static_cache())
-    return {{component::kDecode, {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
+    return {{Role::Decode, {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len}}};
   if (gen.multi_token_decode) {
     DecoderVariant decode{CacheKind::Dynamic, true, false};
     decode.last_logits = gen.last_logits_only;
-    return {{component::kDecode, decode}};
+    return {{Role::Decode, decode}};
   }
   DecoderVariant prefill{CacheKind::Dynamic, false, false};
   prefill.last_logits = true;
-  return {{component::kPrefill, prefill}, {component::kDecode, {CacheKind::Dynamic, true, true}}};
+  return {{Role::Prefill, prefill}, {Role::Decode, {CacheKind::Dynamic, true, true}}};
 }
 
 }  // namespace
@@ -276,8 +275,8 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   // that holds keys rotated with the short factors (transformers rebuilds it there).
   for (const RopeConfig& rope : cfg.ropes)
     if (rope.type == "longrope") out.rebuild_cache_at_length = rope.original_max_position_embeddings + 1;
-  for (const auto& [name, variant] : components_for(config.generation))
-    out.components.push_back({std::string(name), build_graph(ckpt, config, cfg, variant, out.dims)});
+  for (const auto& [role, variant] : components_for(config.generation))
+    out.components.push_back({role, build_graph(ckpt, config, cfg, variant, out.dims)});
   for (Component& c : out.components) c.graph->output_type = std::string("transformers.modeling_outputs.") + defaults_.output_type;
   return out;
 }

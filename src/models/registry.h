@@ -10,14 +10,16 @@
 
 #include "core/export_config.h"
 #include "io/checkpoint.h"
+#include "ir/component.h"
 #include "ir/graph.h"
 
 namespace hfx {
 
-// One exported graph and the name it is published under in export.json.
+// One exported graph and its role (which names it in export.json and in the backend's files).
 struct Component {
-  std::string name;
+  Role role;
   std::unique_ptr<Graph> graph;
+  std::string_view name() const { return role_name(role); }
 };
 
 struct ExportModel {

@@ -9,22 +9,22 @@
 
 namespace hfx::test {
 
-inline WrittenComponent write_component(const std::string& format, const std::string& name, Graph& g,
+inline WrittenComponent write_component(const std::string& format, Role role, Graph& g,
                                         const std::filesystem::path& dir, ExportConfig config) {
   config.format = format;
   const auto backend = make_backend(format);
   PassReport report;
-  run_passes(*backend, backend->graph_config(config), name, g, report);
+  run_passes(*backend, backend->graph_config(config), std::string(role_name(role)), g, report);
   const auto writer = backend->writer(config, dir);
-  WrittenComponent written = writer->write(name, g);
+  WrittenComponent written = writer->write(role, g);
   writer->finish();
   return written;
 }
 
-inline WrittenComponent write_component(const std::string& format, const std::string& name, Graph& g,
+inline WrittenComponent write_component(const std::string& format, Role role, Graph& g,
                                         const std::filesystem::path& dir) {
   ExportConfig config;
-  return write_component(format, name, g, dir, config);
+  return write_component(format, role, g, dir, config);
 }
 
 inline ExportConfig with_dtype(DType dtype) {

@@ -305,7 +305,7 @@ std::unique_ptr<Written> write_tiny_model() {
 
   const fs::path out = w->dir / "out";
   fs::create_directories(out);
-  w->component = test::write_component("onnx", "decode", g, out);
+  w->component = test::write_component("onnx", Role::Decode, g, out);
   EXPECT_TRUE(w->model.ParseFromString(read_file(out / w->component.file)));
   w->data = read_file(out / "model.onnx.data");
   return w;
@@ -498,9 +498,9 @@ TEST(OnnxBackend, LowersExpand) {
   Value* x = b.input("x", DType::F32, {1, 4});
   b.output(b.expand(x, b.const_i64({3, 4}, {2}), {3, 4}), "y");
   try {
-    test::write_component("onnx", "m", g, dir.path());
+    test::write_component("onnx", Role::Forward, g, dir.path());
     onnx::ModelProto m;
-    ASSERT_TRUE(m.ParseFromString(read_file(dir / "m.onnx")));
+    ASSERT_TRUE(m.ParseFromString(read_file(dir / "model.onnx")));
     bool has_expand = false;
     for (const auto& n : m.graph().node()) has_expand = has_expand || n.op_type() == "Expand";
     EXPECT_TRUE(has_expand);
@@ -528,9 +528,9 @@ TEST(OnnxBackend, SlicesTilingAValueBecomeOneSplit) {
   b.output(b.slice(y, 1, 0, 2), "d");
   b.output(b.slice(y, 1, 4, 8), "e");
   try {
-    test::write_component("onnx", "m", g, dir.path());
+    test::write_component("onnx", Role::Forward, g, dir.path());
     onnx::ModelProto m;
-    ASSERT_TRUE(m.ParseFromString(read_file(dir / "m.onnx")));
+    ASSERT_TRUE(m.ParseFromString(read_file(dir / "model.onnx")));
     auto counts = op_counts(m);
     EXPECT_EQ(counts["Split"], 1);
     EXPECT_EQ(counts["Slice"], 2);  // y's: [2, 4) is not read

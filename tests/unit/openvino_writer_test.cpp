@@ -49,7 +49,7 @@ std::unique_ptr<Written> write_model(DType dtype, bool with_state) {
     Value* fresh = b.unsqueeze(b.unsqueeze(y, {1}), {1});
     b.state_update(state, b.state_read(state), fresh, nullptr, {batch, 1, total, 3});  // the state pass keeps it
   }
-  w->component = test::write_component("openvino", with_state ? "decode" : "model", g, w->dir.path(),
+  w->component = test::write_component("openvino", with_state ? Role::Decode : Role::Forward, g, w->dir.path(),
                                         test::with_dtype(dtype));
   EXPECT_TRUE(w->xml.load_file((w->dir.path() / w->component.file).c_str()));
   w->bin = read_file(w->dir.path() / w->component.data_files.at(0));

@@ -74,6 +74,15 @@ bool uses_hfexport_kernels(const ExportConfig& config) {
 void put_u32(std::string& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
 void put_u64(std::string& out, size_t at, uint64_t v) { std::memcpy(out.data() + at, &v, sizeof v); }
 
+// A component's method name, as ExecuTorch's runners call them: TextLLMRunner's `forward`, the
+// multimodal and speech runners' `text_decoder` (over embeddings), and the role's own name
+// otherwise (`token_embedding`, `vision_encoder`, `audio_encoder`, `encoder`, `prefill`).
+std::string executorch_method(Role role) {
+  if (is_main_role(role)) return "forward";
+  if (role == Role::Decoder || role == Role::TextDecoder) return "text_decoder";
+  return std::string(role_name(role));
+}
+
 class ExecutorchWriter final : public ExportWriter {
  public:
   ExecutorchWriter(const ExportConfig& config, const std::filesystem::path& dir)
@@ -83,10 +92,9 @@ class ExecutorchWriter final : public ExportWriter {
         planned_io_(plans_graph_io(config)),
         hfexport_kernels_(uses_hfexport_kernels(config)) {}
 
-  WrittenComponent write(const std::string& name, Graph& graph) override {
-    // The LLM runner calls its method `forward`; other components keep their names.
-    const bool main_method = name == manifest::component::kModel || name == manifest::component::kDecode;
-    const std::string method = main_method ? "forward" : name;
+  WrittenComponent write(Role role, Graph& graph) override {
+    const bool main_method = is_main_role(role);
+    const std::string method = executorch_method(role);
     EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_, hfexport_kernels_);
     lowering.lower_graph();
     if (main_method) record_metadata(graph);

@@ -54,6 +54,13 @@ using StoredKey = std::tuple<std::string, DType, bool>;
 
 StoredKey stored_key(const Value& v, bool transposed) { return {v.constant->key(), v.dtype, transposed}; }
 
+// A component's file name without `.onnx`: its role's name, or in optimum's layout the one file
+// optimum's ORTModel classes load for a single-graph model.
+std::string onnx_file_stem(Role role, bool optimum) {
+  if (optimum && is_main_role(role)) return "model";
+  return std::string(role_name(role));
+}
+
 // One export's ONNX files: a .onnx per component, and one external data file all of them read,
 // holding each weight once.
 class OnnxWriter final : public ExportWriter {
@@ -66,7 +73,8 @@ class OnnxWriter final : public ExportWriter {
         data_file_(optimum_ ? "model.onnx_data" : "model.onnx.data"),
         data_(dir_ / data_file_, kDataAlignment) {}
 
-  WrittenComponent write(const std::string& name, Graph& graph) override {
+  WrittenComponent write(Role role, Graph& graph) override {
+    const std::string name(role_name(role));
     onnx::ModelProto model;
     model.set_ir_version(kIrVersion);
     model.set_producer_name("hfexport");
@@ -82,7 +90,7 @@ class OnnxWriter final : public ExportWriter {
       if (n->op == OpKind::Linear) transposed.insert(n->inputs[1]);
     Lowering lowering(g, graph, profile_, transposed);
     WrittenComponent written;
-    const std::string file = (optimum_ ? std::string("model") : name) + ".onnx";
+    const std::string file = onnx_file_stem(role, optimum_) + ".onnx";
     written.file = prefix_ + file;
     for (const Value* v : graph.inputs) {
       set_value_info(g.add_input(), v->name, v->dtype, v->shape);

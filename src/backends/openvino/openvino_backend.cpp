@@ -18,20 +18,32 @@ namespace {
 
 constexpr uint64_t kBinAlignment = 4096;  // page-aligned: unaligned chunk writes cost the kernel dearly
 
+// A component's file name without `.xml` / `.bin`, as optimum-intel names them and OpenVINO GenAI's
+// pipelines look for them: openvino_model for the model, openvino_<role>_model for the others, and
+// the vision-language pipeline's own names for its parts.
+std::string openvino_file_stem(Role role) {
+  if (is_main_role(role)) return "openvino_model";
+  switch (role) {
+    case Role::TextDecoder: return "openvino_language_model";
+    case Role::TokenEmbedding: return "openvino_text_embeddings_model";
+    case Role::VisionEncoder: return "openvino_vision_embeddings_model";
+    default: return "openvino_" + std::string(role_name(role)) + "_model";
+  }
+}
+
 // One export's OpenVINO files: an .xml per component and its .bin (OpenVINO reads weights from
 // the .bin named after the .xml; generation is one stateful model, so weights are stored once).
 class OpenVinoWriter final : public ExportWriter {
  public:
   OpenVinoWriter(const ExportConfig& config, const std::filesystem::path& dir) : dtype_(config.dtype), dir_(dir) {}
 
-  WrittenComponent write(const std::string& name, Graph& graph) override {
+  WrittenComponent write(Role role, Graph& graph) override {
+    const std::string name(role_name(role));
     OvNetwork net;
     OvLowering lowering(graph, net, dtype_);
     lowering.lower_graph();
 
-    // OpenVINO tools look for openvino_model.xml/.bin; other components keep their own name.
-    const bool main_model = name == manifest::component::kModel || name == manifest::component::kDecode;
-    const std::string stem = main_model ? "openvino_model" : "openvino_" + name + "_model";
+    const std::string stem = openvino_file_stem(role);
     WeightFile bin(dir_ / (stem + ".bin"), kBinAlignment);
     std::vector<WeightFile::Item> items;
     for (const auto& [layer, v] : lowering.constants()) items.push_back({v, false});

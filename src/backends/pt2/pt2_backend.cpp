@@ -77,6 +77,11 @@ std::string read_file(const std::filesystem::path& path) {
   return bytes;
 }
 
+// A component's program name in the archive. torch.export.load returns the program named
+// `model`: the forward, or the decode step (which serves every call of a multi-token or
+// static-cache loop); other components keep their role's name.
+std::string pt2_program(Role role) { return is_main_role(role) ? "model" : std::string(role_name(role)); }
+
 class Pt2Writer final : public ExportWriter {
  public:
   Pt2Writer(const ExportConfig& config, const std::filesystem::path& dir)
@@ -84,8 +89,8 @@ class Pt2Writer final : public ExportWriter {
         data_(path_, StoredZip::kAlignment),
         interface_(interface_of(config)) {}
 
-  WrittenComponent write(const std::string& name, Graph& graph) override {
-    const bool decode = name == manifest::component::kDecode;
+  WrittenComponent write(Role role, Graph& graph) override {
+    const bool decode = role == Role::Decode;
     Pt2Lowering lowering(graph, decode ? interface_.program : Pt2Interface{});
     lowering.lower_graph();
     nlohmann::json weights = nlohmann::json::object(), constants = nlohmann::json::object();
@@ -111,9 +116,7 @@ class Pt2Writer final : public ExportWriter {
     const auto spans = data_.append_all(fresh);
     for (size_t i = 0; i < spans.size(); ++i) records_.push_back({fresh_paths[i], spans[i]});
 
-    // torch.export.load returns the program named `model`: the forward, or the decode step
-    // (which serves every call of a multi-token or static-cache loop).
-    const std::string program{name == manifest::component::kDecode ? manifest::component::kModel : name};
+    const std::string program = pt2_program(role);
     programs_.push_back({program, lowering.program().dump(), nlohmann::json{{"config", weights}}.dump(),
                          nlohmann::json{{"config", constants}}.dump(),
                          decode && !interface_.sample_inputs.empty() ? read_file(interface_.sample_inputs) : ""});
