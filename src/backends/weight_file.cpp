@@ -234,7 +234,7 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
     HFX_CHECK(!item.transpose, "transposed quantized constant ", v.name);
     return write_quantized(v, offset, scratch);
   }
-  HFX_CHECK(c->src_dtype == v.dtype || (is_float(c->src_dtype) && is_float(v.dtype)), "cast of ", v.name);
+  HFX_CHECK(c->src_dtype == v.dtype || (is_float(c->src_dtype) && is_float(v.dtype)), "cast of ", v.name, " from ", dtype_name(c->src_dtype), " to ", dtype_name(v.dtype));
   bool transpose = item.transpose;
   if (transpose && c->op == ConstantData::Op::Transpose) {  // stored transposed: the two cancel
     c = c->args[0].get();

@@ -40,6 +40,7 @@ class Builder {
   Value* mul(Value* a, Value* b) { return binary(OpKind::Mul, a, b); }
   Value* div(Value* a, Value* b) { return binary(OpKind::Div, a, b); }
   Value* pow(Value* a, Value* b) { return binary(OpKind::Pow, a, b); }
+  Value* mod(Value* a, Value* b) { return binary(OpKind::Mod, a, b); }
   Value* max(Value* a, Value* b) { return binary(OpKind::Max, a, b); }
   Value* min(Value* a, Value* b) { return binary(OpKind::Min, a, b); }
   Value* top_k(Value* x, int64_t k, bool indices) { return emit(OpKind::TopK, {x}, TopKAttrs{k, indices}); }

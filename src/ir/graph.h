@@ -192,8 +192,12 @@ struct StateDecl {
 // Where a lowered state enters and leaves the graph (after a backend's state pass).
 struct StatePair {
   std::string name;  // the state's name
-  Value* input;      // null when the graph starts the state (prefill)
-  Value* output;
+  Value* input;      // null when the graph starts the state (prefill, an encoder writing it once)
+  Value* output;     // null when the graph only reads it (write-once state another component wrote)
+  StateUpdatePolicy update = StateUpdatePolicy::Append;
+  // The runtime can keep it between calls (a variable, a method buffer, the caller's tensor
+  // updated in place): the graph both reads and writes it, and it is not computed once elsewhere.
+  bool carried() const { return input && output && update != StateUpdatePolicy::WriteOnce; }
 };
 
 class Graph {

@@ -29,6 +29,11 @@ Types rule_binary(const Inputs& in, const OpAttrs&) {
   return one(in[0]->dtype, broadcast_shapes(in[0]->shape, in[1]->shape));
 }
 
+Types rule_integer_binary(const Inputs& in, const OpAttrs& a) {
+  need(!is_float(in[0]->dtype), "Mod of floats");
+  return rule_binary(in, a);
+}
+
 Types rule_compare(const Inputs& in, const OpAttrs&) {
   need(in[0]->dtype == in[1]->dtype, "compared dtypes differ");
   return one(DType::Bool, broadcast_shapes(in[0]->shape, in[1]->shape));
@@ -297,6 +302,7 @@ RULE(Sub, rule_binary)
 RULE(Mul, rule_binary)
 RULE(Div, rule_binary)
 RULE(Pow, rule_binary)
+RULE(Mod, rule_integer_binary)
 RULE(Max, rule_binary)
 RULE(Min, rule_binary)
 RULE(BitwiseAnd, rule_binary)

@@ -1,9 +1,14 @@
-// Lowers graph state to graph inputs and outputs, for runtimes whose caller carries the state
-// between calls (ONNX; OpenVINO's writer then turns the pairs into ReadValue/Assign variables):
+// Lowers graph state to graph inputs and outputs, the form every backend starts from (ONNX keeps
+// it; OpenVINO's writer turns the pairs into ReadValue/Assign variables; the .pt2 and ExecuTorch
+// lowerings make in-place pairs mutations of the caller's tensor or of a method buffer). By policy:
 // - Append: StateRead -> input past_key_values.{i}.*, StateUpdate -> KVAppend, output present.{i}.*
 //   (a call that starts the state outputs its fresh rows: prefill);
 // - Slots: StateRead -> input input.<name>, StateUpdate -> ScatterElements at the positions,
-//   output output.<name> of the same shape, so the caller can bind both to one buffer.
+//   output output.<name> of the same shape, so the caller can bind both to one buffer;
+// - Ring: as Slots, at position mod window (a call writes at most `window` rows);
+// - Replace: StateRead -> input <name>, the update's fresh value -> output present<...> (same shape);
+// - WriteOnce: the component that computes it outputs present<...>; one that only reads it takes
+//   input <name> and returns nothing for it.
 #include <map>
 
 #include "core/error.h"
@@ -14,16 +19,38 @@
 namespace hfx {
 namespace {
 
-// "past_key_values.0.key" -> "present.0.key", the common dynamic-cache output name.
+// The output name of a state the caller carries: "past_key_values.0.key" -> "present.0.key"
+// (transformers' dynamic-cache names), "past_conv.0" -> "present_conv.0" (transformers.js's
+// names for recurrent state), anything else -> "present.<name>".
 std::string present_name(const std::string& state) {
-  const size_t dot = state.find('.');
-  return dot == std::string::npos ? "present." + state : "present" + state.substr(dot);
+  constexpr std::string_view kPastKeyValues = "past_key_values", kPast = "past_";
+  if (state.starts_with(kPastKeyValues)) return "present" + state.substr(kPastKeyValues.size());
+  if (state.starts_with(kPast)) return "present_" + state.substr(kPast.size());
+  return "present." + state;
+}
+
+bool in_place(StateUpdatePolicy p) { return p == StateUpdatePolicy::Slots || p == StateUpdatePolicy::Ring; }
+
+std::string input_name(const StateDecl& state) { return in_place(state.update) ? "input." + state.name : state.name; }
+std::string output_name(const StateDecl& state) {
+  return in_place(state.update) ? "output." + state.name : present_name(state.name);
 }
 
 struct Lowered {
   Value* input = nullptr;
   Value* output = nullptr;
 };
+
+// The rows' slots written at `positions` ([batch, query]), as ScatterElements indices over the
+// state's length axis (2).
+Value* slot_indices(Builder& b, const StateDecl& state, Value* positions, Value* fresh) {
+  Value* slots = positions;
+  if (state.update == StateUpdatePolicy::Ring) {
+    HFX_CHECK(state.window > 0, "ring state '", state.name, "' has no window");
+    slots = b.mod(positions, b.const_i64({state.window}, {}));
+  }
+  return b.expand(b.unsqueeze(slots, {1, 3}), b.shape_of(fresh), fresh->shape);
+}
 
 }  // namespace
 
@@ -35,26 +62,27 @@ void lower_state_as_io(Graph& graph) {
     const StateAttrs& attrs = n.attrs_as<StateAttrs>();
     const auto index = static_cast<size_t>(attrs.state);
     const StateDecl& state = graph.states.at(index);
-    const bool slots = state.update == StateUpdatePolicy::Slots;
-    if (state.update != StateUpdatePolicy::Append && !slots)
-      fail("internal error: state '", state.name, "': this backend lowers only append and slot updates");
     Value* out = n.outputs[0];
     if (n.op == OpKind::StateRead) {  // the read becomes a graph input
       out->producer = nullptr;
-      out->name = slots ? "input." + state.name : state.name;
+      out->name = input_name(state);
       graph.inputs.push_back(out);
       lowered[index].input = out;
       return Rewrite::drop();
     }
     Value* current = n.input(0);
     Value* fresh = n.inputs[1];
-    if (!current) {  // the call starts the state: its rows are the state (and get its output name)
-      HFX_CHECK(!slots, "slot state '", state.name, "' updated without a buffer");
-      HFX_CHECK(fresh->producer != nullptr, "state '", state.name, "' started from a graph input or constant");
+    const StateUpdatePolicy policy = state.update;
+    if (!current || policy == StateUpdatePolicy::Replace || policy == StateUpdatePolicy::WriteOnce) {
+      // The fresh value is the state from here on (a call that starts it: prefill, an encoder).
+      HFX_CHECK(!in_place(policy), "slot state '", state.name, "' updated without a buffer");
+      HFX_CHECK(policy != StateUpdatePolicy::WriteOnce || !current, "write-once state '", state.name,
+                "' updated by a component that reads it");
+      HFX_CHECK(fresh->producer != nullptr, "state '", state.name, "' set from a graph input or constant");
       lowered[index].output = fresh;
       return Rewrite::replace(fresh);
     }
-    if (!slots) {  // append in place: the node becomes KVAppend, its result unchanged
+    if (policy == StateUpdatePolicy::Append) {  // in place: the node becomes KVAppend, its result unchanged
       const Dim total = attrs.shape[2];
       n.op = OpKind::KVAppend;
       n.inputs = {current, fresh};
@@ -62,18 +90,17 @@ void lower_state_as_io(Graph& graph) {
       lowered[index].output = out;
       return Rewrite::keep();
     }
-    Value* at = b.expand(b.unsqueeze(n.inputs[2], {1, 3}), b.shape_of(fresh), fresh->shape);
-    Value* written = b.scatter_elements(current, at, fresh, 2);
+    Value* written = b.scatter_elements(current, slot_indices(b, state, n.inputs[2], fresh), fresh, 2);
     lowered[index].output = written;
     return Rewrite::replace(written);
   });
   Builder b(graph);
   for (size_t i = 0; i < lowered.size(); ++i) {
     const StateDecl& state = graph.states[i];
-    HFX_CHECK(lowered[i].output != nullptr, "state '", state.name, "' is never updated");
-    const bool slots = state.update == StateUpdatePolicy::Slots;
-    b.output(lowered[i].output, slots ? "output." + state.name : present_name(state.name));
-    graph.state_pairs.push_back({state.name, lowered[i].input, lowered[i].output});
+    const bool read_only = state.update == StateUpdatePolicy::WriteOnce && lowered[i].input;
+    HFX_CHECK(lowered[i].output != nullptr || read_only, "state '", state.name, "' is never updated");
+    if (lowered[i].output) b.output(lowered[i].output, output_name(state));
+    graph.state_pairs.push_back({state.name, lowered[i].input, lowered[i].output, state.update});
   }
 }
 

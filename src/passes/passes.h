@@ -33,8 +33,10 @@ struct QuantizeReport {
 // over the same codes and scales.
 QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q);
 
-// Lowers graph state (StateRead / StateUpdate) to graph inputs and outputs: append updates to
-// past/present + KVAppend, slot updates to in-place input./output. pairs + ScatterElements; fills
+// Lowers graph state (StateRead / StateUpdate) to graph inputs and outputs, by update policy:
+// append to past/present + KVAppend, slots and ring to in-place input./output. pairs +
+// ScatterElements (ring at position mod window), replace to a past/present pair of one shape,
+// write-once to an output where it is computed and an input where it is read; fills
 // graph.state_pairs.
 void lower_state_as_io(Graph& graph);
 

@@ -147,6 +147,10 @@ EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& cons
 // lower_state_as_io): index_put_ takes the positions themselves.
 void EtLowering::plan_in_place_updates() {
   for (const StatePair& pair : graph_.state_pairs) {
+    if (pair.carried() && pair.update == StateUpdatePolicy::Replace) {
+      plan_replaced_state(pair);
+      continue;
+    }
     const Node* update = pair.output ? pair.output->producer : nullptr;
     if (!pair.input || !update || update->op != OpKind::ScatterElements || update->inputs[0] != pair.input) continue;
     const Node* expand = update->inputs[1]->producer;
@@ -167,6 +171,18 @@ void EtLowering::plan_in_place_updates() {
     for (const StatePair& pair : graph_.state_pairs)
       if (pair.input == v && in_place_outputs_.count(pair.output)) cache_inputs_.push_back(v);
   plan_filled_slot_reads();
+}
+
+// Replaced state (recurrent, convolution) is a buffer too, which the call's result is copied into
+// at the end of the method (aten::copy_), after every read of the old value.
+void EtLowering::plan_replaced_state(const StatePair& pair) {
+  HFX_CHECK(pair.input->shape.at(0) == Dim(1), "executorch: the state ", pair.name, " has batch ",
+            pair.input->shape.at(0).to_string(), "; a .pte's in-place state takes batch 1");
+  for (const Dim& d : pair.input->shape)
+    HFX_CHECK(d.is_static(), "internal error: executorch: replaced state ", pair.name, " has a dynamic shape");
+  if (planned_io_) buffers_[pair.input] = -1;
+  in_place_outputs_.insert(pair.output);
+  replaced_.push_back(&pair);
 }
 
 // Caches read up to their filled slots: mutable buffers written at the position_ids themselves,
@@ -665,6 +681,8 @@ void EtLowering::lower_graph() {
     lower_on_kernels(*n);
   }
   flush();
+  for (const StatePair* pair : replaced_)
+    kernel_in_place("aten::copy_", "", {tensor(pair->input), tensor(pair->output), bool_value(false)});
   add_outputs();
   plan_memory();
   auto chain = std::make_unique<etfb::ChainT>();

@@ -203,6 +203,7 @@ class EtLowering {
   void add_outputs();
   int unplanned(int id);
   void plan_in_place_updates();
+  void plan_replaced_state(const StatePair& pair);
   void plan_filled_slot_reads();
   EtInt filled_slots(const Value* positions, int64_t slots);
   std::set<const Node*> needed_nodes() const;
@@ -226,6 +227,7 @@ class EtLowering {
   std::map<const Node*, const Value*> in_place_;  // update -> the positions it writes at
   std::map<const Value*, int> buffers_;            // state input -> its buffer (-1 until made)
   std::set<const Value*> in_place_outputs_;
+  std::vector<const StatePair*> replaced_;  // Replace state: copied into its buffer at the end
   std::vector<const Value*> cache_inputs_;
   std::vector<int> planned_;                 // tensors the memory plan places
   std::set<int> pinned_;                     // buffers: alive across calls, never shared

@@ -24,6 +24,7 @@ HFX_ET_BINARY(And, "aten::logical_and", "out")
 HFX_ET_BINARY(BitwiseAnd, "aten::bitwise_and", "Tensor_out")
 HFX_ET_BINARY(BitShiftRight, "aten::bitwise_right_shift", "Tensor_out")
 HFX_ET_BINARY(Pow, "aten::pow", "Tensor_Tensor_out")
+HFX_ET_BINARY(Mod, "aten::remainder", "Tensor_out")  // floored, as the IR's Mod
 #undef HFX_ET_BINARY
 
 // add.out / sub.out take an alpha (1).

@@ -13,6 +13,7 @@ namespace {
   HFX_ONNX_OP(Op) { l.node(#Op, in, {out}); }
 HFX_ONNX_SAME_NAME(Add)
 HFX_ONNX_SAME_NAME(Sub)
+HFX_ONNX_SAME_NAME(Mod)  // integers: fmod 0 (the default) floors
 HFX_ONNX_SAME_NAME(Mul)
 HFX_ONNX_SAME_NAME(Div)
 HFX_ONNX_SAME_NAME(Pow)

@@ -127,10 +127,11 @@ void OvLowering::lower(const Node& n) {
 
 void OvLowering::lower_graph() {
   std::map<const Value*, const StatePair*> state_of;
-  for (const StatePair& s : graph_.state_pairs) state_of[s.input] = state_of[s.output] = &s;
+  for (const StatePair& s : graph_.state_pairs)
+    if (s.carried()) state_of[s.input] = state_of[s.output] = &s;
   for (const Value* v : graph_.inputs)
     if (!state_of.count(v)) ports_[v] = parameter(v->name, v->dtype, v->shape);
-  if (!graph_.state_pairs.empty()) lower_state_reads();
+  if (!state_of.empty()) lower_state_reads();
   for (const Node* n : graph_.order) lower(*n);
   for (const Value* v : graph_.outputs) {
     const OvPort p = port(v);
@@ -149,9 +150,10 @@ OvPort OvLowering::parameter(const std::string& name, DType dtype, const Shape& 
                   {}, {{dtype, shape, name}});
 }
 
-// Each cache input becomes a variable: ReadValue, initialised to an empty [batch, heads, 0, dim]
-// tensor, reordered by beam_idx, as optimum-intel and OpenVINO GenAI expect; its output is
-// written back by an Assign.
+// Each state the graph carries becomes a variable: ReadValue, initialised to zeros of its shape
+// for the call's batch (an append cache: empty, [batch, heads, 0, dim]), reordered by beam_idx,
+// as optimum-intel and OpenVINO GenAI expect; its output is written back by an Assign. State
+// computed once by another component (write-once) stays an input.
 void OvLowering::lower_state_reads() {
   const Value* ids = graph_.inputs.front();
   const Dim batch = ids->shape[0];
@@ -162,15 +164,27 @@ void OvLowering::lower_state_reads() {
   const OvPort batch_size = net_.add("Gather", "opset8", "state_init/batch", {{"batch_dims", "0"}},
                                      {ids_shape, i64({0}, {1}), i64({0}, {})}, {{DType::I64, {Dim(1)}, ""}});
   for (const StatePair& s : graph_.state_pairs) {
+    if (!s.carried()) continue;
     const Value* v = s.input;
-    const Shape& shape = v->shape;  // [batch, heads, past, dim]
-    const OvPort rest = i64({shape[1].value(), 0, shape[3].value()}, {3});
-    const OvPort init_shape = net_.add("Concat", "opset1", s.name + "/init_shape", {{"axis", "0"}}, {batch_size, rest},
-                                       {{DType::I64, {Dim(4)}, ""}});
-    const Shape empty{batch, shape[1], Dim(int64_t{0}), shape[3]};
+    const Shape& shape = v->shape;  // [batch, ...]: an append cache's length is its one other dynamic dim
+    HFX_CHECK(shape.at(0) == batch, "internal error: openvino: state ", s.name, "'s first dim is not the batch");
+    std::vector<int64_t> rest;
+    Shape initial{batch};
+    // The variable's shape as the graph declares it: a static batch stays static (a variable
+    // declared [?, ...] over a static graph keeps its initial empty value: measured, 2026.4).
+    std::string variable_shape = shape[0].is_static() ? std::to_string(shape[0].value()) : "?";
+    for (size_t i = 1; i < shape.size(); ++i) {
+      HFX_CHECK(shape[i].is_static() || s.update == StateUpdatePolicy::Append, "internal error: openvino: state ", s.name,
+                " has a dynamic dim besides the batch");
+      rest.push_back(shape[i].is_static() ? shape[i].value() : 0);
+      initial.push_back(Dim(rest.back()));
+      variable_shape += "," + (shape[i].is_static() ? std::to_string(shape[i].value()) : std::string("?"));
+    }
+    const OvPort init_shape = net_.add("Concat", "opset1", s.name + "/init_shape", {{"axis", "0"}},
+                                       {batch_size, i64(rest, {static_cast<int64_t>(rest.size())})},
+                                       {{DType::I64, {Dim(static_cast<int64_t>(shape.size()))}, ""}});
     const OvPort zeros = net_.add("Broadcast", "opset3", s.name + "/init", {{"mode", "numpy"}},
-                                  {port(b_.scalar(0.0, v->dtype)), init_shape}, {{v->dtype, empty, ""}});
-    std::string variable_shape = "?," + std::to_string(shape[1].value()) + ",?," + std::to_string(shape[3].value());
+                                  {port(b_.scalar(0.0, v->dtype)), init_shape}, {{v->dtype, initial, ""}});
     const OvPort read = net_.add("ReadValue", "opset6", s.name,
                                  {{"variable_id", s.name}, {"variable_type", ov_element_type(v->dtype)},
                                   {"variable_shape", variable_shape}},

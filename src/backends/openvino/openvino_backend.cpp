@@ -58,7 +58,8 @@ class OpenVinoWriter final : public ExportWriter {
 
     WrittenComponent written{stem + ".xml", "", {stem + ".bin"}, {}, {}, lowering.stateful()};
     std::set<const Value*> state_values;
-    for (const StatePair& s : graph.state_pairs) state_values.insert({s.input, s.output});
+    for (const StatePair& s : graph.state_pairs)
+      if (s.carried()) state_values.insert({s.input, s.output});
     for (const Value* v : graph.inputs)
       if (!state_values.count(v)) written.inputs.push_back({v->name, v->dtype, v->shape});
     if (lowering.stateful()) written.inputs.push_back({"beam_idx", DType::I32, {graph.inputs.front()->shape[0]}});

@@ -198,6 +198,11 @@ void Pt2Lowering::plan_derived_dims() {
 // the program returns only the logits.
 void Pt2Lowering::plan_in_place_updates() {
   for (const StatePair& pair : graph_.state_pairs) {
+    if (pair.carried() && pair.update == StateUpdatePolicy::Replace) {  // copied into the caller's tensor
+      replaced_.push_back(&pair);
+      in_place_outputs_.insert(pair.output);
+      continue;
+    }
     const Node* update = pair.output ? pair.output->producer : nullptr;
     if (!pair.input || !update || update->op != OpKind::ScatterElements || update->inputs[0] != pair.input) continue;
     for (const Node* n : graph_.order)
@@ -391,6 +396,10 @@ void Pt2Lowering::lower_graph() {
     rule.lower(*this, *n);
   }
   scope_.clear();
+  // Replaced state: the call's result is copied into the caller's tensor after every read of it.
+  for (const StatePair* pair : replaced_)
+    call("torch.ops.aten.copy_.default", {{"self", tensor_arg(tensor(pair->input))}, {"src", tensor_arg(tensor(pair->output))}},
+         pair->input, pair->name + "_replaced");
   for (const std::string& length : pending_cache_lengths_) {
     const SymInt query = sym_int(graph_.inputs.front()->shape.at(1));
     advanced_lengths_[length] = call("torch.ops.aten.add_.Scalar", {{"self", tensor_arg(length)}, {"other", sym_int_arg(query)}},

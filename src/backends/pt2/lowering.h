@@ -173,6 +173,7 @@ class Pt2Lowering {
   std::map<const Value*, size_t> constant_index_;
   std::set<const Node*> in_place_;
   std::set<const Value*> in_place_outputs_;
+  std::vector<const StatePair*> replaced_;  // Replace state: copied into the caller's tensor at the end
   std::set<const Symbol*> derived_;  // dims the program computes from others (past + query = total)
   std::string scope_;  // the HF module of the node being lowered (node metadata)
   nlohmann::json nodes_ = nlohmann::json::array();

@@ -16,6 +16,7 @@ Pt2Arg other(Pt2Lowering& l, const Node& n, size_t i = 1) { return {"other", ten
   HFX_PT2_OP(Op) { l.result(n, target, {self(l, n), other(l, n)}); }
 HFX_PT2_BINARY(Add, "torch.ops.aten.add.Tensor")
 HFX_PT2_BINARY(Sub, "torch.ops.aten.sub.Tensor")
+HFX_PT2_BINARY(Mod, "torch.ops.aten.remainder.Tensor")  // floored, as the IR's Mod
 HFX_PT2_BINARY(Mul, "torch.ops.aten.mul.Tensor")
 HFX_PT2_BINARY(Max, "torch.ops.aten.maximum.default")
 HFX_PT2_BINARY(Min, "torch.ops.aten.minimum.default")

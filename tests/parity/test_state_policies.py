@@ -1,0 +1,184 @@
+"""Each state update policy beyond the decoder caches (replace, ring, write-once), lowered by each
+backend and run in its own runtime: tiny hand-built graphs (tests/tools/state_policy_graphs.cpp)
+written through every backend's passes and writer, called twice, against NumPy.
+
+- replace: h' = 0.5 h + x, y = 2 h' (recurrent state: the runtime's variable / buffer, or the
+  caller's past/present pair);
+- ring: rows written at position_ids mod 4 into a 4-slot ring, y = the ring (the second call wraps);
+- write-once: an encoder computes the state (2 e), a decoder step reads it (y = x * state).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build" / "unit"
+TOOL = BUILD / "hfx_state_policy_graphs"
+FORMATS = ["onnx", "openvino", "executorch", "pt2"]
+
+
+def build_tool() -> Path:
+    """The fixture writer, built with the C++ unit tests (scripts/test.sh builds it first)."""
+    python = ROOT / ".venv" / "bin" / "python"
+    if not (BUILD / "build.ninja").exists():
+        subprocess.run(["cmake", "-S", str(ROOT), "-B", str(BUILD), "-G", "Ninja", "-DHFX_BUILD_TESTS=ON",
+                        "-DHFX_PYTHON_EXTENSION=OFF", f"-DPython3_EXECUTABLE={python}"], check=True,
+                       capture_output=True)
+    subprocess.run(["ninja", "-C", str(BUILD), "-j", str(os.cpu_count() or 1), "hfx_state_policy_graphs"], check=True,
+                   capture_output=True)
+    return TOOL
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("state-policies")
+    proc = subprocess.run([str(build_tool()), str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+class Component:
+    """One written component, callable with {name: array} -> {name: array} in its runtime. State the
+    runtime keeps (a variable, a method buffer) persists between calls; state passed in and out
+    appears in the feeds and results under the names the component declares."""
+
+    def __init__(self, fmt: str, case: dict, name: str):
+        self.fmt, self.entry = fmt, case["components"][name]
+        path = Path(case["dir"]) / self.entry["file"]
+        self.inputs = [i["name"] for i in self.entry["inputs"]]
+        self.outputs = [o["name"] for o in self.entry["outputs"]]
+        if fmt == "onnx":
+            import onnxruntime as ort
+
+            self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        elif fmt == "openvino":
+            import openvino as ov
+
+            self.request = ov.Core().compile_model(str(path), "CPU").create_infer_request()
+            self.request.reset_state()
+        elif fmt == "executorch":
+            from hfexport.executorch_runner import load_program
+
+            self.method = load_program(path).load_method(self.entry["program"])
+        else:
+            from hfexport.torch_runner import load_programs
+
+            self.module = load_programs(path)[self.entry["program"]].module()
+            self.arguments = {}  # the caller's tensors, kept: the program mutates them in place
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.fmt == "onnx":
+            return dict(zip(self.outputs, self.session.run(None, {n: feeds[n] for n in self.inputs})))
+        if self.fmt == "openvino":
+            batch = next(iter(feeds.values())).shape[0]
+            given = {n: feeds[n] for n in self.inputs if n != "beam_idx"}
+            if "beam_idx" in self.inputs:
+                given["beam_idx"] = np.arange(batch, dtype=np.int32)
+            result = self.request.infer(given)
+            return {n: np.array(result[n]) for n in self.outputs}
+        import torch
+
+        if self.fmt == "executorch":
+            values = self.method.execute([torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self.inputs])
+            return {n: v.numpy().copy() for n, v in zip(self.outputs, values)}
+        for n in self.inputs:
+            if n in feeds:
+                self.arguments[n] = torch.from_numpy(np.ascontiguousarray(feeds[n])).clone()
+        values = self.module(**self.arguments)
+        return {n: v.detach().numpy().copy() for n, v in zip(self.outputs, values)}
+
+    def state_input(self, state: str) -> str | None:
+        """The input the caller feeds this state through, when the runtime does not keep it."""
+        entry = next(s for s in self.entry["states"] if s["name"] == state)
+        if self.entry["stateful"] or not entry["input"]:
+            return None
+        return self.inputs[[i["name"] for i in self.entry["inputs"]].index(entry["input"])] \
+            if entry["input"] in self.inputs else _keyword(self.inputs, entry["input"])
+
+    def state_output(self, state: str) -> str | None:
+        entry = next(s for s in self.entry["states"] if s["name"] == state)
+        if self.entry["stateful"] or not entry["output"] or entry["carried"] and self.fmt == "pt2":
+            return None
+        return entry["output"] if entry["output"] in self.outputs else _keyword(self.outputs, entry["output"])
+
+
+def _keyword(names: list[str], ir_name: str) -> str:
+    """A .pt2 program's keyword for an IR name (dots become underscores)."""
+    wanted = ir_name.replace(".", "_")
+    assert wanted in names, (ir_name, names)
+    return wanted
+
+
+def rng_array(seed: int, *shape: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_replace(written, fmt):
+    case = written["replace"][fmt]
+    step = Component(fmt, case, "decode")
+    batch = case["batch"]
+    state_in, state_out = step.state_input("past_ssm.0"), step.state_output("past_ssm.0")
+    state = np.zeros((batch, 3), np.float32)
+    h = np.zeros((batch, 3), np.float32)
+    for call in range(3):
+        x = rng_array(call, batch, 3)
+        feeds = {"x": x}
+        if state_in and (state_out or call == 0):  # a tensor updated in place is given once
+            feeds[state_in] = state
+        result = step(feeds)
+        h = 0.5 * h + x
+        np.testing.assert_allclose(result["y"], 2 * h, rtol=1e-6, atol=1e-6, err_msg=f"call {call}")
+        if state_out:
+            state = result[state_out]
+            np.testing.assert_allclose(state, h, rtol=1e-6, atol=1e-6)
+        elif state_in:  # the caller's tensor, replaced in place (.pt2)
+            np.testing.assert_allclose(step.arguments[state_in].numpy(), h, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_ring(written, fmt):
+    case = written["ring"][fmt]
+    step = Component(fmt, case, "decode")
+    batch = case["batch"]
+    state_in, state_out = step.state_input("past_key_values.0.key"), step.state_output("past_key_values.0.key")
+    ring = np.zeros((batch, 1, 4, 2), np.float32)
+    state = ring.copy()
+    # 3 rows at positions 0..2, then 3 at 3..5 (slots 3, 0, 1: the ring wraps), then one at 6.
+    for call, positions in enumerate([[0, 1, 2], [3, 4, 5], [6]]):
+        x = rng_array(10 + call, batch, len(positions), 2)
+        feeds = {"x": x, "position_ids": np.tile(np.array(positions, np.int64), (batch, 1))}
+        if state_in and (state_out or call == 0):  # a tensor updated in place is given once
+            feeds[state_in] = state
+        result = step(feeds)
+        for i, p in enumerate(positions):
+            ring[:, 0, p % 4] = x[:, i]
+        np.testing.assert_array_equal(result["y"], ring, err_msg=f"call {call}")
+        if state_out:
+            state = result[state_out]
+            np.testing.assert_array_equal(state, ring)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_write_once(written, fmt):
+    case = written["write_once"][fmt]
+    encoder, decoder = Component(fmt, case, "encoder"), Component(fmt, case, "decoder")
+    name = "past_key_values.0.encoder.key"
+    batch = case["batch"]
+    assert encoder.state_input(name) is None and decoder.state_output(name) is None
+    e = rng_array(20, batch, 3)
+    encoded = encoder({"encoder_input": e})
+    np.testing.assert_allclose(encoded["last_hidden_state"], e + 1, rtol=1e-6)
+    cross = encoded[encoder.state_output(name)]
+    np.testing.assert_allclose(cross, 2 * e, rtol=1e-6)
+    for call in range(2):  # read unchanged by every step
+        x = rng_array(21 + call, batch, 3)
+        result = decoder({"x": x, decoder.state_input(name): cross})
+        np.testing.assert_allclose(result["y"], x * 2 * e, rtol=1e-6, atol=1e-6)

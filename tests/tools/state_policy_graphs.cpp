@@ -1,0 +1,151 @@
+// Writes tiny hand-built graphs, one per state update policy the frontends declare beyond the
+// decoder caches (replace, ring, write-once), in every format this build has, through each
+// backend's own passes and writer as the driver runs them. tests/parity/test_state_policies.py
+// runs every one in its runtime against a NumPy reference.
+//
+//   hfx_state_policy_graphs OUT_DIR   -> OUT_DIR/<policy>-<format>/..., and an index on stdout
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "backends/backend.h"
+#include "core/error.h"
+#include "export/exporter.h"
+#include "ir/builder.h"
+
+namespace hfx {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Part {
+  Role role;
+  std::unique_ptr<Graph> graph;
+};
+using Build = std::function<std::vector<Part>(int64_t batch)>;
+
+// h' = 0.5 h + x; y = 2 h' (a recurrence whose state each call replaces).
+std::vector<Part> replace_graph(int64_t batch) {
+  auto g = std::make_unique<Graph>();
+  Builder b(*g);
+  Value* x = b.input("x", DType::F32, {batch, 3});
+  const int64_t s = b.declare_state({"past_ssm.0", StateKind::Recurrent, StateUpdatePolicy::Replace, DType::F32, {batch, 3}});
+  Value* h = b.state_read(s);
+  Value* next = b.add(b.mul(h, b.scalar(0.5, DType::F32)), x);
+  next = b.state_update(s, h, next, nullptr, {batch, 3});
+  b.output(b.mul(next, b.scalar(2.0, DType::F32)), "y");
+  std::vector<Part> parts;
+  parts.push_back({Role::Decode, std::move(g)});
+  return parts;
+}
+
+// x [batch, S, 2] written at position_ids mod 4 into a [batch, 1, 4, 2] ring; y is the ring after
+// the write.
+std::vector<Part> ring_graph(int64_t batch) {
+  auto g = std::make_unique<Graph>();
+  Builder b(*g);
+  const Symbol* query = g->symbol("sequence_length", 1, 4);
+  Value* x = b.input("x", DType::F32, {batch, query, 2});
+  Value* positions = b.input("position_ids", DType::I64, {batch, query});
+  const int64_t s = b.declare_state({"past_key_values.0.key", StateKind::KeyValue, StateUpdatePolicy::Ring, DType::F32,
+                                     {batch, 1, 4, 2}, /*window=*/4});
+  Value* ring = b.state_update(s, b.state_read(s), b.unsqueeze(x, {1}), positions, {batch, 1, 4, 2});
+  b.output(b.mul(ring, b.scalar(1.0, DType::F32)), "y");
+  std::vector<Part> parts;
+  parts.push_back({Role::Decode, std::move(g)});
+  return parts;
+}
+
+// An encoder computes the state once (2 e); a decoder step reads it: y = x * state.
+std::vector<Part> write_once_graphs(int64_t batch) {
+  const StateDecl cross{"past_key_values.0.encoder.key", StateKind::CrossKeyValue, StateUpdatePolicy::WriteOnce,
+                        DType::F32, {batch, 3}};
+  auto encoder = std::make_unique<Graph>();
+  {
+    Builder b(*encoder);
+    Value* e = b.input("encoder_input", DType::F32, {batch, 3});
+    const int64_t s = b.declare_state(cross);
+    b.state_update(s, nullptr, b.mul(e, b.scalar(2.0, DType::F32)), nullptr, {batch, 3});
+    b.output(b.add(e, b.scalar(1.0, DType::F32)), "last_hidden_state");
+  }
+  auto decoder = std::make_unique<Graph>();
+  {
+    Builder b(*decoder);
+    Value* x = b.input("x", DType::F32, {batch, 3});
+    const int64_t s = b.declare_state(cross);
+    b.output(b.mul(x, b.state_read(s)), "y");
+  }
+  std::vector<Part> parts;
+  parts.push_back({Role::Encoder, std::move(encoder)});
+  parts.push_back({Role::Decoder, std::move(decoder)});
+  return parts;
+}
+
+json tensors(const std::vector<TensorSpec>& specs) {
+  json out = json::array();
+  for (const TensorSpec& t : specs) {
+    json shape = json::array();
+    for (const Dim& d : t.shape) shape.push_back(d.is_static() ? json(d.value()) : json(d.symbol()->name));
+    out.push_back({{"name", t.name}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", shape}});
+  }
+  return out;
+}
+
+json write_case(const Build& build, const std::string& format, const fs::path& dir) {
+  ExportConfig config;
+  config.format = format;
+  const auto backend = make_backend(format);
+  // A .pte's in-place state takes batch 1; the other runtimes get two rows.
+  const int64_t batch = format == "executorch" ? 1 : 2;
+  fs::create_directories(dir);
+  const auto writer = backend->writer(config, dir);
+  json components = json::object();
+  std::vector<Part> parts = build(batch);  // alive until finish(): writers store constants there
+  for (Part& part : parts) {
+    const std::string name(role_name(part.role));
+    PassReport report;
+    run_passes(*backend, backend->graph_config(config), name, *part.graph, report);
+    const WrittenComponent w = writer->write(part.role, *part.graph);
+    json states = json::array();
+    for (const StatePair& p : part.graph->state_pairs)
+      states.push_back({{"name", p.name},
+                        {"input", p.input ? json(p.input->name) : json(nullptr)},
+                        {"output", p.output ? json(p.output->name) : json(nullptr)},
+                        {"carried", p.carried()}});
+    components[name] = {{"file", w.file}, {"program", w.program}, {"stateful", w.stateful},
+                        {"inputs", tensors(w.inputs)}, {"outputs", tensors(w.outputs)}, {"states", states}};
+  }
+  writer->finish();
+  return {{"dir", dir.string()}, {"batch", batch}, {"components", components}};
+}
+
+}  // namespace
+}  // namespace hfx
+
+int main(int argc, char** argv) {
+  using namespace hfx;
+  if (argc != 2) {
+    std::cerr << "usage: hfx_state_policy_graphs OUT_DIR\n";
+    return 2;
+  }
+  try {
+    const std::vector<std::pair<std::string, Build>> cases = {
+        {"replace", replace_graph}, {"ring", ring_graph}, {"write_once", write_once_graphs}};
+    json index = json::object();
+    for (const auto& [policy, build] : cases)
+      for (const std::string& format : supported_formats())
+        try {
+          index[policy][format] = write_case(build, format, fs::path(argv[1]) / (policy + "-" + format));
+        } catch (const Error& e) {
+          throw Error(policy + " (" + format + "): " + e.what());
+        }
+    std::cout << index.dump(1) << "\n";
+  } catch (const Error& e) {
+    std::cerr << "hfx_state_policy_graphs: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
