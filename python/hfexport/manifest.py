@@ -27,6 +27,9 @@ CACHE_DYNAMIC = "dynamic"  # past_key_values.* -> present.*
 CACHE_STATIC = "static"  # input.<name> / output.<name>, updated in place
 CACHE_STATEFUL = "stateful"  # the cache lives in the runtime
 
+# A component's states: [{name, kind, policy, window (ring), input / output, or variable}].
+STATES = "states"
+
 # generation keys
 SHARES_BUFFER = "past_present_share_buffer"  # bind each decode past/present pair to one full-length buffer
 REBUILD_CACHE_AT = "rebuild_cache_at_length"  # run the whole sequence again when it first reaches this length

@@ -42,6 +42,27 @@ json shape_json(const Shape& shape) {
   return out;
 }
 
+// Every state a component carries: what it is, how a call updates it, and where it enters and
+// leaves the component (the runtime's variable for a stateful component).
+json states_json(const Graph& graph, bool stateful) {
+  json out = json::array();
+  for (const StatePair& pair : graph.state_pairs) {
+    const auto decl = std::find_if(graph.states.begin(), graph.states.end(),
+                                   [&](const StateDecl& s) { return s.name == pair.name; });
+    HFX_CHECK(decl != graph.states.end(), "state pair ", pair.name, " has no declaration");
+    json s = {{"name", pair.name}, {"kind", state_kind_name(decl->kind)}, {"policy", state_policy_name(decl->update)}};
+    if (decl->update == StateUpdatePolicy::Ring) s["window"] = decl->window;
+    if (stateful && pair.carried()) {
+      s["variable"] = pair.name;
+    } else {
+      if (pair.input) s["input"] = pair.input->name;
+      if (pair.output) s["output"] = pair.output->name;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 json tensors_json(const std::vector<TensorSpec>& specs) {
   json out = json::array();
   for (const auto& s : specs)
@@ -223,6 +244,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                             {key::kInputs, tensors_json(w.inputs)},
                             {key::kOutputs, tensors_json(w.outputs)}};
       if (!w.program.empty()) components[name][key::kProgram] = w.program;
+      if (!c.graph->state_pairs.empty()) components[name][key::kStates] = states_json(*c.graph, w.stateful);
       std::vector<KernelFallback> fallbacks = report.kernel_fallbacks;
       fallbacks.insert(fallbacks.end(), w.kernel_fallbacks.begin(), w.kernel_fallbacks.end());
       for (const KernelFallback& f : fallbacks)
@@ -292,6 +314,9 @@ void inspect_export(const fs::path& out_dir) {
       for (const auto& t : c.value(dir, json::array()))
         std::cout << "  " << (dir[0] == 'i' ? "in  " : "out ") << t.value("name", "?") << " "
                   << t.value("dtype", "?") << " " << t.value("shape", json::array()).dump() << "\n";
+    for (const auto& s : c.value(key::kStates, json::array()))
+      std::cout << "  state " << s.value("name", "?") << ": " << s.value("kind", "?") << ", " << s.value("policy", "?")
+                << "\n";
   }
 }
 

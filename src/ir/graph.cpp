@@ -293,4 +293,25 @@ void verify(const Graph& graph) {
       fail("IR verifier: output '", v->name, "' is never produced");
 }
 
+std::string_view state_kind_name(StateKind kind) {
+  switch (kind) {
+    case StateKind::KeyValue: return "key_value";
+    case StateKind::CrossKeyValue: return "cross_key_value";
+    case StateKind::Recurrent: return "recurrent";
+    case StateKind::Convolution: return "convolution";
+  }
+  return "?";
+}
+
+std::string_view state_policy_name(StateUpdatePolicy policy) {
+  switch (policy) {
+    case StateUpdatePolicy::Append: return "append";
+    case StateUpdatePolicy::Slots: return "slots";
+    case StateUpdatePolicy::Ring: return "ring";
+    case StateUpdatePolicy::WriteOnce: return "write_once";
+    case StateUpdatePolicy::Replace: return "replace";
+  }
+  return "?";
+}
+
 }  // namespace hfx

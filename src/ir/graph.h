@@ -180,6 +180,11 @@ enum class StateUpdatePolicy {
   WriteOnce,  // written by the first call, read unchanged by later ones (cross-attention)
   Replace,    // each call's result replaces the state (recurrent, convolution)
 };
+// export.json's names: "key_value", "cross_key_value", "recurrent", "convolution"; "append",
+// "slots", "ring", "write_once", "replace".
+std::string_view state_kind_name(StateKind kind);
+std::string_view state_policy_name(StateUpdatePolicy policy);
+
 struct StateDecl {
   std::string name;  // e.g. past_key_values.0.key
   StateKind kind = StateKind::KeyValue;

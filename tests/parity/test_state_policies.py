@@ -182,3 +182,40 @@ def test_write_once(written, fmt):
         x = rng_array(21 + call, batch, 3)
         result = decoder({"x": x, decoder.state_input(name): cross})
         np.testing.assert_allclose(result["y"], x * 2 * e, rtol=1e-6, atol=1e-6)
+
+
+STATIC = ["--for-generation", "--static-cache", "--max-cache-len", "32"]
+
+
+@pytest.mark.parametrize("fmt,args", [
+    ("onnx", ["--for-generation"]),
+    ("onnx", STATIC),
+    ("openvino", ["--for-generation"]),
+    ("executorch", ["--for-generation"]),
+    ("executorch", STATIC),
+    ("pt2", STATIC),
+], ids=["onnx-dynamic", "onnx-static", "openvino", "executorch-dynamic", "executorch-static", "pt2-static"])
+def test_manifest_lists_each_components_states(tmp_path, make_tiny_model, export_model, fmt, args):
+    """export.json lists every state of every component: kind, policy, and the input / output (or
+    the runtime's variable) it travels through, which are the component's own."""
+    from tiny_configs import TINY_CONFIG
+
+    model_dir, _ = make_tiny_model(tmp_path / "model", "llama", dict(TINY_CONFIG))
+    out = export_model(model_dir, tmp_path / "out", "--format", fmt, *args)
+    manifest = json.loads((out / "export.json").read_text())
+    layers = TINY_CONFIG["num_hidden_layers"]
+    static = "--static-cache" in args
+    for name, component in manifest["components"].items():
+        states = component["states"]
+        expected = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+        assert [s["name"] for s in states] == expected, name
+        inputs = {t["name"] for t in component["inputs"]}
+        outputs = {t["name"] for t in component["outputs"]}
+        for s in states:
+            assert s["kind"] == "key_value" and s["policy"] == ("slots" if static else "append"), s
+            if "variable" in s:  # kept by the runtime (a variable, a method buffer): not an input or output
+                assert fmt in ("openvino", "executorch") and not {s["name"], s["variable"]} & (inputs | outputs)
+                continue
+            if name != "prefill":  # prefill starts the cache: no input for it
+                assert s["input"] in inputs or fmt in ("executorch", "pt2") and static, s
+            assert s["output"] in outputs or fmt in ("executorch", "pt2") and static, s
