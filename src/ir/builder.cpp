@@ -143,6 +143,10 @@ Value* Builder::softmax(Value* x, int64_t axis) {
   return emit(OpKind::Softmax, {x}, AxisAttrs{normalize_axis(axis, x->rank())});
 }
 
+Value* Builder::cumsum(Value* x, int64_t axis) {
+  return emit(OpKind::CumSum, {x}, AxisAttrs{normalize_axis(axis, x->rank())});
+}
+
 Value* Builder::reduce(OpKind op, Value* x, std::vector<int64_t> axes, bool keepdims) {
   for (auto& a : axes) a = normalize_axis(a, x->rank());
   return emit(op, {x}, ReduceAttrs{std::move(axes), keepdims});

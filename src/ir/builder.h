@@ -50,6 +50,7 @@ class Builder {
   Value* unary(OpKind op, Value* x);
   Value* matmul(Value* a, Value* b);
   Value* softmax(Value* x, int64_t axis);
+  Value* cumsum(Value* x, int64_t axis);
   Value* reduce(OpKind op, Value* x, std::vector<int64_t> axes, bool keepdims);
   Value* cast(Value* x, DType dtype);
   Value* reshape(Value* x, Shape shape);

@@ -58,7 +58,7 @@ Types rule_matmul(const Inputs& in, const OpAttrs&) {
 }
 
 Types rule_softmax(const Inputs& in, const OpAttrs& a) {
-  need(attrs<AxisAttrs>(a).axis < static_cast<int64_t>(in[0]->rank()), "Softmax axis");
+  need(attrs<AxisAttrs>(a).axis < static_cast<int64_t>(in[0]->rank()), "axis out of range");
   return rule_same(in, a);
 }
 
@@ -311,15 +311,18 @@ RULE(Neg, rule_same)
 RULE(Sqrt, rule_same)
 RULE(Reciprocal, rule_same)
 RULE(Exp, rule_same)
+RULE(Log, rule_same)
 RULE(Tanh, rule_same)
 RULE(Erf, rule_same)
 RULE(Cos, rule_same)
 RULE(Sin, rule_same)
 RULE(Sigmoid, rule_same)
 RULE(SiLU, rule_same)
+RULE(Softplus, rule_same)
 RULE(GELU, rule_same)
 RULE(MatMul, rule_matmul)
 RULE(Softmax, rule_softmax)
+RULE(CumSum, rule_softmax)  // an axis of x; same type
 RULE(ReduceMean, rule_reduce)
 RULE(ReduceMax, rule_reduce)
 RULE(ReduceSum, rule_reduce)

@@ -229,6 +229,16 @@ Value* decompose_silu(Builder& b, const Node& n) {
   return b.mul(n.inputs[0], b.unary(OpKind::Sigmoid, n.inputs[0]));
 }
 
+// max(x, 0) + log(1 + exp(-|x|)): exp never overflows (torch's softplus returns x past 20, which
+// this equals in float32).
+Value* decompose_softplus(Builder& b, const Node& n) {
+  Value* x = n.inputs[0];
+  const DType t = x->dtype;
+  Value* minus_abs = b.min(x, b.unary(OpKind::Neg, x));
+  Value* tail = b.unary(OpKind::Log, b.add(b.unary(OpKind::Exp, minus_abs), b.scalar(1.0, t)));
+  return b.add(b.max(x, b.scalar(0.0, t)), tail);
+}
+
 Value* decompose_gelu(Builder& b, const Node& n) {
   Value* x = n.inputs[0];
   const DType t = x->dtype;
@@ -262,6 +272,7 @@ Decomposition reference_decomposition(OpKind op) {
     case OpKind::RoPETable: return decompose_rope_table;
     case OpKind::Attention: return decompose_attention;
     case OpKind::SiLU: return decompose_silu;
+    case OpKind::Softplus: return decompose_softplus;
     case OpKind::KVAppend: return decompose_kv_append;
     case OpKind::GELU: return decompose_gelu;
     default: return nullptr;

@@ -24,7 +24,6 @@ HFX_ET_BINARY(And, "aten::logical_and", "out")
 HFX_ET_BINARY(BitwiseAnd, "aten::bitwise_and", "Tensor_out")
 HFX_ET_BINARY(BitShiftRight, "aten::bitwise_right_shift", "Tensor_out")
 HFX_ET_BINARY(Pow, "aten::pow", "Tensor_Tensor_out")
-HFX_ET_BINARY(Mod, "aten::remainder", "Tensor_out")  // floored, as the IR's Mod
 #undef HFX_ET_BINARY
 
 // add.out / sub.out take an alpha (1).
@@ -37,12 +36,23 @@ HFX_ET_OP(Div) {
   l.result(n, "aten::div", "out_mode", {l.in(n, 0), l.in(n, 1), l.string_value("trunc")});
 }
 
+// a - floor(a / b) * b: the portable remainder.Tensor_out truncates integers (-6 % 5 = -1, torch
+// gives 4; executorch 1.5.1, measured).
+HFX_ET_OP(Mod) {
+  const Value* y = n.outputs[0];
+  const std::vector<EtInt> dims = l.bounds(y->shape);
+  const int quotient = l.call("aten::div", "out_mode", {l.in(n, 0), l.in(n, 1), l.string_value("floor")}, y->dtype, dims);
+  const int multiple = l.call("aten::mul", "out", {quotient, l.in(n, 1)}, y->dtype, dims);
+  l.result(n, "aten::sub", "out", {l.in(n, 0), multiple, l.int_value(1)});
+}
+
 #define HFX_ET_UNARY(Op, name) \
   HFX_ET_OP(Op) { l.result(n, name, "out", {l.in(n, 0)}); }
 HFX_ET_UNARY(Neg, "aten::neg")
 HFX_ET_UNARY(Sqrt, "aten::sqrt")
 HFX_ET_UNARY(Reciprocal, "aten::reciprocal")
 HFX_ET_UNARY(Exp, "aten::exp")
+HFX_ET_UNARY(Log, "aten::log")
 HFX_ET_UNARY(Tanh, "aten::tanh")
 HFX_ET_UNARY(Erf, "aten::erf")
 HFX_ET_UNARY(Cos, "aten::cos")
@@ -56,6 +66,8 @@ HFX_ET_OP(GELU) {
   l.result(n, "aten::gelu", "out", {l.in(n, 0), l.string_value(tanh ? "tanh" : "none")});
 }
 
+// cumsum.out(self, dim, dtype=None): the result keeps x's type.
+HFX_ET_OP(CumSum) { l.result(n, "aten::cumsum", "out", {l.in(n, 0), l.int_value(n.attrs_as<AxisAttrs>().axis), l.null_value()}); }
 HFX_ET_OP(Softmax) {
   l.result(n, "aten::_softmax", "out", {l.in(n, 0), l.int_value(n.attrs_as<AxisAttrs>().axis), l.bool_value(false)});
 }

@@ -23,6 +23,8 @@ HFX_ONNX_SAME_NAME(Neg)
 HFX_ONNX_SAME_NAME(Sqrt)
 HFX_ONNX_SAME_NAME(Reciprocal)
 HFX_ONNX_SAME_NAME(Exp)
+HFX_ONNX_SAME_NAME(Log)
+HFX_ONNX_SAME_NAME(Softplus)
 HFX_ONNX_SAME_NAME(Tanh)
 HFX_ONNX_SAME_NAME(Erf)
 HFX_ONNX_SAME_NAME(Cos)
@@ -43,6 +45,7 @@ HFX_ONNX_SAME_NAME(BitwiseAnd)
 
 HFX_ONNX_OP(BitShiftRight) { attr_string(l.node("BitShift", in, {out}), "direction", "RIGHT"); }
 HFX_ONNX_OP(Softmax) { attr_int(l.node("Softmax", in, {out}), "axis", n.attrs_as<AxisAttrs>().axis); }
+HFX_ONNX_OP(CumSum) { l.node("CumSum", {in[0], l.ints({n.attrs_as<AxisAttrs>().axis}, true)}, {out}); }
 
 void lower_reduce(Lowering& l, const char* op, const Node& n, OnnxNames in, const std::string& out) {
   const ReduceAttrs& r = n.attrs_as<ReduceAttrs>();

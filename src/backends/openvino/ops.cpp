@@ -32,6 +32,7 @@ HFX_OV_ELEMENTWISE(Where, "Select")
   HFX_OV_OP(Op) { return l.result(n, type, "opset1", {}, in); }
 HFX_OV_UNARY(Sqrt, "Sqrt")
 HFX_OV_UNARY(Exp, "Exp")
+HFX_OV_UNARY(Log, "Log")
 HFX_OV_UNARY(Tanh, "Tanh")
 HFX_OV_UNARY(Erf, "Erf")
 HFX_OV_UNARY(Cos, "Cos")
@@ -86,6 +87,11 @@ HFX_OV_OP_RULE(QuantizedLinear, nullptr, 0b1110) {
 
 HFX_OV_OP(Embedding) { return l.result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], l.i64({0}, {})}); }
 
+HFX_OV_OP(Softplus) { return l.result(n, "SoftPlus", "opset4", {}, in); }
+HFX_OV_OP(CumSum) {
+  return l.result(n, "CumSum", "opset3", {{"exclusive", "false"}, {"reverse", "false"}},
+                  {in[0], l.i64({n.attrs_as<AxisAttrs>().axis}, {})});
+}
 HFX_OV_OP(Softmax) {
   return l.result(n, "SoftMax", "opset8", {{"axis", std::to_string(n.attrs_as<AxisAttrs>().axis)}}, in);
 }

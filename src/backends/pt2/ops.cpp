@@ -43,6 +43,8 @@ HFX_PT2_UNARY(Neg, "torch.ops.aten.neg.default")
 HFX_PT2_UNARY(Sqrt, "torch.ops.aten.sqrt.default")
 HFX_PT2_UNARY(Reciprocal, "torch.ops.aten.reciprocal.default")
 HFX_PT2_UNARY(Exp, "torch.ops.aten.exp.default")
+HFX_PT2_UNARY(Log, "torch.ops.aten.log.default")
+HFX_PT2_UNARY(Softplus, "torch.ops.aten.softplus.default")  // beta 1, threshold 20: as HF calls it
 HFX_PT2_UNARY(Tanh, "torch.ops.aten.tanh.default")
 HFX_PT2_UNARY(Erf, "torch.ops.aten.erf.default")
 HFX_PT2_UNARY(Cos, "torch.ops.aten.cos.default")
@@ -57,6 +59,7 @@ HFX_PT2_OP(GELU) {
   l.result(n, "torch.ops.aten.gelu.default", {self(l, n), {"approximate", string_arg(tanh ? "tanh" : "none"), true}});
 }
 
+HFX_PT2_OP(CumSum) { l.result(n, "torch.ops.aten.cumsum.default", {self(l, n), {"dim", int_arg(n.attrs_as<AxisAttrs>().axis)}}); }
 HFX_PT2_OP(Softmax) {
   l.result(n, "torch.ops.aten.softmax.int", {self(l, n), {"dim", int_arg(n.attrs_as<AxisAttrs>().axis)}});
 }

@@ -1,9 +1,10 @@
-// Writes tiny hand-built graphs, one per state update policy the frontends declare beyond the
-// decoder caches (replace, ring, write-once), in every format this build has, through each
-// backend's own passes and writer as the driver runs them. tests/parity/test_state_policies.py
-// runs every one in its runtime against a NumPy reference.
+// Writes tiny hand-built graphs in every format this build has, through each backend's own passes
+// and writer as the driver runs them: one per state update policy the frontends declare beyond the
+// decoder caches (replace, ring, write-once; tests/parity/test_state_policies.py), and one per IR op
+// no model family uses yet (tests/parity/test_ir_ops.py). The tests run each in its runtime
+// against NumPy / torch.
 //
-//   hfx_state_policy_graphs OUT_DIR   -> OUT_DIR/<policy>-<format>/..., and an index on stdout
+//   hfx_test_graphs OUT_DIR   -> OUT_DIR/<case>-<format>/..., and an index on stdout
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -84,6 +85,31 @@ std::vector<Part> write_once_graphs(int64_t batch) {
   return parts;
 }
 
+// One op over x [2, 5, 3] (its sequence axis symbolic), as the plain forward.
+std::vector<Part> op_graph(const std::function<Value*(Builder&, Value*)>& op, DType dtype = DType::F32) {
+  auto g = std::make_unique<Graph>();
+  Builder b(*g);
+  const Symbol* sequence = g->symbol("sequence", 1, 8);
+  Value* x = b.input("x", dtype, {2, sequence, 3});
+  b.output(op(b, x), "y");
+  std::vector<Part> parts;
+  parts.push_back({Role::Forward, std::move(g)});
+  return parts;
+}
+
+std::vector<Part> softplus_graph(int64_t) {
+  return op_graph([](Builder& b, Value* x) { return b.emit(OpKind::Softplus, {x}); });
+}
+std::vector<Part> log_graph(int64_t) {
+  return op_graph([](Builder& b, Value* x) { return b.unary(OpKind::Log, x); });
+}
+std::vector<Part> cumsum_graph(int64_t) {
+  return op_graph([](Builder& b, Value* x) { return b.cumsum(x, 1); });
+}
+std::vector<Part> mod_graph(int64_t) {
+  return op_graph([](Builder& b, Value* x) { return b.mod(x, b.const_i64({5}, {})); }, DType::I64);
+}
+
 json tensors(const std::vector<TensorSpec>& specs) {
   json out = json::array();
   for (const TensorSpec& t : specs) {
@@ -94,9 +120,10 @@ json tensors(const std::vector<TensorSpec>& specs) {
   return out;
 }
 
-json write_case(const Build& build, const std::string& format, const fs::path& dir) {
+json write_case(const Build& build, const json& backend_options, const std::string& format, const fs::path& dir) {
   ExportConfig config;
   config.format = format;
+  config.backend = backend_options;
   const auto backend = make_backend(format);
   // A .pte's in-place state takes batch 1; the other runtimes get two rows.
   const int64_t batch = format == "executorch" ? 1 : 2;
@@ -128,19 +155,27 @@ json write_case(const Build& build, const std::string& format, const fs::path& d
 int main(int argc, char** argv) {
   using namespace hfx;
   if (argc != 2) {
-    std::cerr << "usage: hfx_state_policy_graphs OUT_DIR\n";
+    std::cerr << "usage: hfx_test_graphs OUT_DIR\n";
     return 2;
   }
   try {
-    const std::vector<std::pair<std::string, Build>> cases = {
-        {"replace", replace_graph}, {"ring", ring_graph}, {"write_once", write_once_graphs}};
+    struct Case {
+      std::string name;
+      Build build;
+      json backend = json::object();  // the config's backend options
+    };
+    const json decompose_softplus = {{"decompose", {"Softplus"}}};
+    const std::vector<Case> cases = {
+        {"replace", replace_graph}, {"ring", ring_graph}, {"write_once", write_once_graphs},
+        {"softplus", softplus_graph}, {"softplus_decomposed", softplus_graph, decompose_softplus},
+        {"log", log_graph}, {"cumsum", cumsum_graph}, {"mod", mod_graph}};
     json index = json::object();
-    for (const auto& [policy, build] : cases)
+    for (const Case& c : cases)
       for (const std::string& format : supported_formats())
         try {
-          index[policy][format] = write_case(build, format, fs::path(argv[1]) / (policy + "-" + format));
+          index[c.name][format] = write_case(c.build, c.backend, format, fs::path(argv[1]) / (c.name + "-" + format));
         } catch (const Error& e) {
-          throw Error(policy + " (" + format + "): " + e.what());
+          throw Error(c.name + " (" + format + "): " + e.what());
         }
     std::cout << index.dump(1) << "\n";
   } catch (const Error& e) {
