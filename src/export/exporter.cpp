@@ -235,7 +235,8 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
     for (Component& c : model.components) {
       const std::string name(c.name());
       progress::stage("writing " + name);
-      for (const Symbol& s : c.graph->symbols()) dims[s.name] = {{"min", s.min}, {"max", s.max}};
+      for (const Symbol& s : c.graph->symbols())  // derived dims follow from these
+        if (s.op == Symbol::Op::Free) dims[s.name] = {{"min", s.min}, {"max", s.max}};
       PassReport report;
       run_passes(*backend, graph_config, name, *c.graph, report, run.verbose);
       const WrittenComponent w = writer->write(c.role, *c.graph);

@@ -85,6 +85,21 @@ struct GELUAttrs {
   GeluApproximation approximate = GeluApproximation::None;
 };
 
+// Constant padding: `begin` / `end` elements added on each axis; `shape` is the result's (symbolic
+// dims padded are derived dims, made by the builder).
+struct PadAttrs {
+  std::vector<int64_t> begin, end;
+  double value = 0;
+  Shape shape;
+};
+// Convolution over the spatial axes after [batch, channels] (1-D: Whisper's and Mamba's, 2-D:
+// vision patches), the same padding at both ends of each; `shape` is the result's.
+struct ConvAttrs {
+  std::vector<int64_t> strides, pads, dilations;
+  int64_t group = 1;
+  Shape shape;
+};
+
 struct StateAttrs {
   int64_t state = 0;           // index into Graph::states
   DType dtype = DType::F32;    // the result's type: the state as read, or as updated
@@ -93,6 +108,7 @@ struct StateAttrs {
 
 using OpAttrs = std::variant<NoAttrs, AxisAttrs, AxesAttrs, ReduceAttrs, CastAttrs, ShapeAttrs, PermAttrs, SliceAttrs,
                              ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, RoPETableAttrs, AttentionAttrs,
-                             KVAppendAttrs, GELUAttrs, StateAttrs, TopKAttrs, MoEAttrs, QuantizedMoEAttrs>;
+                             KVAppendAttrs, GELUAttrs, StateAttrs, TopKAttrs, MoEAttrs, QuantizedMoEAttrs,
+                             PadAttrs, ConvAttrs>;
 
 }  // namespace hfx

@@ -147,6 +147,31 @@ Value* Builder::cumsum(Value* x, int64_t axis) {
   return emit(OpKind::CumSum, {x}, AxisAttrs{normalize_axis(axis, x->rank())});
 }
 
+Value* Builder::pad(Value* x, std::vector<int64_t> begin, std::vector<int64_t> end, double value) {
+  Shape shape;
+  for (size_t i = 0; i < x->rank(); ++i) shape.push_back(g_.dim(dim_plus(x->shape[i], begin.at(i) + end.at(i))));
+  return emit(OpKind::Pad, {x}, PadAttrs{std::move(begin), std::move(end), value, std::move(shape)});
+}
+
+Value* Builder::conv(Value* x, Value* weight, Value* bias, std::vector<int64_t> strides, std::vector<int64_t> pads,
+                     std::vector<int64_t> dilations, int64_t group) {
+  Shape shape{x->shape.at(0), weight->shape.at(0)};
+  for (size_t i = 0; i + 2 < x->rank(); ++i) {
+    const int64_t kernel = weight->shape.at(i + 2).value();
+    const int64_t shift = 2 * pads.at(i) - dilations.at(i) * (kernel - 1) - 1;
+    if (strides.at(i) == 1) {
+      shape.push_back(g_.dim(dim_plus(x->shape[i + 2], shift + 1)));
+      continue;
+    }
+    const Dim padded = g_.dim(dim_plus(x->shape[i + 2], shift));
+    shape.push_back(g_.dim(dim_plus(g_.dim(dim_floordiv(padded, strides[i])), 1)));
+  }
+  std::vector<Value*> inputs{x, weight};
+  if (bias) inputs.push_back(bias);
+  return emit(OpKind::Conv, std::move(inputs),
+              ConvAttrs{std::move(strides), std::move(pads), std::move(dilations), group, std::move(shape)});
+}
+
 Value* Builder::reduce(OpKind op, Value* x, std::vector<int64_t> axes, bool keepdims) {
   for (auto& a : axes) a = normalize_axis(a, x->rank());
   return emit(op, {x}, ReduceAttrs{std::move(axes), keepdims});

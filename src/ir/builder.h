@@ -51,6 +51,12 @@ class Builder {
   Value* matmul(Value* a, Value* b);
   Value* softmax(Value* x, int64_t axis);
   Value* cumsum(Value* x, int64_t axis);
+  // Constant padding of `begin` / `end` elements per axis.
+  Value* pad(Value* x, std::vector<int64_t> begin, std::vector<int64_t> end, double value = 0);
+  // Convolution over x's axes after [batch, channels]; per spatial axis: stride, padding at both
+  // ends, dilation.
+  Value* conv(Value* x, Value* weight, Value* bias, std::vector<int64_t> strides, std::vector<int64_t> pads,
+              std::vector<int64_t> dilations, int64_t group = 1);
   Value* reduce(OpKind op, Value* x, std::vector<int64_t> axes, bool keepdims);
   Value* cast(Value* x, DType dtype);
   Value* reshape(Value* x, Shape shape);

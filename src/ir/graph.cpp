@@ -217,6 +217,49 @@ const Symbol* Graph::symbol(const std::string& name, int64_t min, int64_t max) {
   return &symbols_.back();
 }
 
+namespace {
+
+// x + y and x * y, saturating at INT64_MAX (the "no upper bound" of a dim).
+int64_t saturating_add(int64_t x, int64_t y) {
+  int64_t r = 0;
+  return __builtin_add_overflow(x, y, &r) ? (y > 0 ? INT64_MAX : INT64_MIN) : r;
+}
+int64_t saturating_mul(int64_t x, int64_t y) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(x, y, &r) ? INT64_MAX : r;
+}
+
+}  // namespace
+
+Dim Graph::dim(const DimExpr& e) {
+  if (e.dim) return *e.dim;
+  for (const Symbol& s : symbols_)
+    if (e.is(Dim(&s))) return Dim(&s);
+  Symbol s;
+  s.op = e.op, s.a = e.a, s.b = e.b, s.k = e.k;
+  const Symbol& a = *e.a;
+  auto bound = [&](int64_t x, int64_t y) {  // INT64_MAX (unbounded) stays unbounded
+    if (x == INT64_MAX || y == INT64_MAX) return INT64_MAX;
+    switch (e.op) {
+      case Symbol::Op::Add: return saturating_add(x, y);
+      case Symbol::Op::Mul: return saturating_mul(x, y);
+      default: return x >= 0 ? x / y : -((-x + y - 1) / y);
+    }
+  };
+  const int64_t other_min = e.b ? e.b->min : e.k, other_max = e.b ? e.b->max : e.k;
+  s.min = std::max<int64_t>(0, bound(a.min, other_min));
+  s.max = bound(a.max, other_max);
+  const std::string k = std::to_string(e.k);
+  switch (e.op) {
+    case Symbol::Op::Add: s.name = a.name + (e.b ? "+" + e.b->name : e.k < 0 ? k : "+" + k); break;
+    case Symbol::Op::Mul: s.name = "(" + a.name + ")*" + k; break;
+    case Symbol::Op::FloorDiv: s.name = "(" + a.name + ")//" + k; break;
+    case Symbol::Op::Free: fail("internal error: a free symbol as an expression");
+  }
+  symbols_.push_back(std::move(s));
+  return Dim(&symbols_.back());
+}
+
 Value* Graph::new_value(DType dtype, Shape shape, std::string name) {
   values_.emplace_back();
   Value* v = &values_.back();

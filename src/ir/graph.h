@@ -212,6 +212,9 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   const Symbol* symbol(const std::string& name, int64_t min, int64_t max);
+  // The dim of an expression (core/shape.h: dim_plus, dim_times, dim_floordiv): a derived symbol,
+  // made once per expression, with the bounds its operands give.
+  Dim dim(const DimExpr& e);
   Value* new_value(DType dtype, Shape shape, std::string name = {});
   Node* new_node(OpKind op, std::vector<Value*> inputs, OpAttrs attrs, std::string name);
 

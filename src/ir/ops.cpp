@@ -288,6 +288,46 @@ Types rule_kv_append(const Inputs& in, const OpAttrs& a) {
   return one(in[0]->dtype, std::move(out));
 }
 
+Types rule_pad(const Inputs& in, const OpAttrs& a) {
+  const PadAttrs& p = attrs<PadAttrs>(a);
+  const Shape& x = in[0]->shape;
+  need(p.begin.size() == x.size() && p.end.size() == x.size() && p.shape.size() == x.size(), "Pad rank");
+  for (size_t i = 0; i < x.size(); ++i) need(dim_plus(x[i], p.begin[i] + p.end[i]).is(p.shape[i]), "Pad result dim");
+  return one(in[0]->dtype, p.shape);
+}
+
+// A spatial result dim: (in + 2 pad - dilation (kernel - 1) - 1) // stride + 1, in the form the
+// builder makes it (core/shape.h).
+bool conv_dim_is(const Dim& out, const Dim& in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  const int64_t shift = 2 * pad - dilation * (kernel - 1) - 1;
+  if (stride == 1) return dim_plus(in, shift + 1).is(out);
+  if (in.is_static()) return out == Dim((in.value() + shift) / stride + 1);
+  const Symbol* s = out.symbol();
+  if (!s || s->op != Symbol::Op::Add || s->b || s->k != 1) return false;
+  const Symbol* quotient = s->a;
+  return quotient->op == Symbol::Op::FloorDiv && quotient->k == stride && dim_plus(in, shift).is(Dim(quotient->a));
+}
+
+Types rule_conv(const Inputs& in, const OpAttrs& a) {
+  const ConvAttrs& c = attrs<ConvAttrs>(a);
+  const Value* bias = in.size() > 2 ? in[2] : nullptr;
+  const Shape& x = in[0]->shape;
+  const Shape& w = in[1]->shape;
+  const size_t spatial = x.size() - 2;
+  need(x.size() >= 3 && w.size() == x.size() && c.shape.size() == x.size(), "Conv rank");
+  need(c.strides.size() == spatial && c.pads.size() == spatial && c.dilations.size() == spatial, "Conv attributes");
+  need(in[0]->dtype == in[1]->dtype && (!bias || bias->dtype == in[0]->dtype), "Conv dtypes");
+  for (const Dim& d : w) need(d.is_static(), "Conv weight dims");
+  need(c.group >= 1 && x[1].is_static() && x[1].value() == w[1].value() * c.group && w[0].value() % c.group == 0,
+       "Conv channels");
+  need(!bias || (bias->rank() == 1 && bias->shape[0] == w[0]), "Conv bias");
+  need(c.shape[0] == x[0] && c.shape[1] == w[0], "Conv result dims");
+  for (size_t i = 0; i < spatial; ++i)
+    need(conv_dim_is(c.shape[i + 2], x[i + 2], w[i + 2].value(), c.strides[i], c.pads[i], c.dilations[i]),
+         "Conv result spatial dim");
+  return one(in[0]->dtype, c.shape);
+}
+
 // State ops' results have the type the frontend recorded from the state's declaration.
 Types rule_state(const Inputs&, const OpAttrs& a) {
   const StateAttrs& s = attrs<StateAttrs>(a);
@@ -323,6 +363,8 @@ RULE(GELU, rule_same)
 RULE(MatMul, rule_matmul)
 RULE(Softmax, rule_softmax)
 RULE(CumSum, rule_softmax)  // an axis of x; same type
+RULE(Pad, rule_pad)
+RULE(Conv, rule_conv)
 RULE(ReduceMean, rule_reduce)
 RULE(ReduceMax, rule_reduce)
 RULE(ReduceSum, rule_reduce)

@@ -52,7 +52,10 @@ class Component:
         elif fmt == "openvino":
             import openvino as ov
 
-            self.request = ov.Core().compile_model(str(path), "CPU").create_infer_request()
+            from hfexport.openvino_runner import F32_INFERENCE
+
+            # float32 as exported (the CPU plugin computes convolutions in bf16 where it can otherwise)
+            self.request = ov.Core().compile_model(str(path), "CPU", F32_INFERENCE).create_infer_request()
             self.request.reset_state()
         elif fmt == "executorch":
             from hfexport.executorch_runner import load_program

@@ -37,6 +37,43 @@ REFERENCE = {
 }
 
 
+def sine_weights(*shape: int) -> torch.Tensor:
+    """The tool's weights: sin(i) / 2 over the flat index."""
+    return torch.from_numpy((np.sin(np.arange(np.prod(shape), dtype=np.float64)) / 2).astype(np.float32).reshape(shape))
+
+
+def ramp(n: int) -> torch.Tensor:
+    return torch.from_numpy((np.float32(0.1) * np.arange(n, dtype=np.float32)))
+
+
+def causal_conv(x):
+    y = torch.nn.functional.conv1d(torch.nn.functional.pad(x, (2, 0)), sine_weights(4, 1, 3), ramp(4), groups=4)
+    return y * x
+
+
+CONVS = {
+    "causal_conv": ((4,), causal_conv),
+    "strided_conv": ((3,), lambda x: torch.nn.functional.conv1d(x, sine_weights(5, 3, 3), ramp(5), stride=2, padding=1)),
+    "patch_conv": ((3, 8, 8), lambda x: torch.nn.functional.conv2d(x, sine_weights(4, 3, 4, 4), ramp(4), stride=4)),
+}
+REFERENCE["pad"] = lambda x: torch.nn.functional.pad(x, (1, 0, 2, 1), value=0.5)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_convolution_matches_torch(written, case, fmt):
+    model = Component(fmt, written[case][fmt], "model")
+    dims, reference = CONVS[case]
+    lengths = [None] if len(dims) > 1 else [4, 9, 16]  # the 1-D ones over a symbolic length
+    for length in lengths:
+        shape = (2, *dims) if length is None else (2, *dims, length)
+        x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+        y = model({"x": x})["y"]
+        expected = reference(torch.from_numpy(x)).numpy()
+        assert y.shape == expected.shape, (y.shape, expected.shape)
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5, err_msg=f"{case} length {length}")
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", sorted(REFERENCE))
 def test_op_matches_torch(written, case, fmt):

@@ -5,6 +5,7 @@
 // against NumPy / torch.
 //
 //   hfx_test_graphs OUT_DIR   -> OUT_DIR/<case>-<format>/..., and an index on stdout
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -110,6 +111,65 @@ std::vector<Part> mod_graph(int64_t) {
   return op_graph([](Builder& b, Value* x) { return b.mod(x, b.const_i64({5}, {})); }, DType::I64);
 }
 
+std::vector<Part> pad_graph(int64_t) {
+  return op_graph([](Builder& b, Value* x) { return b.pad(x, {0, 2, 1}, {0, 1, 0}, 0.5); });
+}
+
+// sin(i) / 2 over the flat index, the weights tests/parity/test_ir_ops.py rebuilds.
+Value* sine_weights(Builder& b, std::vector<int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::vector<float> w(static_cast<size_t>(count));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::sin(static_cast<double>(i)) / 2);
+  return b.const_f32(w, std::move(shape));
+}
+Value* ramp(Builder& b, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i);
+  return b.const_f32(v, {n});
+}
+
+// x [2, channels, length] (length symbolic) through `conv`, as the plain forward.
+std::vector<Part> conv1d_graph(int64_t channels, const std::function<Value*(Builder&, Value*)>& conv) {
+  auto g = std::make_unique<Graph>();
+  Builder b(*g);
+  const Symbol* length = g->symbol("length", 4, 16);
+  Value* x = b.input("x", DType::F32, {2, channels, length});
+  b.output(conv(b, x), "y");
+  std::vector<Part> parts;
+  parts.push_back({Role::Forward, std::move(g)});
+  return parts;
+}
+
+// Mamba's causal depthwise convolution: k - 1 zeros before, groups = channels, bias; the result
+// has the input's length again (length + 2 - 3 + 1 is the same dim).
+std::vector<Part> causal_conv_graph(int64_t) {
+  return conv1d_graph(4, [](Builder& b, Value* x) {
+    Value* padded = b.pad(x, {0, 0, 2}, {0, 0, 0});
+    Value* y = b.conv(padded, sine_weights(b, {4, 1, 3}), ramp(b, 4), {1}, {0}, {1}, 4);
+    HFX_CHECK(y->shape[2] == x->shape[2], "causal convolution changed the length");
+    return b.mul(y, x);  // the dims agree, so the graph can combine them
+  });
+}
+
+// Whisper's second convolution: stride 2, padding 1 ((length - 1) // 2 + 1 frames).
+std::vector<Part> strided_conv_graph(int64_t) {
+  return conv1d_graph(3, [](Builder& b, Value* x) {
+    return b.conv(x, sine_weights(b, {5, 3, 3}), ramp(b, 5), {2}, {1}, {1});
+  });
+}
+
+// A vision patch embedding: 4x4 patches of a [2, 3, 8, 8] image.
+std::vector<Part> patch_conv_graph(int64_t) {
+  auto g = std::make_unique<Graph>();
+  Builder b(*g);
+  Value* x = b.input("x", DType::F32, {2, 3, 8, 8});
+  b.output(b.conv(x, sine_weights(b, {4, 3, 4, 4}), ramp(b, 4), {4, 4}, {0, 0}, {1, 1}), "y");
+  std::vector<Part> parts;
+  parts.push_back({Role::Forward, std::move(g)});
+  return parts;
+}
+
 json tensors(const std::vector<TensorSpec>& specs) {
   json out = json::array();
   for (const TensorSpec& t : specs) {
@@ -168,7 +228,8 @@ int main(int argc, char** argv) {
     const std::vector<Case> cases = {
         {"replace", replace_graph}, {"ring", ring_graph}, {"write_once", write_once_graphs},
         {"softplus", softplus_graph}, {"softplus_decomposed", softplus_graph, decompose_softplus},
-        {"log", log_graph}, {"cumsum", cumsum_graph}, {"mod", mod_graph}};
+        {"log", log_graph}, {"cumsum", cumsum_graph}, {"mod", mod_graph}, {"pad", pad_graph},
+        {"causal_conv", causal_conv_graph}, {"strided_conv", strided_conv_graph}, {"patch_conv", patch_conv_graph}};
     json index = json::object();
     for (const Case& c : cases)
       for (const std::string& format : supported_formats())

@@ -621,3 +621,47 @@ TEST(DeadCode, RemovesUnusedNodes) {
 
 }  // namespace
 }  // namespace hfx
+
+namespace hfx {
+namespace {
+
+TEST(DimArithmetic, FoldsAndInternsExpressions) {
+  Graph g;
+  const Symbol* s = g.symbol("sequence", 1, 8);
+  const Dim plus2 = g.dim(dim_plus(Dim(s), 2));
+  EXPECT_EQ(plus2.symbol()->name, "sequence+2");
+  EXPECT_EQ(plus2.symbol()->min, 3);
+  EXPECT_EQ(plus2.symbol()->max, 10);
+  EXPECT_EQ(g.dim(dim_plus(Dim(s), 2)), plus2);             // one expression, one symbol
+  EXPECT_EQ(g.dim(dim_plus(plus2, -2)), Dim(s));            // (s + 2) - 2 is s
+  EXPECT_EQ(g.dim(dim_plus(g.dim(dim_plus(Dim(s), 1)), 1)), plus2);  // (s + 1) + 1 is s + 2
+  EXPECT_EQ(g.dim(dim_times(Dim(3), 4)), Dim(12));
+  EXPECT_EQ(g.dim(dim_floordiv(Dim(-3), 2)), Dim(-2));      // floored
+  const Dim half = g.dim(dim_floordiv(plus2, 2));
+  EXPECT_EQ(half.symbol()->op, Symbol::Op::FloorDiv);
+  EXPECT_EQ(half.symbol()->max, 5);
+  const Symbol* unbounded = g.symbol("past", 0, INT64_MAX);
+  EXPECT_EQ(g.dim(dim_times(Dim(unbounded), 2)).symbol()->max, INT64_MAX);
+  EXPECT_EQ(g.dim(dim_plus(Dim(unbounded), Dim(s))).symbol()->name, "past+sequence");
+}
+
+TEST(DimArithmetic, ConvAndPadResultsAreDerivedDims) {
+  Graph g;
+  Builder b(g);
+  const Symbol* length = g.symbol("length", 4, 16);
+  Value* x = b.input("x", DType::F32, {1, 2, length});
+  Value* w = b.const_f32(std::vector<float>(2 * 2 * 3, 0.5f), {2, 2, 3});
+  Value* same = b.conv(b.pad(x, {0, 0, 2}, {0, 0, 0}), w, nullptr, {1}, {0}, {1});
+  EXPECT_EQ(same->shape[2], Dim(length));  // causal: length + 2 - 3 + 1
+  Value* strided = b.conv(x, w, nullptr, {2}, {1}, {1});
+  const Symbol* frames = strided->shape[2].symbol();
+  ASSERT_NE(frames, nullptr);
+  EXPECT_EQ(frames->min, 2);
+  EXPECT_EQ(frames->max, 8);  // (16 + 2 - 3) // 2 + 1
+  b.output(b.add(same, x), "y");
+  b.output(strided, "z");
+  EXPECT_NO_THROW(verify(g));
+}
+
+}  // namespace
+}  // namespace hfx

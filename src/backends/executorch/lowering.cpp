@@ -545,7 +545,12 @@ EtInt EtLowering::sym_int(const Dim& d) {
       kernel("aten::sym_size", "int", {tensor(v), int_value(static_cast<int64_t>(axis))}, {out});
       return symbol_ints_[s] = {std::nullopt, out, s->max};
     }
-  fail("executorch: dim '", s->name, "' is not a dim of any graph input (computed dims are not supported yet)");
+  if (s->op != Symbol::Op::Free) {  // computed from the dims it is derived from
+    const EtInt a = sym_int(Dim(s->a)), other = s->b ? sym_int(Dim(s->b)) : EtInt::of(s->k);
+    const std::string_view op = s->op == Symbol::Op::Add ? "add" : s->op == Symbol::Op::Mul ? "mul" : "floordiv";
+    return symbol_ints_[s] = arith(op, a, other);
+  }
+  fail("executorch: dim '", s->name, "' is not a dim of any graph input");
 }
 
 std::vector<EtInt> EtLowering::sym_ints(const Shape& shape) {
@@ -557,14 +562,19 @@ std::vector<EtInt> EtLowering::sym_ints(const Shape& shape) {
 EtInt EtLowering::arith(std::string_view op, const EtInt& a, const EtInt& b) {
   if (a.constant && b.constant) {
     const int64_t x = *a.constant, y = *b.constant;
+    if (op == "floordiv") return EtInt::of(x >= 0 ? x / y : -((-x + y - 1) / y));
     return EtInt::of(op == "add" ? x + y : op == "sub" ? x - y : x * y);
   }
+  if (op == "floordiv" && b.constant == 1) return a;
   if (op == "mul" && (a.constant == 1 || b.constant == 1)) return a.constant == 1 ? b : a;
   if ((op == "add" || op == "sub") && b.constant == 0) return a;
-  HFX_CHECK(op == "add" || op == "sub" || op == "mul", "internal error: executorch: integer op '", op, "'");
+  HFX_CHECK(op == "add" || op == "sub" || op == "mul" || op == "floordiv", "internal error: executorch: integer op '", op, "'");
   const int out = add_value(et_int(0));
   kernel("executorch_prim::" + std::string(op), "Scalar", {int_value(a), int_value(b)}, {out});
-  const int64_t upper = op == "add" ? a.upper + b.upper : op == "sub" ? a.upper : a.upper * b.upper;
+  const int64_t upper = op == "add"   ? a.upper + b.upper
+                        : op == "sub" ? a.upper
+                        : op == "mul" ? a.upper * b.upper
+                                      : a.upper / std::max<int64_t>(1, b.constant.value_or(1));
   return {std::nullopt, out, upper};
 }
 

@@ -2,6 +2,7 @@
 // `aten::*.out` kernels, with every argument of their schemas in order (defaults written out, as
 // the runtime reads arguments by position). High-level ops without a rule here are decomposed
 // into primitives first. IR primitives follow ONNX semantics; each rule notes where ATen differs.
+#include "backends/aten_semantics.h"
 #include "backends/executorch/lowering.h"
 
 #include <limits>
@@ -64,6 +65,18 @@ HFX_ET_UNARY(Not, "aten::logical_not")
 HFX_ET_OP(GELU) {
   const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
   l.result(n, "aten::gelu", "out", {l.in(n, 0), l.string_value(tanh ? "tanh" : "none")});
+}
+
+HFX_ET_OP(Pad) {
+  const PadAttrs& p = n.attrs_as<PadAttrs>();
+  l.result(n, "aten::constant_pad_nd", "out", {l.in(n, 0), l.int_list(aten_pad_list(p)), l.double_value(p.value)});
+}
+HFX_ET_OP(Conv) {
+  const ConvAttrs& c = n.attrs_as<ConvAttrs>();
+  l.result(n, "aten::convolution", "out",
+           {l.in(n, 0), l.in(n, 1), n.input(2) ? l.in(n, 2) : l.null_value(), l.int_list(c.strides), l.int_list(c.pads),
+            l.int_list(c.dilations), l.bool_value(false), l.int_list(std::vector<int64_t>(c.strides.size(), 0)),
+            l.int_value(c.group)});
 }
 
 // cumsum.out(self, dim, dtype=None): the result keeps x's type.

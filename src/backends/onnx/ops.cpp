@@ -45,6 +45,23 @@ HFX_ONNX_SAME_NAME(BitwiseAnd)
 
 HFX_ONNX_OP(BitShiftRight) { attr_string(l.node("BitShift", in, {out}), "direction", "RIGHT"); }
 HFX_ONNX_OP(Softmax) { attr_int(l.node("Softmax", in, {out}), "axis", n.attrs_as<AxisAttrs>().axis); }
+// pads: every axis' begin, then every axis' end; the value in x's type.
+HFX_ONNX_OP(Pad) {
+  const PadAttrs& p = n.attrs_as<PadAttrs>();
+  std::vector<int64_t> pads = p.begin;
+  pads.insert(pads.end(), p.end.begin(), p.end.end());
+  l.node("Pad", {in[0], l.ints(pads), l.float_scalar(static_cast<float>(p.value), n.inputs[0]->dtype)}, {out});
+}
+HFX_ONNX_OP(Conv) {
+  const ConvAttrs& c = n.attrs_as<ConvAttrs>();
+  std::vector<int64_t> pads = c.pads;
+  pads.insert(pads.end(), c.pads.begin(), c.pads.end());
+  onnx::NodeProto* conv = l.node("Conv", in, {out});
+  attr_ints(conv, "strides", c.strides);
+  attr_ints(conv, "pads", pads);
+  attr_ints(conv, "dilations", c.dilations);
+  attr_int(conv, "group", c.group);
+}
 HFX_ONNX_OP(CumSum) { l.node("CumSum", {in[0], l.ints({n.attrs_as<AxisAttrs>().axis}, true)}, {out}); }
 
 void lower_reduce(Lowering& l, const char* op, const Node& n, OnnxNames in, const std::string& out) {

@@ -88,6 +88,45 @@ HFX_OV_OP_RULE(QuantizedLinear, nullptr, 0b1110) {
 HFX_OV_OP(Embedding) { return l.result(n, "Gather", "opset8", {{"batch_dims", "0"}}, {in[0], in[1], l.i64({0}, {})}); }
 
 HFX_OV_OP(Softplus) { return l.result(n, "SoftPlus", "opset4", {}, in); }
+HFX_OV_OP(Pad) {
+  const PadAttrs& p = n.attrs_as<PadAttrs>();
+  return l.result(n, "Pad", "opset12", {{"pad_mode", "constant"}},
+                  {in[0], l.i64_vector(p.begin), l.i64_vector(p.end), l.scalar(p.value, n.inputs[0]->dtype)});
+}
+
+std::string ov_ints(const std::vector<int64_t>& v) {
+  std::string out;
+  for (int64_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
+
+// Convolution, or GroupConvolution over the weight regrouped [group, O / group, C / group, *kernel];
+// a bias is added over the channel axis.
+HFX_OV_OP(Conv) {
+  const ConvAttrs& c = n.attrs_as<ConvAttrs>();
+  const Value* w = n.inputs[1];
+  const OvNetwork::Attrs attrs = {{"strides", ov_ints(c.strides)}, {"pads_begin", ov_ints(c.pads)},
+                                  {"pads_end", ov_ints(c.pads)}, {"dilations", ov_ints(c.dilations)},
+                                  {"auto_pad", "explicit"}};
+  const Value* y = n.outputs[0];
+  OvPort weight = in[1];
+  if (c.group > 1) {
+    std::vector<int64_t> grouped = {c.group, w->shape[0].value() / c.group};
+    for (size_t i = 1; i < w->rank(); ++i) grouped.push_back(w->shape[i].value());
+    Shape grouped_shape(grouped.begin(), grouped.end());
+    weight = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {in[1], l.i64_vector(grouped)}, w->dtype,
+                  grouped_shape, "/weight");
+  }
+  const std::string type = c.group > 1 ? "GroupConvolution" : "Convolution";
+  if (!n.input(2)) return l.result(n, type, "opset1", attrs, {in[0], weight});
+  const OvPort conv = l.op(type, "opset1", n, attrs, {in[0], weight}, y->dtype, y->shape, "/conv");
+  std::vector<int64_t> channel(y->rank(), 1);
+  channel[1] = y->shape[1].value();
+  const OvPort bias = l.op("Reshape", "opset1", n, {{"special_zero", "false"}}, {in[2], l.i64_vector(channel)},
+                           y->dtype, Shape(channel.begin(), channel.end()), "/bias");
+  return l.result(n, "Add", "opset1", kOvNumpy, {conv, bias});
+}
+
 HFX_OV_OP(CumSum) {
   return l.result(n, "CumSum", "opset3", {{"exclusive", "false"}, {"reverse", "false"}},
                   {in[0], l.i64({n.attrs_as<AxisAttrs>().axis}, {})});

@@ -117,6 +117,12 @@ SymExpr operator*(const SymExpr& a, const SymExpr& b) {
   return {std::nullopt, "Mul(" + a.srepr + ", " + b.srepr + ")", a.hint * b.hint};
 }
 SymExpr operator-(const SymExpr& a) { return SymExpr::constant(-1) * a; }
+// torch's FloorDiv (torch.utils._sympy.functions), as its shape expressions spell it.
+SymExpr floordiv(const SymExpr& a, const SymExpr& b) {
+  if (a.value && b.value) return SymExpr::constant(*a.value >= 0 ? *a.value / *b.value : -((-*a.value + *b.value - 1) / *b.value));
+  if (b.value == 1) return a;
+  return {std::nullopt, "FloorDiv(" + a.srepr + ", " + b.srepr + ")", b.hint ? a.hint / b.hint : a.hint};
+}
 
 json SymInt::arg() const { return name.empty() ? json{{"as_int", *expr.value}} : json{{"as_name", name}}; }
 
@@ -173,11 +179,28 @@ Pt2Lowering::Pt2Lowering(const Graph& graph, Pt2Interface interface) : graph_(gr
   // that none reads as a 0/1 specialization or an accidental equality.
   int64_t next_hint = 2;
   for (const Symbol& s : graph.symbols()) {
+    if (s.op != Symbol::Op::Free) {  // derived: the expression over its operands (made before it)
+      symbols_[&s] = derived_expr(s);
+      derived_.insert(&s);
+      continue;
+    }
     const int64_t hint = std::clamp<int64_t>(next_hint++, s.min, s.max);
     symbols_[&s] = {std::nullopt, "Symbol('" + torch_symbol(s) + "', positive=True, integer=True)", hint};
   }
   plan_derived_dims();
   plan_in_place_updates();
+}
+
+SymExpr Pt2Lowering::derived_expr(const Symbol& s) const {
+  const SymExpr& a = symbols_.at(s.a);
+  const SymExpr other = s.b ? symbols_.at(s.b) : SymExpr::constant(s.k);
+  switch (s.op) {
+    case Symbol::Op::Add: return a + other;
+    case Symbol::Op::Mul: return a * other;
+    case Symbol::Op::FloorDiv: return floordiv(a, other);
+    case Symbol::Op::Free: break;
+  }
+  fail("internal error: pt2: ", s.name, " is not derived");
 }
 
 // A dynamic cache's total length is the past's plus the query's: written as that sum (as torch
@@ -290,6 +313,11 @@ SymInt Pt2Lowering::sym_int(const Dim& d) {
       sym_int_values_[name] = symbols_.at(s).to_json();
       return symbol_ints_[s] = {symbols_.at(s), name};
     }
+  if (s->op != Symbol::Op::Free) {  // computed from the dims it is derived from
+    const SymInt a = sym_int(Dim(s->a)), other = s->b ? sym_int(Dim(s->b)) : SymInt{SymExpr::constant(s->k), ""};
+    const std::string_view op = s->op == Symbol::Op::Add ? "add" : s->op == Symbol::Op::Mul ? "mul" : "floordiv";
+    return symbol_ints_[s] = sym_arith(op, a, other);
+  }
   fail("internal error: pt2: dim '", s->name, "' is not a dim of any graph input");
 }
 
@@ -304,6 +332,7 @@ SymInt Pt2Lowering::sym_arith(std::string_view op, const SymInt& a, const SymInt
   if (op == "add") e = a.expr + b.expr;
   else if (op == "sub") e = a.expr + -b.expr;
   else if (op == "mul") e = a.expr * b.expr;
+  else if (op == "floordiv") e = floordiv(a.expr, b.expr);
   else fail("internal error: pt2: SymInt arithmetic '", op, "'");
   if (e.is_static()) return {e, ""};
   const std::string name = unique_name(op);

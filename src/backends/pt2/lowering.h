@@ -32,6 +32,7 @@ struct SymExpr {
 SymExpr operator+(const SymExpr& a, const SymExpr& b);
 SymExpr operator*(const SymExpr& a, const SymExpr& b);
 SymExpr operator-(const SymExpr& a);
+SymExpr floordiv(const SymExpr& a, const SymExpr& b);
 
 // A SymInt argument: a constant, or a SymInt value the program computes (named).
 struct SymInt {
@@ -147,6 +148,7 @@ class Pt2Lowering {
  private:
   void plan_derived_dims();
   void plan_in_place_updates();
+  SymExpr derived_expr(const Symbol& s) const;
   bool lower_shape_arithmetic(const Node& n);
   std::string unique_name(std::string_view base);
   std::string torch_symbol(const Symbol& s) const;

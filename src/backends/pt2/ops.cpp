@@ -3,6 +3,7 @@
 // primitives first. IR primitives follow ONNX semantics; each rule notes where ATen differs.
 #include <limits>
 
+#include "backends/aten_semantics.h"
 #include "backends/pt2/lowering.h"
 #include "core/error.h"
 
@@ -59,6 +60,18 @@ HFX_PT2_OP(GELU) {
   l.result(n, "torch.ops.aten.gelu.default", {self(l, n), {"approximate", string_arg(tanh ? "tanh" : "none"), true}});
 }
 
+HFX_PT2_OP(Pad) {
+  const PadAttrs& p = n.attrs_as<PadAttrs>();
+  l.result(n, "torch.ops.aten.constant_pad_nd.default", {self(l, n), {"pad", ints_arg(aten_pad_list(p))}, {"value", float_arg(p.value)}});
+}
+HFX_PT2_OP(Conv) {
+  const ConvAttrs& c = n.attrs_as<ConvAttrs>();
+  l.result(n, "torch.ops.aten.convolution.default",
+           {{"input", tensor_arg(l.in(n, 0))}, {"weight", tensor_arg(l.in(n, 1))},
+            {"bias", n.input(2) ? tensor_arg(l.in(n, 2)) : none_arg()}, {"stride", ints_arg(c.strides)},
+            {"padding", ints_arg(c.pads)}, {"dilation", ints_arg(c.dilations)}, {"transposed", bool_arg(false)},
+            {"output_padding", ints_arg(std::vector<int64_t>(c.strides.size(), 0))}, {"groups", int_arg(c.group)}});
+}
 HFX_PT2_OP(CumSum) { l.result(n, "torch.ops.aten.cumsum.default", {self(l, n), {"dim", int_arg(n.attrs_as<AxisAttrs>().axis)}}); }
 HFX_PT2_OP(Softmax) {
   l.result(n, "torch.ops.aten.softmax.int", {self(l, n), {"dim", int_arg(n.attrs_as<AxisAttrs>().axis)}});
