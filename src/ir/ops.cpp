@@ -276,6 +276,12 @@ Types rule_attention(const Inputs& in, const OpAttrs&) {
   need(q->rank() == 4 && k->rank() == 4 && v->rank() == 4, "Attention ranks");
   need(q->shape[1].value() % k->shape[1].value() == 0, "Attention heads");
   need(in.size() < 5 || !in[4] || (in[4]->rank() == 1 && in[4]->shape[0] == q->shape[1]), "Attention sinks");
+  if (const Value* bias = in.size() > 5 ? in[5] : nullptr) {
+    need(bias->rank() == 4 && is_float(bias->dtype), "Attention bias rank / dtype");
+    need((bias->shape[1] == Dim(1) || bias->shape[1] == q->shape[1]) && bias->shape[2] == q->shape[2] &&
+             bias->shape[3] == k->shape[2],
+         "Attention bias dims");
+  }
   Shape out = q->shape;
   out[3] = v->shape[3];
   return one(q->dtype, std::move(out));

@@ -205,6 +205,14 @@ Value* decompose_attention(Builder& b, const Node& n) {
     Value* c = b.scalar(cap, DType::F32);
     scores = b.mul(b.unary(OpKind::Tanh, b.div(scores, c)), c);
   }
+  if (Value* bias = n.input(5)) {  // [B, Hq or 1, S, T], grouped like the scores
+    bias = b.cast(bias, DType::F32);
+    if (grouped) {
+      bias = bias->shape[1] == Dim(1) ? b.unsqueeze(bias, {2})
+                                      : b.reshape(bias, {bias->shape[0], Dim(hkv), Dim(groups), bias->shape[2], bias->shape[3]});
+    }
+    scores = b.add(scores, bias);
+  }
   if (mask) scores = b.where(mask, scores, b.scalar(std::numeric_limits<float>::lowest(), DType::F32));
   Value* probs;
   if (Value* sinks = n.input(4)) {

@@ -84,3 +84,19 @@ def test_op_matches_torch(written, case, fmt):
         expected = REFERENCE[case](torch.from_numpy(x)).numpy()
         assert y.shape == expected.shape and y.dtype == expected.dtype
         np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6, err_msg=f"{case} sequence {sequence}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_attention_with_additive_bias(written, fmt):
+    """Grouped attention (4 query heads, 2 kv heads), a mask and a bias added to the scores."""
+    model = Component(fmt, written["attention_bias"][fmt], "model")
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 4, 3, 8), (1, 2, 5, 8), (1, 2, 5, 8)))
+    mask = np.tril(np.ones((3, 5), bool), k=2)[None, None]
+    bias = rng.standard_normal((1, 4, 3, 5)).astype(np.float32) * 3
+    y = model({"q": q, "k": k, "v": v, "mask": mask, "bias": bias})["y"]
+    kk, vv = (torch.from_numpy(t).repeat_interleave(2, dim=1) for t in (k, v))
+    scores = torch.from_numpy(q) @ kk.transpose(-1, -2) / np.sqrt(8.0) + torch.from_numpy(bias)
+    scores = scores.masked_fill(~torch.from_numpy(mask), torch.finfo(torch.float32).min)
+    expected = (torch.softmax(scores, -1) @ vv).numpy()
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)

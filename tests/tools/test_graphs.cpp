@@ -170,6 +170,22 @@ std::vector<Part> patch_conv_graph(int64_t) {
   return parts;
 }
 
+// Grouped attention (4 query heads over 2 kv heads) with a causal mask and an additive bias
+// input, as T5 and ALiBi models add position scores.
+std::vector<Part> attention_bias_graph(int64_t) {
+  auto g = std::make_unique<Graph>();
+  Builder b(*g);
+  Value* q = b.input("q", DType::F32, {1, 4, 3, 8});
+  Value* k = b.input("k", DType::F32, {1, 2, 5, 8});
+  Value* v = b.input("v", DType::F32, {1, 2, 5, 8});
+  Value* mask = b.input("mask", DType::Bool, {1, 1, 3, 5});
+  Value* bias = b.input("bias", DType::F32, {1, 4, 3, 5});
+  b.output(b.attention(q, k, v, mask, 1.0 / std::sqrt(8.0), 0.0, nullptr, bias), "y");
+  std::vector<Part> parts;
+  parts.push_back({Role::Forward, std::move(g)});
+  return parts;
+}
+
 json tensors(const std::vector<TensorSpec>& specs) {
   json out = json::array();
   for (const TensorSpec& t : specs) {
@@ -229,7 +245,8 @@ int main(int argc, char** argv) {
         {"replace", replace_graph}, {"ring", ring_graph}, {"write_once", write_once_graphs},
         {"softplus", softplus_graph}, {"softplus_decomposed", softplus_graph, decompose_softplus},
         {"log", log_graph}, {"cumsum", cumsum_graph}, {"mod", mod_graph}, {"pad", pad_graph},
-        {"causal_conv", causal_conv_graph}, {"strided_conv", strided_conv_graph}, {"patch_conv", patch_conv_graph}};
+        {"causal_conv", causal_conv_graph}, {"strided_conv", strided_conv_graph}, {"patch_conv", patch_conv_graph},
+        {"attention_bias", attention_bias_graph}};
     json index = json::object();
     for (const Case& c : cases)
       for (const std::string& format : supported_formats())

@@ -1,6 +1,17 @@
 // Every IR op is lowered, or decomposable into ops that are, for every backend and ONNX profile:
 // a primitive needs a lowering rule; a high-level op needs a rule or a reference decomposition
 // (and a reference decomposition whenever its rule may decline a node).
+//
+// Recurrences (decided for the state-space and hybrid decoders): there is no kernel-only op class.
+// A recurrence with a closed form over a symbolic length is built from primitives (Mamba2's chunked
+// SSD: CumSum, Exp, MatMul over chunks; LFM2's short convolution: Pad + Conv) and so has a
+// reference decomposition like every high-level op here. One that must carry state from chunk to
+// chunk over a run-time count (the gated delta rule's inter-chunk state) will be a `Scan` primitive
+// with a body graph, which each backend lowers natively (ONNX Scan, OpenVINO TensorIterator, the
+// .pt2 scan higher-order op); ExecuTorch, with no loop over a run-time count, exports the chunk step
+// with its state as `replace` state and its runner calls it per chunk. The check below (every
+// high-level op has a reference decomposition) is what keeps a recurrence from hiding behind a
+// kernel some backend lacks.
 #include <gtest/gtest.h>
 
 #include "backends/backend.h"

@@ -217,8 +217,9 @@ HFX_ET_OP(MatMul) {
 // heads of each kv head are one [G*S, D] matrix (a view, no repeated kv heads), and the scores
 // are (k q^T)^T, so only the small query and score matrices are transposed. Sinks (gpt-oss) take
 // the reference decomposition.
-bool attention_without_sinks(const Node& n) { return n.input(4) == nullptr; }
+bool attention_without_sinks(const Node& n) { return !n.input(4) && !n.input(5); }  // nor an additive bias
 HFX_ET_OP_NATIVE(Attention, attention_without_sinks) {
+  HFX_CHECK(!n.input(5), "internal error: ", n.name, ": a native attention was given an additive bias");
   const Value *q = n.inputs[0], *k = n.inputs[1], *v = n.inputs[2], *mask = n.input(3);
   const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
   if (l.runs_hfexport_attention(n))  // the cache read in place, the masked slots skipped

@@ -184,12 +184,14 @@ GroupedRows grouped_rows(const Dim& batch, int64_t heads, int64_t groups, const 
 
 bool attention_on_xnnpack(const Node& n) {
   const Value *q = n.inputs[0], *k = n.inputs[1], *v = n.inputs[2], *mask = n.input(3);
-  if (n.input(4) || q->dtype != DType::F32 || k->dtype != DType::F32 || v->dtype != DType::F32) return false;
+  if (n.input(4) || n.input(5) || q->dtype != DType::F32 || k->dtype != DType::F32 || v->dtype != DType::F32)
+    return false;  // sinks and an additive bias: the reference decomposition
   if (mask && (mask->dtype != DType::Bool || mask->rank() != 4 || mask->shape[1] != Dim(1))) return false;
   const int64_t groups = q->shape[1].value() / k->shape[1].value();
   return groups == 1 || (XnnLowering::dynamic(q->shape[0]) + XnnLowering::dynamic(q->shape[2]) <= 1);
 }
 HFX_XNN_OP(Attention, attention_on_xnnpack) {
+  HFX_CHECK(!n.input(5), "internal error: ", n.name, ": a native attention was given an additive bias");
   const Value *q = n.inputs[0], *k = n.inputs[1], *v = n.inputs[2], *mask = n.input(3);
   const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
   const int64_t hkv = k->shape[1].value(), groups = q->shape[1].value() / hkv;

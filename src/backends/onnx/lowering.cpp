@@ -248,7 +248,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
 
 bool gqa_candidate(const Node& attention) {
   const Node* k = attention.inputs[1]->producer;
-  return attention.input(3) && ((k && k->op == OpKind::KVAppend) || attention.inputs[1]->shape[2] == attention.inputs[0]->shape[2]);
+  return attention.input(3) && !attention.input(5) && ((k && k->op == OpKind::KVAppend) || attention.inputs[1]->shape[2] == attention.inputs[0]->shape[2]);
 }
 
 // onnxruntime 1.32's CPU kernel (contrib_ops/cpu/bert/group_query_attention) rejects a head size

@@ -374,10 +374,12 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
 // decomposed unless it becomes GroupQueryAttention (the plan's conditions: a mask, and a cache
 // append or no cache).
 bool attention_maps_natively(const Node& n, OnnxOpProfile profile) {
+  if (n.input(5)) return false;  // an additive bias: the reference decomposition
   if (!n.input(4)) return true;
   return profile == OnnxOpProfile::OrtGqa && gqa_candidate(n) && gqa_refusal(n).empty();
 }
 HFX_ONNX_OP_NATIVE(Attention, attention_maps_natively) {
+  HFX_CHECK(!n.input(5), "internal error: ", n.name, ": a native attention was given an additive bias");
   if (l.profile() == OnnxOpProfile::OrtGqa && lower_group_query_attention(l, n, out)) return;
   HFX_CHECK(!n.input(4), "attention sinks need GroupQueryAttention (or the decomposition)");
   std::vector<std::string> inputs{in[0], in[1], in[2]};

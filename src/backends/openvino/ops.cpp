@@ -347,11 +347,14 @@ OvPort repeat_kv(OvLowering& l, const Node& n, OvPort kv, const Value* value, in
 }
 
 // SDPA has no softcap and no sinks.
-bool no_softcap(const Node& n) { return n.attrs_as<AttentionAttrs>().softcap == 0.0 && !n.input(4); }
+bool no_softcap(const Node& n) {  // nor sinks, nor an additive bias
+  return n.attrs_as<AttentionAttrs>().softcap == 0.0 && !n.input(4) && !n.input(5);
+}
 
 // ScaledDotProductAttention (opset13) with an additive mask: masked scores get the lowest finite
 // value so fully padded rows stay finite, as in the reference decomposition.
 HFX_OV_OP_NATIVE(Attention, no_softcap) {
+  HFX_CHECK(!n.input(5), "internal error: ", n.name, ": a native attention was given an additive bias");
   const Value* q = n.inputs[0];
   const int64_t groups = q->shape[1].value() / n.inputs[1]->shape[1].value();
   OvPort k = in[1], v = in[2];

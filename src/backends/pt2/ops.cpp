@@ -210,8 +210,11 @@ HFX_PT2_OP_NATIVE(RMSNorm, rms_norm_in_float32) {
 
 // scaled_dot_product_attention with the boolean mask (true = attend) and grouped heads; a fully
 // masked row (a left pad's query) comes out as zeros. Softcapping and sinks are decomposed.
-bool sdpa_computes(const Node& n) { return n.attrs_as<AttentionAttrs>().softcap == 0.0 && !n.input(4); }
+bool sdpa_computes(const Node& n) {  // no softcap, sinks or additive bias
+  return n.attrs_as<AttentionAttrs>().softcap == 0.0 && !n.input(4) && !n.input(5);
+}
 HFX_PT2_OP_NATIVE(Attention, sdpa_computes) {
+  HFX_CHECK(!n.input(5), "internal error: ", n.name, ": a native attention was given an additive bias");
   const Dim q_heads = n.inputs[0]->shape[1], kv_heads = n.inputs[1]->shape[1];
   l.result(n, "torch.ops.aten.scaled_dot_product_attention.default",
            {{"query", tensor_arg(l.in(n, 0))}, {"key", tensor_arg(l.in(n, 1))}, {"value", tensor_arg(l.in(n, 2))},
