@@ -84,10 +84,36 @@ class ExportWriter {
   virtual void finish() = 0;
 };
 
+// One of a backend's options (the config's `backend` object), declared once: its key and type,
+// and the flag the command line spells it with. The CLI makes each flag from these (and refuses it
+// with a format that does not declare it), errors name the field by its flag, and
+// check_backend_options refuses unknown keys and values of the wrong type.
+struct BackendOption {
+  enum class Type {
+    Choice,   // a string, one of `choices`
+    Bool,     // true or false; the flag sets `flag_sets`
+    Strings,  // a list of strings (the flag takes a comma list); the backend checks the items
+    Object,   // JSON the backend reads itself (no flag)
+  };
+  std::string key;
+  Type type = Type::Choice;
+  std::vector<std::string> choices;  // Choice
+  std::string flag;                  // empty: set through --config or the Python API only
+  std::string help;                  // the flag's help
+  bool flag_sets = true;             // Bool
+  std::string choices_note;          // Choice: what each choice means, for the error
+};
+// The `decompose` option every backend takes.
+BackendOption decompose_option();
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view format() const = 0;
+  // The format as errors name it ("ONNX", "OpenVINO").
+  virtual std::string_view display_name() const { return format(); }
+  // Its `backend` options, in the order errors list them.
+  virtual std::vector<BackendOption> options() const = 0;
   virtual BackendCapabilities capabilities() const = 0;
   // What the generic checks cannot see: the `backend` sub-object and this format's own limits.
   virtual void check(const ExportConfig& config, const FieldSpelling& spell) const = 0;
@@ -106,6 +132,10 @@ class Backend {
     (void)manifest, (void)hf_config, (void)dir;
   }
 };
+
+// Refuses keys of `config.backend` the backend does not declare and values of the wrong type or
+// outside their choices (one line naming the field as `spell` does).
+void check_backend_options(const Backend& backend, const ExportConfig& config, const FieldSpelling& spell);
 
 // The `decompose` option every backend takes: high-level ops (by name, or "all") to replace by
 // their reference decomposition even where the backend has a fused op. Ops not named keep the

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 
 #include "backends/backend.h"
@@ -33,6 +34,41 @@ nlohmann::json tested_runtimes(const Backend& backend) {
     begin = end == std::string_view::npos ? all.size() : end + 1;
   }
   return out;
+}
+
+BackendOption decompose_option() {
+  return {"decompose", BackendOption::Type::Strings, {}, "--decompose",
+          "high-level ops to export as their reference decomposition (e.g. Attention,RMSNorm, or all)"};
+}
+
+void check_backend_options(const Backend& backend, const ExportConfig& config, const FieldSpelling& spell) {
+  const std::vector<BackendOption> options = backend.options();
+  for (const auto& [key, value] : config.backend.items()) {
+    const auto option = std::find_if(options.begin(), options.end(), [&](const BackendOption& o) { return o.key == key; });
+    if (option == options.end()) {
+      std::string known;
+      for (const BackendOption& o : options) known += (known.empty() ? "" : ", ") + o.key;
+      fail(spell("backend"), ": unknown ", backend.display_name(), " option '", key, "' (known: ", known, ")");
+    }
+    const std::string field = spell("backend." + key);
+    switch (option->type) {
+      case BackendOption::Type::Bool:
+        if (!value.is_boolean()) fail(field, ": expected true or false");
+        break;
+      case BackendOption::Type::Choice: {
+        const auto& c = option->choices;
+        if (value.is_string() && std::find(c.begin(), c.end(), value.get<std::string>()) != c.end()) break;
+        std::string expected;
+        for (size_t i = 0; i < c.size(); ++i)
+          expected += (i == 0 ? "" : i + 1 == c.size() ? " or " : ", ") + ("\"" + c[i] + "\"");
+        fail(field, ": ", value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump(), " is not ",
+             c.size() > 2 ? "one of " : "", expected, option->choices_note.empty() ? "" : " (" + option->choices_note + ")");
+      }
+      case BackendOption::Type::Strings:
+      case BackendOption::Type::Object:
+        break;  // the backend reads and checks these itself
+    }
+  }
 }
 
 std::set<OpKind> forced_decompositions(const ExportConfig& config, const FieldSpelling& spell) {

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/python.h"
+#include "backends/backend.h"
 #include "export/exporter.h"
 #include "io/json_config.h"
 #include "io/manifest.h"
@@ -97,36 +98,39 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"quantization.weights", "--quantize"},
     {"quantization.group_size", "--quantize-group-size"},
     {"quantization.compute", "--quantize-compute"},
-    {"backend.op_profile", "--onnx-ops"},
-    {"backend.layout", "--onnx-layout"},
-    {"backend.decompose", "--decompose"},
-    {"backend.aot", "--aot"},
-    {"backend.executorch_backend", "--executorch-backend"},
-    {"backend.alloc_graph_io", "--no-alloc-graph-io"},
-    {"backend.executorch_kernels", "--executorch-kernels"},
 };
 
-// Flags that set one key of the backend options, and the formats that take it: given with another
-// format, they are an error here (that backend never sees them).
+// A flag some backends declare (BackendOption), the formats that take it (given with another
+// format, it is an error here: that backend never sees it) and where CLI11 stores its value.
 struct BackendFlag {
-  std::string_view flag, key;
-  std::array<std::string_view, 4> formats;
+  hfx::BackendOption option;
+  std::vector<std::string> formats;
+  std::string text;
+  std::vector<std::string> list;
+  bool set = false;
 };
-constexpr BackendFlag kBackendFlags[] = {
-    {"--onnx-ops", "op_profile", {"onnx", "", "", ""}},
-    {"--onnx-layout", "layout", {"onnx", "", "", ""}},
-    {"--decompose", "decompose", {"onnx", "openvino", "pt2", "executorch"}},
-    {"--aot", "aot", {"pt2", "", "", ""}},
-    {"--executorch-backend", "executorch_backend", {"executorch", "", "", ""}},
-    {"--no-alloc-graph-io", "alloc_graph_io", {"executorch", "", "", ""}},
-    {"--executorch-kernels", "executorch_kernels", {"executorch", "", "", ""}},
-};
+
+// Every backend's flags, each once (a key several backends declare, like decompose, is one flag).
+std::vector<BackendFlag> backend_flags() {
+  std::vector<BackendFlag> flags;
+  for (const std::string& format : hfx::supported_formats())
+    for (const hfx::BackendOption& option : hfx::make_backend(format)->options()) {
+      if (option.flag.empty()) continue;
+      const auto it = std::find_if(flags.begin(), flags.end(), [&](const BackendFlag& f) { return f.option.flag == option.flag; });
+      if (it != flags.end()) it->formats.push_back(format);
+      else flags.push_back({option, {format}, {}, {}, false});
+    }
+  return flags;
+}
 
 // Field names as flags; with --config, the JSON key too, since either may be what the user wrote.
-hfx::FieldSpelling cli_spelling(bool with_config) {
-  return [with_config](std::string_view field) {
+hfx::FieldSpelling cli_spelling(bool with_config, const std::vector<BackendFlag>& backend) {
+  return [with_config, &backend](std::string_view field) {
+    auto spelled = [&](std::string_view flag) { return with_config ? hfx::str(flag, " (", field, ")") : std::string(flag); };
     for (const auto& [name, flag] : kFlagOfField)
-      if (name == field) return with_config ? hfx::str(flag, " (", field, ")") : std::string(flag);
+      if (name == field) return spelled(flag);
+    for (const BackendFlag& b : backend)
+      if ("backend." + b.option.key == field) return spelled(b.option.flag);
     return std::string(field);
   };
 }
@@ -166,9 +170,10 @@ void parse_dim(const std::string& text, hfx::ExportConfig& config) {
 
 struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
-  std::string format, dtype, quantize, quantize_compute, onnx_ops, onnx_layout, executorch_backend, executorch_kernels;
-  std::vector<std::string> dims, decompose, inputs;
-  bool overwrite = false, verbose = false, quiet = false, aot = false, no_alloc_graph_io = false;
+  std::string format, dtype, quantize, quantize_compute;
+  std::vector<std::string> dims, inputs;
+  std::vector<BackendFlag> backend = backend_flags();
+  bool overwrite = false, verbose = false, quiet = false;
   bool for_generation = false, multi_token = false, static_cache = false;
   int64_t max_cache_len = 0, batch_size = 1, group_size = 0;
 };
@@ -195,21 +200,17 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
   if (given("--batch-size")) c.generation.batch_size = f.batch_size;
   if (given("--quantize-group-size")) c.quantization.group_size = f.group_size;
   parse_quantize(f.quantize, f.quantize_compute, c.quantization);
-  for (const BackendFlag& b : kBackendFlags) {
-    if (!given(std::string(b.flag).c_str())) continue;
+  for (const BackendFlag& b : f.backend) {
+    if (!given(b.option.flag.c_str())) continue;
     if (std::find(b.formats.begin(), b.formats.end(), c.format) == b.formats.end()) {
       std::string formats;
-      for (std::string_view f : b.formats)
-        if (!f.empty()) formats += (formats.empty() ? "" : ", ") + std::string(f);
-      hfx::fail(b.flag, " applies only to --format ", formats);
+      for (const std::string& format : b.formats) formats += (formats.empty() ? "" : ", ") + format;
+      hfx::fail(b.option.flag, " applies only to --format ", formats);
     }
-    c.backend[std::string(b.key)] = b.key == "decompose" ? nlohmann::json(f.decompose)
-                                    : b.key == "aot"     ? nlohmann::json(true)
-                                    : b.key == "executorch_backend" ? nlohmann::json(f.executorch_backend)
-                                    : b.key == "alloc_graph_io"     ? nlohmann::json(false)
-                                    : b.key == "executorch_kernels" ? nlohmann::json(f.executorch_kernels)
-                                    : b.key == "layout"             ? nlohmann::json(f.onnx_layout)
-                                                         : nlohmann::json(f.onnx_ops);
+    using Type = hfx::BackendOption::Type;
+    c.backend[b.option.key] = b.option.type == Type::Bool      ? nlohmann::json(b.option.flag_sets)
+                              : b.option.type == Type::Strings ? nlohmann::json(b.list)
+                                                               : nlohmann::json(b.text);
   }
   return c;
 }
@@ -238,24 +239,14 @@ int main(int argc, char** argv) {
                   "(ExecuTorch's LLM runner calls forward(tokens, input_pos) so)")
       ->delimiter(',');
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
-  exp->add_flag("--aot", flags.aot, "pt2: also compile each program with AOTInductor (runs Python with torch)");
-  exp->add_option("--executorch-backend", flags.executorch_backend,
-                  "executorch: xnnpack (linears delegated to XNNPACK; the default) | portable (the runtime's aten kernels only)");
-  exp->add_option("--executorch-kernels", flags.executorch_kernels,
-                  "executorch: stock (only kernels the stock runtime has; the default) | hfexport (attention reads the "
-                  "cache in place in hfexport's kernel library, which the program then needs: hfexport's runners load it)");
-  exp->add_flag("--no-alloc-graph-io", flags.no_alloc_graph_io,
-                "executorch: no planned memory for inputs and outputs; a static cache is the caller's, passed in and "
-                "returned as outputs [cache x N, logits, cache x N] for set_output_data_ptr (zero copy)");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_flag("--quiet", flags.quiet, "no progress lines (they are shown only on a terminal)");
-  exp->add_option("--onnx-ops", flags.onnx_ops, "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)");
-  exp->add_option("--onnx-layout", flags.onnx_layout,
-                  "optimum: the one graph as onnx/model.onnx + onnx/model.onnx_data, the files optimum's "
-                  "ORTModel classes and transformers.js look for (config and tokenizer files stay beside onnx/)");
-  exp->add_option("--decompose", flags.decompose,
-                  "high-level ops to export as their reference decomposition (e.g. Attention,RMSNorm, or all)")
-      ->delimiter(',');
+  for (BackendFlag& b : flags.backend) {  // each backend's own options, as it declares them
+    using Type = hfx::BackendOption::Type;
+    if (b.option.type == Type::Bool) exp->add_flag(b.option.flag, b.set, b.option.help);
+    else if (b.option.type == Type::Strings) exp->add_option(b.option.flag, b.list, b.option.help)->delimiter(',');
+    else exp->add_option(b.option.flag, b.text, b.option.help);
+  }
   exp->add_flag("--for-generation", flags.for_generation, "export prefill/decode graphs with a KV cache");
   exp->add_flag("--multi-token-decode", flags.multi_token, "one decode graph for any query length");
   exp->add_flag("--static-cache", flags.static_cache, "fixed-size KV cache buffers written in place");
@@ -296,7 +287,7 @@ int main(int argc, char** argv) {
       hfx::progress::set_quiet(flags.quiet);
       hfx::remove_staging_on_signals();  // before the export starts any thread
       hfx::run_export(flags.model_dir, flags.out_dir, config,
-                      {flags.overwrite, flags.verbose, cli_spelling(!flags.config_file.empty())});
+                      {flags.overwrite, flags.verbose, cli_spelling(!flags.config_file.empty(), flags.backend)});
     } else if (*ins) {
       hfx::inspect_export(inspect_dir);
     }

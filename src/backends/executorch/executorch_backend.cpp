@@ -280,23 +280,22 @@ class ExecutorchBackend final : public Backend {
 
   std::string_view runtime_package() const override { return "executorch"; }
 
+  std::vector<BackendOption> options() const override {
+    using Type = BackendOption::Type;
+    return {decompose_option(),
+            {kExecutorchBackendKey, Type::Choice, {"xnnpack", "portable"}, "--executorch-backend",
+             "executorch: xnnpack (linears delegated to XNNPACK; the default) | portable (the runtime's aten kernels only)"},
+            {kAllocGraphIoKey, Type::Bool, {}, "--no-alloc-graph-io",
+             "executorch: no planned memory for inputs and outputs; a static cache is the caller's, passed in and "
+             "returned as outputs [cache x N, logits, cache x N] for set_output_data_ptr (zero copy)",
+             false},
+            {kKernelsKey, Type::Choice, {"stock", "hfexport"}, "--executorch-kernels",
+             "executorch: stock (only kernels the stock runtime has; the default) | hfexport (attention reads the "
+             "cache in place in hfexport's kernel library, which the program then needs: hfexport's runners load it)"}};
+  }
+
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
-    for (const auto& [key, value] : config.backend.items())
-      if (key != "decompose" && key != kExecutorchBackendKey && key != kAllocGraphIoKey && key != kKernelsKey)
-        fail(spell("backend"), ": unknown executorch option '", key, "' (known: decompose, ", kExecutorchBackendKey, ", ",
-             kAllocGraphIoKey, ", ", kKernelsKey, ")");
-    if (config.backend.contains(kKernelsKey)) {
-      const nlohmann::json& k = config.backend.at(kKernelsKey);
-      if (!k.is_string() || (k != "stock" && k != "hfexport"))
-        fail(spell("backend.executorch_kernels"), ": expected \"stock\" or \"hfexport\"");
-    }
-    if (config.backend.contains(kAllocGraphIoKey) && !config.backend.at(kAllocGraphIoKey).is_boolean())
-      fail(spell("backend.alloc_graph_io"), ": expected true or false");
-    if (config.backend.contains(kExecutorchBackendKey)) {
-      const nlohmann::json& b = config.backend.at(kExecutorchBackendKey);
-      if (!b.is_string() || (b != "portable" && b != "xnnpack"))
-        fail(spell("backend.executorch_backend"), ": expected \"portable\" or \"xnnpack\"");
-    }
+    check_backend_options(*this, config, spell);
     forced_decompositions(config, spell);
     // ExecuTorch's LLM runner passes two inputs and keeps the cache in the method: with the
     // caller's cache (zero copy) the form serves no runner.

@@ -226,13 +226,22 @@ class OnnxBackend final : public Backend {
             false};
   }
 
+  std::string_view display_name() const override { return "ONNX"; }
+
+  std::vector<BackendOption> options() const override {
+    return {{kProfileKey, BackendOption::Type::Choice, {"standard", "ort", "ort-gqa"}, "--onnx-ops",
+             "ONNX op profile: standard (ai.onnx only; the default without --for-generation) | ort (onnxruntime contrib "
+             "ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)",
+             true, "standard: ai.onnx ops only; ort: onnxruntime contrib ops; ort-gqa: ort with GroupQueryAttention"},
+            {kLayoutKey, BackendOption::Type::Choice, {kOptimumLayout}, "--onnx-layout",
+             "optimum: the one graph as onnx/model.onnx + onnx/model.onnx_data, the files optimum's ORTModel classes "
+             "and transformers.js look for (config and tokenizer files stay beside onnx/)"},
+            decompose_option()};
+  }
+
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
-    for (const auto& [key, value] : config.backend.items())
-      if (key != kProfileKey && key != "decompose" && key != kLayoutKey)
-        fail(spell("backend"), ": unknown ONNX option '", key, "' (known: ", kProfileKey, ", ", kLayoutKey, ", decompose)");
+    check_backend_options(*this, config, spell);
     forced_decompositions(config, spell);
-    if (config.backend.contains(kProfileKey) && !config.backend[kProfileKey].is_string())
-      fail(spell("backend.op_profile"), " must be a string");
     check_layout(config, spell);
     const OnnxOpProfile profile = profile_of(config, spell);
     if (config.quantization.enabled() && !profile_has_contrib_ops(profile) &&
@@ -245,8 +254,6 @@ class OnnxBackend final : public Backend {
   // optimum's decoder classes run a dynamic cache, past -> present, in one session.
   static void check_layout(const ExportConfig& config, const FieldSpelling& spell) {
     if (!config.backend.contains(kLayoutKey)) return;
-    const nlohmann::json& layout = config.backend.at(kLayoutKey);
-    if (!layout.is_string() || layout != kOptimumLayout) fail(spell("backend.layout"), ": expected \"optimum\"");
     const GenerationConfig& g = config.generation;
     if (g.static_cache())
       fail(spell("backend.layout"), " optimum: optimum's decoders run a dynamic cache, not ", spell("generation.cache_implementation"));

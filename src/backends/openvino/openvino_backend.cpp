@@ -89,9 +89,11 @@ class OpenVinoBackend final : public Backend {
 
   std::string_view runtime_package() const override { return "openvino"; }
 
+  std::string_view display_name() const override { return "OpenVINO"; }
+  std::vector<BackendOption> options() const override { return {decompose_option()}; }
+
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
-    for (const auto& [key, value] : config.backend.items())
-      if (key != "decompose") fail(spell("backend"), ": unknown OpenVINO option '", key, "' (known: decompose)");
+    check_backend_options(*this, config, spell);
     forced_decompositions(config, spell);
     if (config.quantization.compute == WeightQuantization::Compute::Int8)
       fail(spell("quantization.compute"), " int8: OpenVINO picks the activation precision when it compiles the model "

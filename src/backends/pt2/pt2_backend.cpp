@@ -173,12 +173,15 @@ class Pt2Backend final : public Backend {
 
   std::string_view runtime_package() const override { return "torch"; }
 
+  std::vector<BackendOption> options() const override {
+    return {decompose_option(),
+            // transformers.exporters' calling convention (the Python API sets it).
+            {kInterfaceKey, BackendOption::Type::Object},
+            {kAotKey, BackendOption::Type::Bool, {}, "--aot", "pt2: also compile each program with AOTInductor (runs Python with torch)"}};
+  }
+
   void check(const ExportConfig& config, const FieldSpelling& spell) const override {
-    for (const auto& [key, value] : config.backend.items())
-      if (key != "decompose" && key != kInterfaceKey && key != kAotKey)
-        fail(spell("backend"), ": unknown pt2 option '", key, "' (known: decompose, interface, aot)");
-    if (config.backend.contains(kAotKey) && !config.backend.at(kAotKey).is_boolean())
-      fail(spell("backend.aot"), ": expected true or false");
+    check_backend_options(*this, config, spell);
     forced_decompositions(config, spell);
     interface_of(config, spell);
     if (config.quantization.compute == WeightQuantization::Compute::Int8)
