@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .manifest import CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, PREFILL, SHARES_BUFFER, ExportManifest
-from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions
+from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, static_cache_mask
 from .versions import check_runtime_versions
 
 
@@ -233,8 +233,7 @@ class ExecutorchStaticRunner(DecodeRunner):
         if self.cache_position_form:
             feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(np.ascontiguousarray(positions[0]))]
         else:
-            slots = np.arange(self.max_cache_len)
-            mask = (slots[None, None, :] <= positions[:, :, None])[:, None]
+            mask = static_cache_mask(positions, self.max_cache_len)
             feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
                      torch.from_numpy(np.ascontiguousarray(positions)), *self.caches]
         outputs = execute_without_clones(self.method, feeds)

@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
-from .runner import (DecodeRunner, GenerationError, check_cache_position_call, check_request, left_padded_positions,
+from .runner import (DecodeRunner, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
                      park_padding)
 from .versions import check_runtime_versions
 
@@ -248,11 +248,8 @@ class OnnxRuntimeRunner(DecodeRunner):
             check_cache_position_call(positions, real)
             self.binding.bind_cpu_input("cache_position", np.ascontiguousarray(positions[0]))
         else:
-            slots = np.arange(self.cache_len)
-            mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
-            # Rows also see only slots that hold their real tokens (always the prefix 0..position).
             self.binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
-            self.binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask[:, None]))
+            self.binding.bind_cpu_input("attention_mask", static_cache_mask(positions, self.cache_len, real))
         self._bind_static_outputs()
         self.decode.run_with_iobinding(self.binding)
         return self.binding.get_outputs()[0].numpy()[:, -1]

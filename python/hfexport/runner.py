@@ -46,6 +46,16 @@ def left_padded_positions(attention_mask: np.ndarray) -> np.ndarray:
     return np.clip(np.cumsum(attention_mask, -1) - 1, 0, None)
 
 
+def static_cache_mask(positions: np.ndarray, cache_len: int, real: np.ndarray | None = None) -> np.ndarray:
+    """A static cache's 4-D bool mask [batch, 1, query, cache_len]: each query sees the slots up to
+    its position, and (with `real`, the query tokens that are not padding) a pad query none past it
+    either: rows see only slots that hold their real tokens (always the prefix 0..position)."""
+    mask = np.arange(cache_len)[None, None, :] <= positions[:, :, None]
+    if real is not None:
+        mask &= real[:, :, None].astype(bool)
+    return mask[:, None]
+
+
 def check_request(manifest: ExportManifest, input_ids: np.ndarray, max_new_tokens: int) -> None:
     """Refuses a generation request the export cannot serve: a static cache's batch and length, a
     dynamic one's batch and sequence bounds."""

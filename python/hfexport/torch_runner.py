@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .manifest import CACHE_STATIC, DECODE, PREFILL, ExportManifest
-from .runner import (DecodeRunner, GenerationError, check_cache_position_call, check_request, left_padded_positions,
+from .runner import (DecodeRunner, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
                      park_padding)
 from .versions import check_runtime_versions
 
@@ -214,9 +214,8 @@ class TorchProgramRunner(DecodeRunner):
             check_cache_position_call(positions, real)
             feeds = {"input_ids": input_ids, "cache_position": positions[0], **self.buffers}
         else:
-            slots = np.arange(self.cache_len)
-            mask = (slots[None, None, :] <= positions[:, :, None]) & real[:, :, None].astype(bool)
-            feeds = {"input_ids": input_ids, "attention_mask": mask[:, None], "position_ids": positions, **self.buffers}
+            feeds = {"input_ids": input_ids, "attention_mask": static_cache_mask(positions, self.cache_len, real),
+                     "position_ids": positions, **self.buffers}
         if self.interface:  # the program's own pytree over the same tensors (a StaticCache)
             torch = self.torch
             leaves = [torch.from_numpy(np.ascontiguousarray(feeds[i["name"]])) if isinstance(feeds[i["name"]], np.ndarray)
