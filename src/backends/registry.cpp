@@ -43,7 +43,9 @@ BackendOption decompose_option() {
 
 void check_backend_options(const Backend& backend, const ExportConfig& config, const FieldSpelling& spell) {
   const std::vector<BackendOption> options = backend.options();
-  for (const auto& [key, value] : config.backend.items()) {
+  for (const auto& item : config.backend.items()) {
+    const std::string& key = item.key();  // not a structured binding: clang's lambdas cannot capture those
+    const nlohmann::json& value = item.value();
     const auto option = std::find_if(options.begin(), options.end(), [&](const BackendOption& o) { return o.key == key; });
     if (option == options.end()) {
       std::string known;

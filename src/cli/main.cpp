@@ -90,6 +90,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfField[] = {
     {"dtype", "--dtype"},
     {"dims", "--dim"},
     {"inputs", "--inputs"},
+    {"task", "--task"},
     {"generation.enabled", "--for-generation"},
     {"generation.multi_token_decode", "--multi-token-decode"},
     {"generation.cache_implementation", "--static-cache"},
@@ -170,7 +171,7 @@ void parse_dim(const std::string& text, hfx::ExportConfig& config) {
 
 struct ExportFlags {
   std::filesystem::path model_dir, out_dir, config_file;
-  std::string format, dtype, quantize, quantize_compute;
+  std::string format, dtype, quantize, quantize_compute, task;
   std::vector<std::string> dims, inputs;
   std::vector<BackendFlag> backend = backend_flags();
   bool overwrite = false, verbose = false, quiet = false;
@@ -193,6 +194,7 @@ hfx::ExportConfig export_config(const ExportFlags& f, const CLI::App& exp) {
   }
   for (const std::string& d : f.dims) parse_dim(d, c);
   if (given("--inputs")) c.inputs = f.inputs;
+  if (given("--task")) c.task = f.task;
   if (f.for_generation) c.generation.enabled = true;
   if (f.multi_token) c.generation.multi_token_decode = true;
   if (f.static_cache) c.generation.cache_implementation = "static";
@@ -238,6 +240,9 @@ int main(int argc, char** argv) {
                   "input_ids,cache_position: the mask and positions follow from the tokens' cache positions "
                   "(ExecuTorch's LLM runner calls forward(tokens, input_pos) so)")
       ->delimiter(',');
+  exp->add_option("--task", flags.task,
+                  "what the export computes: text-generation (logits) | feature-extraction (last_hidden_state) | ... "
+                  "(default: what config.json's architectures name, e.g. LlamaModel -> feature-extraction)");
   exp->add_flag("--overwrite", flags.overwrite, "replace OUT_DIR if it exists");
   exp->add_flag("--verbose", flags.verbose, "print the time of each pass");
   exp->add_flag("--quiet", flags.quiet, "no progress lines (they are shown only on a terminal)");

@@ -1,5 +1,7 @@
 #include "core/export_config.h"
 
+#include "core/task.h"
+
 #include <set>
 
 #include "core/error.h"
@@ -82,7 +84,7 @@ WeightQuantization parse_quantization(const Fields& q) {
 ExportConfig ExportConfig::from_json(const json& j, const std::string& where) {
   const Fields f(j, where);
   f.only(
-      {"format", "export_format", "dtype", "dynamic", "dims", "inputs", "generation", "quantization", "backend"});
+      {"format", "export_format", "dtype", "dynamic", "dims", "inputs", "task", "generation", "quantization", "backend"});
   ExportConfig c;
   // AutoExportConfig.from_dict spells it export_format.
   c.format = f.string("format", f.string("export_format", c.format));
@@ -106,6 +108,7 @@ ExportConfig ExportConfig::from_json(const json& j, const std::string& where) {
       c.inputs.push_back(name.get<std::string>());
     }
   }
+  c.task = f.string("task", "");
   const Fields g = f.object("generation");
   g.only({"enabled", "cache_implementation", "max_cache_len", "multi_token_decode", "batch_size"});
   // Naming a cache implementation or decode mode asks for generation components.
@@ -141,6 +144,7 @@ json ExportConfig::to_json() const {
           {"quantization", q},
           {"backend", backend}};
   if (!inputs.empty()) out["inputs"] = inputs;  // absent when unset: earlier manifests stay as they were
+  if (!task.empty()) out["task"] = task;
   return out;
 }
 
@@ -170,6 +174,12 @@ void ExportConfig::validate(const FieldSpelling& spell) const {
     if (g.enabled && !cache_position_form)
       fail(spell("inputs"), " applies only to the plain forward, or is input_ids,cache_position with a static cache "
            "(generation components take every input)");
+  }
+  if (!task.empty()) {
+    const auto t = task_named(task);
+    if (!t) fail(spell("task"), ": '", task, "' is not a task (", task_names(), ")");
+    if (g.enabled && *t != Task::TextGeneration)
+      fail(spell("generation.enabled"), " exports a decode loop, which task ", task, " does not have");
   }
   for (const auto& [name, r] : dims)
     if (r.min < 0 || r.min > r.max)

@@ -50,6 +50,9 @@ struct ExportConfig {
   // The plain forward's graph inputs, by name (a frontend derives the ones left out, as the source
   // model's forward does); empty: every input the frontend has.
   std::vector<std::string> inputs;
+  // What the export computes (core/task.h: text-generation, feature-extraction, ...); empty: what
+  // config.json's architectures imply.
+  std::string task;
   WeightQuantization quantization;
   nlohmann::json backend = nlohmann::json::object();  // the format's own options
 

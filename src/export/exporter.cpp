@@ -223,6 +223,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                       {{"model_type", model.model_type},
                        {"architectures", model.architectures},
                        {"dtype", std::string(dtype_name(ckpt.dominant_float_dtype()))}}},
+                     {"task", std::string(task_name(model.task))},
                      // What was asked for: `hfexport export --config` of this object redoes the export.
                      {key::kExportConfig, config.to_json()}};
     json components = json::object();

@@ -226,6 +226,9 @@ class Graph {
   // The Python class the model's forward returns its outputs in (a transformers ModelOutput, by
   // module path), for formats whose programs return that structure (.pt2); empty: a plain tuple.
   std::string output_type;
+  // The model's layer count (config.json's num_hidden_layers), for runtimes that ask the program
+  // (ExecuTorch's get_n_layers); 0 when the frontend has none to give.
+  int64_t num_layers = 0;
   const std::deque<Symbol>& symbols() const { return symbols_; }
   std::vector<Value*> constants() const;  // every constant used by a node in `order`
 

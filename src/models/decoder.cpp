@@ -237,6 +237,19 @@ Value* Decoder::head(DecoderGraph& g, Value* x) const {
   return logits;
 }
 
+// The task's head over the final hidden states: the LM head's logits (float32), or the hidden
+// states themselves (the base model; a causal LM checkpoint's head weights go unused).
+void Decoder::finish_task(DecoderGraph& g, Task task, Value* hidden) const {
+  switch (task) {
+    case Task::TextGeneration: return g.io.finish(g.b().cast(head(g, hidden), DType::F32));
+    case Task::FeatureExtraction:
+      g.m.tolerate(std::string(defaults_.names.head) + ".weight");
+      g.b().output(hidden, "last_hidden_state");
+      return;
+    default: fail("internal error: decoder task ", task_name(task), " was not refused");
+  }
+}
+
 std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const ExportConfig& config,
                                             const DecoderConfig& cfg, const DecoderVariant& variant,
                                             std::set<std::string>& dims) const {
@@ -259,7 +272,7 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   // With left padding the last column is every row's last real token.
   if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);
   x = final_norm(g, x);
-  io.finish(b.cast(head(g, x), DType::F32));
+  finish_task(g, variant.task, x);
   dims.insert(m.dim_names().begin(), m.dim_names().end());
   return m.finish();
 }
@@ -275,9 +288,22 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   // that holds keys rotated with the short factors (transformers rebuilds it there).
   for (const RopeConfig& rope : cfg.ropes)
     if (rope.type == "longrope") out.rebuild_cache_at_length = rope.original_max_position_embeddings + 1;
-  for (const auto& [role, variant] : components_for(config.generation))
+  out.task = resolve_task(config.task, cfg.architectures, Task::TextGeneration);
+  if (out.task != Task::TextGeneration && out.task != Task::FeatureExtraction)
+    fail("task: ", cfg.model_type, " exports text-generation or feature-extraction, not ", task_name(out.task),
+         config.task.empty() ? " (from config.json's architectures; give --task)" : "");
+  if (out.task != Task::TextGeneration && config.generation.enabled)
+    fail("task: ", task_name(out.task), " has no decode loop (config.json's architectures name ",
+         cfg.architectures.empty() ? "none" : cfg.architectures.front(), "; give --task text-generation)");
+  for (auto [role, variant] : components_for(config.generation)) {
+    variant.task = out.task;
     out.components.push_back({role, build_graph(ckpt, config, cfg, variant, out.dims)});
-  for (Component& c : out.components) c.graph->output_type = std::string("transformers.modeling_outputs.") + defaults_.output_type;
+  }
+  for (Component& c : out.components) {
+    c.graph->output_type = std::string("transformers.modeling_outputs.") +
+                           (out.task == Task::FeatureExtraction ? "BaseModelOutputWithPast" : defaults_.output_type);
+    c.graph->num_layers = cfg.layers;
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 // the plain forward, prefill (no past, emits present), decode with a dynamic cache (past ->
 // present), and the static in-place cache (input.<name> -> output.<name>).
 #pragma once
+#include "core/task.h"
 #include <map>
 #include <optional>
 #include <utility>
@@ -21,6 +22,7 @@ struct DecoderVariant {
   int64_t batch = 1;          // static: fixed batch size
   int64_t max_cache_len = 0;  // static: bound of the cache dim
   bool last_logits = false;   // logits for the last position only (prefill: all a loop needs)
+  Task task = Task::TextGeneration;  // the head: logits, or the base model's last_hidden_state
 };
 
 struct CacheShape {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/export_config.h"
+#include "core/task.h"
 #include "io/checkpoint.h"
 #include "ir/component.h"
 #include "ir/graph.h"
@@ -30,6 +31,7 @@ struct ExportModel {
   // A decode loop must rebuild its cache (run the whole sequence again) when the sequence first
   // reaches this length: Phi-3's longrope switches factors there, as transformers' generate does.
   int64_t rebuild_cache_at_length = 0;
+  Task task = Task::TextGeneration;  // what the components compute (export.json's `task`)
 };
 
 // Builds the components `config` asks for. The config is the one the graphs are built for, as the

@@ -247,7 +247,7 @@ class ExecutorchWriter final : public ExportWriter {
   void record_metadata(const Graph& graph) {
     const Value* logits = graph.outputs.front();
     metadata_.ints = {{"get_vocab_size", {logits->shape.back().is_static() ? logits->shape.back().value() : 0}},
-                      {"get_n_layers", {static_cast<int64_t>(graph.state_pairs.size() / 2)}}};
+                      {"get_n_layers", {graph.num_layers}}};
     if (!token_ids_.eos.empty()) metadata_.ints.push_back({"get_eos_ids", token_ids_.eos});
     if (token_ids_.bos) metadata_.ints.push_back({"get_bos_id", {*token_ids_.bos}});
     metadata_.bools = {{"use_kv_cache", config_.generation.enabled},

@@ -1,0 +1,70 @@
+#include "core/task.h"
+
+#include <array>
+#include <utility>
+
+#include "core/error.h"
+
+namespace hfx {
+namespace {
+
+constexpr std::array<std::pair<Task, std::string_view>, 7> kNames = {{
+    {Task::TextGeneration, "text-generation"},
+    {Task::FeatureExtraction, "feature-extraction"},
+    {Task::TextClassification, "text-classification"},
+    {Task::TokenClassification, "token-classification"},
+    {Task::FillMask, "fill-mask"},
+    {Task::QuestionAnswering, "question-answering"},
+    {Task::SentenceSimilarity, "sentence-similarity"},
+}};
+
+// transformers' class-name suffixes, longest first where one ends another ("Model").
+constexpr std::array<std::pair<std::string_view, Task>, 8> kSuffixes = {{
+    {"ForCausalLM", Task::TextGeneration},
+    {"LMHeadModel", Task::TextGeneration},  // GPT2LMHeadModel
+    {"ForSequenceClassification", Task::TextClassification},
+    {"ForTokenClassification", Task::TokenClassification},
+    {"ForMaskedLM", Task::FillMask},
+    {"ForQuestionAnswering", Task::QuestionAnswering},
+    {"TextModel", Task::FeatureExtraction},  // Gemma3TextModel
+    {"Model", Task::FeatureExtraction},
+}};
+
+}  // namespace
+
+std::string_view task_name(Task task) {
+  for (const auto& [t, name] : kNames)
+    if (t == task) return name;
+  return "?";
+}
+
+std::optional<Task> task_named(std::string_view name) {
+  for (const auto& [t, n] : kNames)
+    if (n == name) return t;
+  return std::nullopt;
+}
+
+std::string task_names() {
+  std::string out;
+  for (const auto& entry : kNames) out += (out.empty() ? "" : ", ") + std::string(entry.second);
+  return out;
+}
+
+std::optional<Task> task_of_architecture(std::string_view architecture) {
+  for (const auto& [suffix, task] : kSuffixes)
+    if (architecture.ends_with(suffix)) return task;
+  return std::nullopt;
+}
+
+Task resolve_task(const std::string& configured, const std::vector<std::string>& architectures, Task fallback) {
+  if (!configured.empty()) {
+    const auto task = task_named(configured);
+    HFX_CHECK(task.has_value(), "task '", configured, "' was not validated");
+    return *task;
+  }
+  for (const std::string& a : architectures)
+    if (const auto task = task_of_architecture(a)) return *task;
+  return fallback;
+}
+
+}  // namespace hfx
