@@ -19,9 +19,10 @@ constexpr std::array<std::pair<Task, std::string_view>, 7> kNames = {{
 }};
 
 // transformers' class-name suffixes, longest first where one ends another ("Model").
-constexpr std::array<std::pair<std::string_view, Task>, 8> kSuffixes = {{
+constexpr std::array<std::pair<std::string_view, Task>, 9> kSuffixes = {{
     {"ForCausalLM", Task::TextGeneration},
-    {"LMHeadModel", Task::TextGeneration},  // GPT2LMHeadModel
+    {"LMHeadModel", Task::TextGeneration},       // GPT2LMHeadModel
+    {"DoubleHeadsModel", Task::TextGeneration},  // GPT2DoubleHeadsModel: an LM head beside its choice head
     {"ForSequenceClassification", Task::TextClassification},
     {"ForTokenClassification", Task::TokenClassification},
     {"ForMaskedLM", Task::FillMask},
@@ -51,8 +52,12 @@ std::string task_names() {
 }
 
 std::optional<Task> task_of_architecture(std::string_view architecture) {
-  for (const auto& [suffix, task] : kSuffixes)
-    if (architecture.ends_with(suffix)) return task;
+  for (const auto& [suffix, task] : kSuffixes) {
+    if (!architecture.ends_with(suffix)) continue;
+    // "...Model" is the base model only when no head names it (Qwen2ForRewardModel is not).
+    if (task == Task::FeatureExtraction && architecture.find("For") != std::string_view::npos) return std::nullopt;
+    return task;
+  }
   return std::nullopt;
 }
 

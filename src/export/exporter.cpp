@@ -44,7 +44,10 @@ json shape_json(const Shape& shape) {
 
 // Every state a component carries: what it is, how a call updates it, and where it enters and
 // leaves the component (the runtime's variable for a stateful component).
-json states_json(const Graph& graph, bool stateful) {
+json states_json(const Graph& graph, const WrittenComponent& written) {
+  auto has = [](const std::vector<TensorSpec>& specs, const Value* v) {
+    return v && std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& t) { return t.name == v->name; });
+  };
   json out = json::array();
   for (const StatePair& pair : graph.state_pairs) {
     const auto decl = std::find_if(graph.states.begin(), graph.states.end(),
@@ -52,12 +55,13 @@ json states_json(const Graph& graph, bool stateful) {
     HFX_CHECK(decl != graph.states.end(), "state pair ", pair.name, " has no declaration");
     json s = {{"name", pair.name}, {"kind", state_kind_name(decl->kind)}, {"policy", state_policy_name(decl->update)}};
     if (decl->update == StateUpdatePolicy::Ring) s["window"] = decl->window;
-    if (stateful && pair.carried()) {
-      s["variable"] = pair.name;
-    } else {
-      if (pair.input) s["input"] = pair.input->name;
-      if (pair.output) s["output"] = pair.output->name;
-    }
+    const bool input = has(written.inputs, pair.input), output = has(written.outputs, pair.output);
+    if (input) s["input"] = pair.input->name;
+    if (output) s["output"] = pair.output->name;
+    // Carried without an input: the runtime keeps it (an OpenVINO variable, a .pte method buffer);
+    // an input without its output: the caller's tensor, updated in place.
+    if (pair.carried() && !input) s["variable"] = pair.name;
+    if (pair.carried() && input && !output) s["in_place"] = true;
     out.push_back(std::move(s));
   }
   return out;
@@ -246,7 +250,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                             {key::kInputs, tensors_json(w.inputs)},
                             {key::kOutputs, tensors_json(w.outputs)}};
       if (!w.program.empty()) components[name][key::kProgram] = w.program;
-      if (!c.graph->state_pairs.empty()) components[name][key::kStates] = states_json(*c.graph, w.stateful);
+      if (!c.graph->state_pairs.empty()) components[name][key::kStates] = states_json(*c.graph, w);
       std::vector<KernelFallback> fallbacks = report.kernel_fallbacks;
       fallbacks.insert(fallbacks.end(), w.kernel_fallbacks.begin(), w.kernel_fallbacks.end());
       for (const KernelFallback& f : fallbacks)
@@ -261,6 +265,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
         shares_buffer = w.cache_shares_buffer;
         keys_by_slot = w.cache_keys_rotated_by_slot;
         for (const StatePair& state : c.graph->state_pairs) {
+          if (!state.carried()) continue;  // computed once elsewhere: not the loop's cache
           if (w.stateful) cache_pairs.push_back({{"name", state.name}, {"variable", state.name}});
           else cache_pairs.push_back({{"name", state.name}, {"input", state.input->name}, {"output", state.output->name}});
         }

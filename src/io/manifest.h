@@ -45,8 +45,9 @@ inline constexpr const char* kFile = "file";
 inline constexpr const char* kDataFiles = "data_files";
 inline constexpr const char* kProgram = "program";  // a component's program in a multi-program file (.pt2)
 inline constexpr const char* kInputs = "inputs";
-// A component's states: [{name, kind, policy, window (ring), input / output, or variable: the runtime keeps it
-// (an OpenVINO variable, a .pte method buffer)}].
+// A component's states: [{name, kind, policy, window (ring), the input / output it travels through,
+// variable (the runtime keeps it: an OpenVINO variable, a .pte method buffer), in_place (the
+// caller's input tensor is updated)}].
 inline constexpr const char* kStates = "states";
 inline constexpr const char* kTestedWith = "tested_with";  // runtime package -> version the tests ran
 inline constexpr const char* kOutputs = "outputs";

@@ -256,6 +256,9 @@ Dim Graph::dim(const DimExpr& e) {
     case Symbol::Op::FloorDiv: s.name = "(" + a.name + ")//" + k; break;
     case Symbol::Op::Free: fail("internal error: a free symbol as an expression");
   }
+  // A dim negative for every size in the operands' bounds is an input no call can have.
+  if (s.max < 0)
+    fail("dim ", s.name, " is negative for every ", a.name, " in [", a.min, ", ", a.max, "] (raise its bounds with --dim)");
   symbols_.push_back(std::move(s));
   return Dim(&symbols_.back());
 }

@@ -9,6 +9,7 @@
 // - Replace: StateRead -> input <name>, the update's fresh value -> output present<...> (same shape);
 // - WriteOnce: the component that computes it outputs present<...>; one that only reads it takes
 //   input <name> and returns nothing for it.
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -79,6 +80,8 @@ void lower_state_as_io(Graph& graph) {
       HFX_CHECK(policy != StateUpdatePolicy::WriteOnce || !current, "write-once state '", state.name,
                 "' updated by a component that reads it");
       HFX_CHECK(fresh->producer != nullptr, "state '", state.name, "' set from a graph input or constant");
+      HFX_CHECK(policy == StateUpdatePolicy::Append || (fresh->dtype == attrs.dtype && fresh->shape == attrs.shape),
+                "state '", state.name, "' set to a ", shape_string(fresh->shape), " value; it is ", shape_string(attrs.shape));
       lowered[index].output = fresh;
       return Rewrite::replace(fresh);
     }
@@ -90,6 +93,11 @@ void lower_state_as_io(Graph& graph) {
       lowered[index].output = out;
       return Rewrite::keep();
     }
+    if (policy == StateUpdatePolicy::Ring) {  // two rows at one slot would leave the slot undefined
+      const Dim rows = fresh->shape.at(2);
+      HFX_CHECK((rows.is_static() ? rows.value() : rows.symbol()->max) <= state.window, "ring state '", state.name,
+                "' takes up to ", state.window, " rows a call; this call writes up to ", rows.to_string());
+    }
     Value* written = b.scatter_elements(current, slot_indices(b, state, n.inputs[2], fresh), fresh, 2);
     lowered[index].output = written;
     return Rewrite::replace(written);
@@ -99,7 +107,12 @@ void lower_state_as_io(Graph& graph) {
     const StateDecl& state = graph.states[i];
     const bool read_only = state.update == StateUpdatePolicy::WriteOnce && lowered[i].input;
     HFX_CHECK(lowered[i].output != nullptr || read_only, "state '", state.name, "' is never updated");
-    if (lowered[i].output) b.output(lowered[i].output, output_name(state));
+    if (Value* out = lowered[i].output) {
+      // A value the model also returns keeps its own output: the state's is a copy under its name.
+      if (std::find(graph.outputs.begin(), graph.outputs.end(), out) != graph.outputs.end())
+        out = lowered[i].output = b.emit(OpKind::Cast, {out}, CastAttrs{out->dtype});
+      b.output(out, output_name(state));
+    }
     graph.state_pairs.push_back({state.name, lowered[i].input, lowered[i].output, state.update});
   }
 }

@@ -39,6 +39,7 @@ std::vector<Part> replace_graph(int64_t batch) {
   Value* next = b.add(b.mul(h, b.scalar(0.5, DType::F32)), x);
   next = b.state_update(s, h, next, nullptr, {batch, 3});
   b.output(b.mul(next, b.scalar(2.0, DType::F32)), "y");
+  b.output(next, "h");  // the state's value is also an output (an RNN returning h')
   std::vector<Part> parts;
   parts.push_back({Role::Decode, std::move(g)});
   return parts;

@@ -246,7 +246,8 @@ class ExecutorchWriter final : public ExportWriter {
 
   void record_metadata(const Graph& graph) {
     const Value* logits = graph.outputs.front();
-    metadata_.ints = {{"get_vocab_size", {logits->shape.back().is_static() ? logits->shape.back().value() : 0}},
+    const bool has_logits = logits->name == "logits";  // a base model returns hidden states instead
+    metadata_.ints = {{"get_vocab_size", {has_logits && logits->shape.back().is_static() ? logits->shape.back().value() : 0}},
                       {"get_n_layers", {graph.num_layers}}};
     if (!token_ids_.eos.empty()) metadata_.ints.push_back({"get_eos_ids", token_ids_.eos});
     if (token_ids_.bos) metadata_.ints.push_back({"get_bos_id", {*token_ids_.bos}});

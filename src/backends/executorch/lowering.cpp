@@ -691,9 +691,9 @@ void EtLowering::lower_graph() {
     lower_on_kernels(*n);
   }
   flush();
+  add_outputs();  // first: an output that is the state as read is cloned before the state is replaced
   for (const StatePair* pair : replaced_)
     kernel_in_place("aten::copy_", "", {tensor(pair->input), tensor(pair->output), bool_value(false)});
-  add_outputs();
   plan_memory();
   auto chain = std::make_unique<etfb::ChainT>();
   chain->inputs = plan_->inputs;
