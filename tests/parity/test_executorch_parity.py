@@ -147,7 +147,7 @@ def test_executorch_shorter_inputs_and_metadata(backend, tmp_path, make_tiny_mod
         assert diff <= TOL[backend], (lengths, diff)
     meta = {name: program.load_method(name).execute([])[0] for name in METADATA}
     assert meta == {"get_max_seq_len": 16, "get_max_context_len": 16, "get_vocab_size": model.config.vocab_size,
-                    "get_n_layers": 0, "use_kv_cache": False, "enable_dynamic_shape": True,
+                    "get_n_layers": model.config.num_hidden_layers, "use_kv_cache": False, "enable_dynamic_shape": True,
                     "use_sdpa_with_kv_cache": False}
     assert program.load_method("get_eos_ids").execute([]) == [2, 7]
     assert program.load_method("get_bos_id").execute([]) == [1]
