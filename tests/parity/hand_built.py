@@ -93,14 +93,23 @@ class Component:
         entry = next(s for s in self.entry["states"] if s["name"] == state)
         if self.entry["stateful"] or not entry["input"]:
             return None
-        return self.inputs[[i["name"] for i in self.entry["inputs"]].index(entry["input"])] \
-            if entry["input"] in self.inputs else _keyword(self.inputs, entry["input"])
+        return entry["input"] if entry["input"] in self.inputs else _keyword(self.inputs, entry["input"])
 
     def state_output(self, state: str) -> str | None:
         entry = next(s for s in self.entry["states"] if s["name"] == state)
         if self.entry["stateful"] or not entry["output"] or entry["carried"] and self.fmt == "pt2":
             return None
         return entry["output"] if entry["output"] in self.outputs else _keyword(self.outputs, entry["output"])
+
+
+def feed_state(component: "Component", feeds: dict, state: str, value: np.ndarray, first_call: bool) -> dict:
+    """`feeds` with the state the caller carries: on every call when the component returns it, on the
+    first only when the runtime updates the caller's tensor in place (.pt2); never when the runtime
+    keeps it."""
+    name = component.state_input(state)
+    if name and (component.state_output(state) or first_call):
+        feeds[name] = value
+    return feeds
 
 
 def _keyword(names: list[str], ir_name: str) -> str:

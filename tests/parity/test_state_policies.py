@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from hand_built import FORMATS, Component, write_graphs
+from hand_built import FORMATS, Component, feed_state, write_graphs
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +37,7 @@ def test_replace(written, fmt):
     h = np.zeros((batch, 3), np.float32)
     for call in range(3):
         x = rng_array(call, batch, 3)
-        feeds = {"x": x}
-        if state_in and (state_out or call == 0):  # a tensor updated in place is given once
-            feeds[state_in] = state
-        result = step(feeds)
+        result = step(feed_state(step, {"x": x}, "past_ssm.0", state, call == 0))
         h = 0.5 * h + x
         np.testing.assert_allclose(result["y"], 2 * h, rtol=1e-6, atol=1e-6, err_msg=f"call {call}")
         np.testing.assert_allclose(result["h"], h, rtol=1e-6, atol=1e-6, err_msg=f"call {call}")
@@ -56,16 +53,14 @@ def test_ring(written, fmt):
     case = written["ring"][fmt]
     step = Component(fmt, case, "decode")
     batch = case["batch"]
-    state_in, state_out = step.state_input("past_key_values.0.key"), step.state_output("past_key_values.0.key")
+    state_out = step.state_output("past_key_values.0.key")
     ring = np.zeros((batch, 1, 4, 2), np.float32)
     state = ring.copy()
     # 3 rows at positions 0..2, then 3 at 3..5 (slots 3, 0, 1: the ring wraps), then one at 6.
     for call, positions in enumerate([[0, 1, 2], [3, 4, 5], [6]]):
         x = rng_array(10 + call, batch, len(positions), 2)
         feeds = {"x": x, "position_ids": np.tile(np.array(positions, np.int64), (batch, 1))}
-        if state_in and (state_out or call == 0):  # a tensor updated in place is given once
-            feeds[state_in] = state
-        result = step(feeds)
+        result = step(feed_state(step, feeds, "past_key_values.0.key", state, call == 0))
         for i, p in enumerate(positions):
             ring[:, 0, p % 4] = x[:, i]
         np.testing.assert_array_equal(result["y"], ring, err_msg=f"call {call}")
