@@ -76,6 +76,9 @@ struct RoPETableAttrs {
 struct AttentionAttrs {
   double scale = 1.0;
   double softcap = 0.0;  // tanh logit softcapping (0: none)
+  // The mask hides every later key from a query: a kernel that applies the causal rule itself
+  // (onnxruntime's GroupQueryAttention) may take the node. False for bidirectional attention.
+  bool causal = true;
 };
 struct KVAppendAttrs {
   Dim total{int64_t{0}};  // past + fresh, symbolic

@@ -1,4 +1,6 @@
 #include "backends/executorch/lowering.h"
+#include "backends/executorch/out_variants.h"
+#include "backends/rule_table.h"
 
 #include <algorithm>
 #include <climits>
@@ -12,8 +14,8 @@
 namespace hfx {
 namespace {
 
-std::map<OpKind, EtOpRule>& et_rules() {
-  static std::map<OpKind, EtOpRule> rules;
+OpRuleTable<EtOpRule>& et_rules() {
+  static OpRuleTable<EtOpRule> rules("ExecuTorch");
   return rules;
 }
 
@@ -114,16 +116,15 @@ const std::string& EtConstants::add_named_bytes(std::string bytes) {
   return made_key[std::move(bytes)] = name;
 }
 
+void et_lower_aten(EtLowering& l, const Node& n) { l.aten(n); }
+
 const EtOpRule& et_rule(OpKind op) {
-  static const EtOpRule none;
-  const auto it = et_rules().find(op);
-  return it == et_rules().end() ? none : it->second;
+  static const EtOpRule by_aten_table{et_lower_aten, nullptr};
+  if (const EtOpRule* own = et_rules().find(op)) return *own;
+  return aten_rule(op) && !op_is_high_level(op) ? by_aten_table : et_rules().get(op);
 }
 
-bool register_et_rule(OpKind op, EtRule lower, EtNative native) {
-  et_rules()[op] = {lower, native};
-  return true;
-}
+bool register_et_rule(OpKind op, EtRule lower, EtNative native) { return et_rules().add(op, {lower, native}); }
 
 bool et_maps_natively(const Node& n) {
   const EtOpRule& r = et_rule(n.op);
@@ -532,6 +533,73 @@ int EtLowering::view(int source, const std::vector<EtInt>& dims, DType dtype) {
 void EtLowering::result(const Node& n, std::string_view name, std::string_view overload, std::vector<int> args) {
   const Value* y = n.outputs.at(0);
   define(y, call(name, overload, std::move(args), y->dtype, bounds(y->shape)));
+}
+
+int EtLowering::aten_arg(const AtenArg& a, const Node& n) {
+  switch (a.kind) {
+    case AtenArg::Kind::Tensor: return tensor(a.values[0]);
+    case AtenArg::Kind::Tensors:
+    case AtenArg::Kind::OptionalTensors: {
+      std::vector<int> items;
+      for (const Value* v : a.values) items.push_back(v ? tensor(v) : -1);
+      return a.kind == AtenArg::Kind::Tensors ? tensor_list(items) : optional_tensor_list(items);
+    }
+    case AtenArg::Kind::Int: return int_value(a.ints[0]);
+    case AtenArg::Kind::Ints: return int_list(a.ints);
+    case AtenArg::Kind::SymInts: return sym_list(a.dims);
+    case AtenArg::Kind::ShapeInt: {
+      const std::vector<EtInt>* s = shape_value(a.values[0]);
+      HFX_CHECK(s && s->size() == 1, "executorch: ", op_name(n.op), " takes shape arithmetic; '", a.values[0]->name,
+                "' is a computed tensor (", n.name, ")");
+      return int_value(s->front());
+    }
+    case AtenArg::Kind::Float: return double_value(a.number);
+    case AtenArg::Kind::Bool: return bool_value(a.flag);
+    case AtenArg::Kind::String: return string_value(a.text);
+    case AtenArg::Kind::None: return null_value();
+    case AtenArg::Kind::ScalarType: break;  // out variants take the dtype from their out tensor
+  }
+  fail("internal error: executorch: ", op_name(n.op), ": an ATen argument the out variant cannot take");
+}
+
+// A default as native_functions.yaml writes it: None, True / False, an int, a float, [] or a 'str'.
+int EtLowering::schema_value(const AtenSchemaArg& arg, const std::string& value) {
+  if (value == "None") return null_value();
+  if (value == "True" || value == "False") return bool_value(value == "True");
+  if (value == "[]") return int_list(std::vector<int64_t>{});
+  if (value.front() == '\'') return string_value(value.substr(1, value.size() - 2));
+  if (value.find('.') != std::string::npos) return double_value(std::stod(value));
+  HFX_CHECK(value.find_first_not_of("-0123456789") == std::string::npos, "internal error: executorch: argument '",
+            arg.name, "' has a default of unknown form: ", value);
+  return int_value(std::stoll(value));
+}
+
+void EtLowering::aten(const Node& n, const AtenCall& call) {
+  const EtOutVariant& variant = et_out_variant(call.schema->qualified());
+  const AtenSchema& out_schema = *variant.kernel;
+  for (const auto& [name, a] : call.args)  // what the kernel lacks is the out tensor's (dtype)
+    HFX_CHECK(out_schema.arg(name) || call.schema->arg(name)->tensor_option(), "internal error: executorch: ",
+              out_schema.qualified(), " has no argument '", name, "'");
+  const Value* y = n.outputs.at(0);
+  std::vector<int> outs;  // several results are planned before the arguments
+  for (DType t : call.results) outs.push_back(new_tensor(t, bounds(y->shape)));
+  std::vector<int> args;
+  for (const AtenSchemaArg& arg : out_schema.args) {
+    if (arg.out) continue;
+    if (const AtenArg* given = call.arg(arg.name)) {
+      args.push_back(aten_arg(*given, n));
+      continue;
+    }
+    const auto fixed = std::find_if(variant.fixed.begin(), variant.fixed.end(),
+                                    [&](const auto& f) { return f.first == arg.name; });
+    HFX_CHECK(fixed != variant.fixed.end() || arg.has_default(), "internal error: executorch: ", out_schema.qualified(),
+              " needs '", arg.name, "' (", n.name, ")");
+    args.push_back(schema_value(arg, fixed != variant.fixed.end() ? fixed->second : arg.default_value));
+  }
+  const std::string name = "aten::" + out_schema.op;
+  if (outs.empty()) return result(n, name, out_schema.overload, std::move(args));
+  kernel(name, out_schema.overload, std::move(args), outs);
+  define(y, outs[call.result]);
 }
 
 EtInt EtLowering::sym_int(const Dim& d) {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/aten/dialect.h"
 #include "backends/executorch/xnnpack.h"
 #include "ir/graph.h"
 #include "program_generated.h"
@@ -81,8 +82,11 @@ struct EtOpRule {
   EtRule lower = nullptr;
   EtNative native = nullptr;
 };
+// The op's rule: its own, else the ATen table's (backends/aten) for a primitive.
 const EtOpRule& et_rule(OpKind op);
 bool register_et_rule(OpKind op, EtRule lower, EtNative native = nullptr);
+// Lowers n as the ATen table's call (what a high-level op registers to keep it).
+void et_lower_aten(EtLowering& l, const Node& n);
 // Whether the ExecuTorch backend lowers this high-level node itself (else it is decomposed first).
 bool et_maps_natively(const Node& n);
 
@@ -91,6 +95,9 @@ bool et_maps_natively(const Node& n);
   [[maybe_unused]] static const bool et_registered_##Op = register_et_rule(OpKind::Op, et_lower_##Op, native); \
   static void et_lower_##Op([[maybe_unused]] EtLowering& l, [[maybe_unused]] const Node& n)
 #define HFX_ET_OP(Op) HFX_ET_OP_NATIVE(Op, nullptr)
+// A high-level op this backend keeps, lowered by the ATen table.
+#define HFX_ET_ATEN_OP(Op) \
+  [[maybe_unused]] static const bool et_registered_##Op = register_et_rule(OpKind::Op, et_lower_aten)
 
 class EtLowering {
  public:
@@ -181,6 +188,10 @@ class EtLowering {
            const std::vector<EtInt>& dims);
   // The kernel's result is n's output.
   void result(const Node& n, std::string_view name, std::string_view overload, std::vector<int> args);
+  // n's output as the out variant of the ATen table's call for n (backends/aten): every argument
+  // of the kernel's schema by position, defaults written out (the runtime reads them so).
+  void aten(const Node& n) { aten(n, aten_rule(n.op)(n)); }
+  void aten(const Node& n, const AtenCall& call);
   void define(const Value* v, int evalue) { tensors_[v] = evalue; }
 
   EtInt sym_int(const Dim& d);
@@ -197,6 +208,8 @@ class EtLowering {
   void emit_xnnpack(uint32_t segment, const Value* x, const Value* y);
   bool lower_shape_arithmetic(const Node& n);
   int materialize(const Value* v, const std::vector<EtInt>& ints);
+  int aten_arg(const AtenArg& a, const Node& n);
+  int schema_value(const AtenSchemaArg& arg, const std::string& value);
   int constant_tensor(const Value* v);
   int input_tensor(const Value* v);
   void plan_memory();

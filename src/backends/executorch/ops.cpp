@@ -1,8 +1,7 @@
-// The ExecuTorch lowering of each IR op, one registered function per op: the runtime's
-// `aten::*.out` kernels, with every argument of their schemas in order (defaults written out, as
-// the runtime reads arguments by position). High-level ops without a rule here are decomposed
-// into primitives first. IR primitives follow ONNX semantics; each rule notes where ATen differs.
-#include "backends/aten_semantics.h"
+// The ExecuTorch lowering of the IR's ops: every primitive is the out variant of the ATen table's
+// call (backends/aten/ops.cpp, executorch/out_variants.cpp) unless a rule here says otherwise; the
+// high-level ops named here are kept (the ATen table's call or a rule of their own), the others
+// decomposed into primitives first.
 #include "backends/executorch/lowering.h"
 
 #include <limits>
@@ -12,30 +11,9 @@
 namespace hfx {
 namespace {
 
-#define HFX_ET_BINARY(Op, name, overload) \
-  HFX_ET_OP(Op) { l.result(n, name, overload, {l.in(n, 0), l.in(n, 1)}); }
-HFX_ET_BINARY(Mul, "aten::mul", "out")
-HFX_ET_BINARY(Max, "aten::maximum", "out")
-HFX_ET_BINARY(Min, "aten::minimum", "out")
-HFX_ET_BINARY(Equal, "aten::eq", "Tensor_out")
-HFX_ET_BINARY(Less, "aten::lt", "Tensor_out")
-HFX_ET_BINARY(LessOrEqual, "aten::le", "Tensor_out")
-HFX_ET_BINARY(Greater, "aten::gt", "Tensor_out")
-HFX_ET_BINARY(And, "aten::logical_and", "out")
-HFX_ET_BINARY(BitwiseAnd, "aten::bitwise_and", "Tensor_out")
-HFX_ET_BINARY(BitShiftRight, "aten::bitwise_right_shift", "Tensor_out")
-HFX_ET_BINARY(Pow, "aten::pow", "Tensor_Tensor_out")
-#undef HFX_ET_BINARY
-
-// add.out / sub.out take an alpha (1).
-HFX_ET_OP(Add) { l.result(n, "aten::add", "out", {l.in(n, 0), l.in(n, 1), l.int_value(1)}); }
-HFX_ET_OP(Sub) { l.result(n, "aten::sub", "out", {l.in(n, 0), l.in(n, 1), l.int_value(1)}); }
-
-// ONNX divides integers truncating; div.out would give floats.
-HFX_ET_OP(Div) {
-  if (is_float(n.outputs[0]->dtype)) return l.result(n, "aten::div", "out", {l.in(n, 0), l.in(n, 1)});
-  l.result(n, "aten::div", "out_mode", {l.in(n, 0), l.in(n, 1), l.string_value("trunc")});
-}
+HFX_ET_ATEN_OP(GELU);
+HFX_ET_ATEN_OP(Embedding);
+HFX_ET_ATEN_OP(KVAppend);
 
 // a - floor(a / b) * b: the portable remainder.Tensor_out truncates integers (-6 % 5 = -1, torch
 // gives 4; executorch 1.5.1, measured).
@@ -47,112 +25,10 @@ HFX_ET_OP(Mod) {
   l.result(n, "aten::sub", "out", {l.in(n, 0), multiple, l.int_value(1)});
 }
 
-#define HFX_ET_UNARY(Op, name) \
-  HFX_ET_OP(Op) { l.result(n, name, "out", {l.in(n, 0)}); }
-HFX_ET_UNARY(Neg, "aten::neg")
-HFX_ET_UNARY(Sqrt, "aten::sqrt")
-HFX_ET_UNARY(Reciprocal, "aten::reciprocal")
-HFX_ET_UNARY(Exp, "aten::exp")
-HFX_ET_UNARY(Log, "aten::log")
-HFX_ET_UNARY(Tanh, "aten::tanh")
-HFX_ET_UNARY(Erf, "aten::erf")
-HFX_ET_UNARY(Cos, "aten::cos")
-HFX_ET_UNARY(Sin, "aten::sin")
-HFX_ET_UNARY(Sigmoid, "aten::sigmoid")
-HFX_ET_UNARY(Not, "aten::logical_not")
-#undef HFX_ET_UNARY
-
-HFX_ET_OP(GELU) {
-  const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
-  l.result(n, "aten::gelu", "out", {l.in(n, 0), l.string_value(tanh ? "tanh" : "none")});
-}
-
-HFX_ET_OP(Pad) {
-  const PadAttrs& p = n.attrs_as<PadAttrs>();
-  l.result(n, "aten::constant_pad_nd", "out", {l.in(n, 0), l.int_list(aten_pad_list(p)), l.double_value(p.value)});
-}
-HFX_ET_OP(Conv) {
-  const ConvAttrs& c = n.attrs_as<ConvAttrs>();
-  l.result(n, "aten::convolution", "out",
-           {l.in(n, 0), l.in(n, 1), n.input(2) ? l.in(n, 2) : l.null_value(), l.int_list(c.strides), l.int_list(c.pads),
-            l.int_list(c.dilations), l.bool_value(false), l.int_list(std::vector<int64_t>(c.strides.size(), 0)),
-            l.int_value(c.group)});
-}
-
-// cumsum.out(self, dim, dtype=None): the result keeps x's type.
-HFX_ET_OP(CumSum) { l.result(n, "aten::cumsum", "out", {l.in(n, 0), l.int_value(n.attrs_as<AxisAttrs>().axis), l.null_value()}); }
-HFX_ET_OP(Softmax) {
-  l.result(n, "aten::_softmax", "out", {l.in(n, 0), l.int_value(n.attrs_as<AxisAttrs>().axis), l.bool_value(false)});
-}
-
-// ONNX reduces over every axis when none are given; ATen's dim lists name them.
-std::vector<int64_t> reduce_axes(const Node& n) {
-  std::vector<int64_t> axes = n.attrs_as<ReduceAttrs>().axes;
-  if (axes.empty())
-    for (size_t i = 0; i < n.inputs[0]->rank(); ++i) axes.push_back(static_cast<int64_t>(i));
-  return axes;
-}
-HFX_ET_OP(ReduceMean) {
-  l.result(n, "aten::mean", "out", {l.in(n, 0), l.int_list(reduce_axes(n)),
-                                    l.bool_value(n.attrs_as<ReduceAttrs>().keepdims), l.null_value()});
-}
-HFX_ET_OP(ReduceSum) {
-  l.result(n, "aten::sum", "IntList_out", {l.in(n, 0), l.int_list(reduce_axes(n)),
-                                           l.bool_value(n.attrs_as<ReduceAttrs>().keepdims), l.null_value()});
-}
-HFX_ET_OP(ReduceMax) {
-  l.result(n, "aten::amax", "out",
-           {l.in(n, 0), l.int_list(reduce_axes(n)), l.bool_value(n.attrs_as<ReduceAttrs>().keepdims)});
-}
-
-// topk.values writes (values, indices); the IR op keeps one of them.
-HFX_ET_OP(TopK) {
-  const TopKAttrs& a = n.attrs_as<TopKAttrs>();
-  const Value* y = n.outputs[0];
-  const int values = l.new_tensor(n.inputs[0]->dtype, l.bounds(y->shape));
-  const int indices = l.new_tensor(DType::I64, l.bounds(y->shape));
-  l.kernel("aten::topk", "values",
-           {l.in(n, 0), l.int_value(a.k), l.int_value(-1), l.bool_value(true), l.bool_value(true)}, {values, indices});
-  l.define(y, a.indices ? indices : values);
-}
-
-HFX_ET_OP(Cast) { l.result(n, "aten::_to_copy", "out", {l.in(n, 0), l.bool_value(false), l.null_value()}); }
-
 // Tensors here are contiguous, so a reshape is a view of the same memory.
 HFX_ET_OP(Reshape) {
   const Value* y = n.outputs[0];
   l.define(y, l.view(l.in(n, 0), l.sym_ints(n.attrs_as<ShapeAttrs>().shape), y->dtype));
-}
-
-// The Expand's shape input is shape arithmetic; its result's dims say the same.
-HFX_ET_OP(Expand) {
-  l.result(n, "aten::expand_copy", "out",
-           {l.in(n, 0), l.sym_list(n.attrs_as<ShapeAttrs>().shape), l.bool_value(false)});
-}
-
-HFX_ET_OP(Transpose) {
-  l.result(n, "aten::permute_copy", "out", {l.in(n, 0), l.int_list(n.attrs_as<PermAttrs>().perm)});
-}
-
-HFX_ET_OP(Slice) {
-  const SliceAttrs& s = n.attrs_as<SliceAttrs>();
-  l.result(n, "aten::slice_copy", "Tensor_out",
-           {l.in(n, 0), l.int_value(s.axis), l.int_value(s.start), l.int_value(s.end), l.int_value(1)});
-}
-
-HFX_ET_OP(Concat) {
-  std::vector<int> parts;
-  for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back(l.in(n, i));
-  l.result(n, "aten::cat", "out", {l.tensor_list(parts), l.int_value(n.attrs_as<ConcatAttrs>().axis)});
-}
-HFX_ET_OP(KVAppend) { l.result(n, "aten::cat", "out", {l.tensor_list({l.in(n, 0), l.in(n, 1)}), l.int_value(2)}); }
-
-// ONNX Gather: data[..., indices, ...] with the indices' dims in place of `axis`, which is what
-// index.Tensor does with one index tensor after `axis` full slices.
-HFX_ET_OP(Gather) {
-  std::vector<int> indices(static_cast<size_t>(n.attrs_as<AxisAttrs>().axis), -1);
-  indices.push_back(l.in(n, 1));
-  l.result(n, "aten::index", "Tensor_out", {l.in(n, 0), l.optional_tensor_list(indices)});
 }
 
 HFX_ET_OP(Unsqueeze) {
@@ -163,23 +39,9 @@ HFX_ET_OP(Unsqueeze) {
   l.define(n.outputs[0], l.view(l.in(n, 0), l.sym_ints(shape), x->dtype));
 }
 
-HFX_ET_OP(Where) { l.result(n, "aten::where", "self_out", {l.in(n, 0), l.in(n, 1), l.in(n, 2)}); }
-
-// start, limit and delta are shape arithmetic (Int EValues).
-HFX_ET_OP(Range) {
-  std::vector<int> ends;
-  for (size_t i = 0; i < 3; ++i) {
-    const auto* s = l.shape_value(n.inputs[i]);
-    HFX_CHECK(s && s->size() == 1, "executorch: Range over a computed tensor (", n.name, ")");
-    ends.push_back(l.int_value(s->front()));
-  }
-  l.result(n, "aten::arange", "start_out", ends);
-}
-
 HFX_ET_OP(ScatterElements) {
   if (l.updates_in_place(n)) return l.update_in_place(n);
-  l.result(n, "aten::scatter", "src_out",
-           {l.in(n, 0), l.int_value(n.attrs_as<AxisAttrs>().axis), l.in(n, 1), l.in(n, 2)});
+  l.aten(n);
 }
 
 // ONNX MatMul broadcasts the batch dims; bmm multiplies [B, M, K] by [B, K, N]: each operand is
@@ -265,15 +127,10 @@ HFX_ET_OP_NATIVE(Attention, attention_without_sinks) {
   l.define(y, l.view(out, l.sym_ints(y->shape), y->dtype));
 }
 
-// High-level ops the runtime has kernels for: the weight stays [out, in] (linear reads it
-// transposed).
+// Linear runs on the kernels unless XNNPACK runs it (a float16 linear the partition left).
 HFX_ET_OP(Linear) {
   if (l.delegates(n)) return l.delegate_linear(n);
-  l.result(n, "aten::linear", "out", {l.in(n, 0), l.in(n, 1), n.input(2) ? l.in(n, 2) : l.null_value()});
-}
-HFX_ET_OP(Embedding) {
-  l.result(n, "aten::embedding", "out",
-           {l.in(n, 0), l.in(n, 1), l.int_value(-1), l.bool_value(false), l.bool_value(false)});
+  l.aten(n);
 }
 
 }  // namespace

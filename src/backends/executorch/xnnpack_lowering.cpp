@@ -1,4 +1,5 @@
 #include "backends/executorch/xnnpack_lowering.h"
+#include "backends/rule_table.h"
 
 #include <algorithm>
 #include <limits>
@@ -8,8 +9,8 @@
 namespace hfx {
 namespace {
 
-std::map<OpKind, XnnOpRule>& xnn_rules() {
-  static std::map<OpKind, XnnOpRule> rules;
+OpRuleTable<XnnOpRule>& xnn_rules() {
+  static OpRuleTable<XnnOpRule> rules("XNNPACK");
   return rules;
 }
 
@@ -17,15 +18,11 @@ constexpr size_t kMaxDims = 6;  // XNN_MAX_TENSOR_DIMS
 
 }  // namespace
 
-bool register_xnn_rule(OpKind op, XnnOpRule rule) {
-  xnn_rules()[op] = rule;
-  return true;
-}
+bool register_xnn_rule(OpKind op, XnnOpRule rule) { return xnn_rules().add(op, rule); }
 
 const XnnOpRule* xnn_rule(const Node& n) {
-  const auto it = xnn_rules().find(n.op);
-  if (it == xnn_rules().end() || !it->second.accepts(n)) return nullptr;
-  return &it->second;
+  const XnnOpRule* rule = xnn_rules().find(n.op);
+  return rule && rule->accepts(n) ? rule : nullptr;
 }
 
 bool reshapable(const Shape& s) {

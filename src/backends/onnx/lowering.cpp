@@ -1,4 +1,5 @@
 #include "backends/onnx/lowering.h"
+#include "backends/rule_table.h"
 
 #include <algorithm>
 #include <cstring>
@@ -248,7 +249,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
 
 bool gqa_candidate(const Node& attention) {
   const Node* k = attention.inputs[1]->producer;
-  return attention.input(3) && !attention.input(5) && ((k && k->op == OpKind::KVAppend) || attention.inputs[1]->shape[2] == attention.inputs[0]->shape[2]);
+  return attention.input(3) && !attention.input(5) && attention.attrs_as<AttentionAttrs>().causal && ((k && k->op == OpKind::KVAppend) || attention.inputs[1]->shape[2] == attention.inputs[0]->shape[2]);
 }
 
 // onnxruntime 1.32's CPU kernel (contrib_ops/cpu/bert/group_query_attention) rejects a head size
@@ -441,21 +442,18 @@ onnx::NodeProto* Lowering::node(const std::string& op, std::vector<std::string> 
 
 namespace {
 
-OnnxOpRule* rules() {
-  static OnnxOpRule table[kOpCount];
+OpRuleTable<OnnxOpRule>& rules() {
+  static OpRuleTable<OnnxOpRule> table("ONNX");
   return table;
 }
 
 }  // namespace
 
 bool register_onnx_rule(OpKind op, OnnxRule lower, OnnxNative native, uint32_t owned_inputs) {
-  OnnxOpRule& rule = rules()[static_cast<size_t>(op)];
-  HFX_CHECK(rule.lower == nullptr, "ONNX lowering of ", op_name(op), " registered twice");
-  rule = {lower, native, owned_inputs};
-  return true;
+  return rules().add(op, {lower, native, owned_inputs});
 }
 
-const OnnxOpRule& onnx_rule(OpKind op) { return rules()[static_cast<size_t>(op)]; }
+const OnnxOpRule& onnx_rule(OpKind op) { return rules().get(op); }
 
 bool maps_natively(const Node& n, OnnxOpProfile profile) {
   const OnnxOpRule& rule = onnx_rule(n.op);

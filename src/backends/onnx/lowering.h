@@ -29,8 +29,9 @@ bool maps_natively(const Node& n, OnnxOpProfile profile);
 // Why onnxruntime's CPU GroupQueryAttention cannot run this Attention node ("" when it can): its
 // kernel checks these only at run time, so an export that ignored them would fail in the runtime.
 std::string gqa_refusal(const Node& attention);
-// Whether ort-gqa would make this Attention a GroupQueryAttention: a mask, and keys that a cache
-// append produces (GQA absorbs it) or as long as the queries (no cache).
+// Whether ort-gqa would make this Attention a GroupQueryAttention: a causal mask (GQA applies the
+// causal rule itself), and keys that a cache append produces (GQA absorbs it) or as long as the
+// queries (no cache).
 bool gqa_candidate(const Node& attention);
 
 void attr_int(onnx::NodeProto* n, const std::string& name, int64_t v);

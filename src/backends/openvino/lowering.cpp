@@ -1,4 +1,5 @@
 #include "backends/openvino/lowering.h"
+#include "backends/rule_table.h"
 
 #include "core/error.h"
 
@@ -18,21 +19,18 @@ std::string ov_shape_attr(const std::vector<int64_t>& s) {
 
 namespace {
 
-OvOpRule* rules() {
-  static OvOpRule table[kOpCount];
+OpRuleTable<OvOpRule>& rules() {
+  static OpRuleTable<OvOpRule> table("OpenVINO");
   return table;
 }
 
 }  // namespace
 
 bool register_ov_rule(OpKind op, OvRule lower, OvNative native, uint32_t owned_inputs) {
-  OvOpRule& rule = rules()[static_cast<size_t>(op)];
-  HFX_CHECK(rule.lower == nullptr, "OpenVINO lowering of ", op_name(op), " registered twice");
-  rule = {lower, native, owned_inputs};
-  return true;
+  return rules().add(op, {lower, native, owned_inputs});
 }
 
-const OvOpRule& ov_rule(OpKind op) { return rules()[static_cast<size_t>(op)]; }
+const OvOpRule& ov_rule(OpKind op) { return rules().get(op); }
 
 bool ov_maps_natively(const Node& n) {
   const OvOpRule& rule = ov_rule(n.op);

@@ -1,4 +1,5 @@
 #include "backends/pt2/lowering.h"
+#include "backends/rule_table.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,8 +13,8 @@ using nlohmann::json;
 
 namespace {
 
-std::map<OpKind, Pt2OpRule>& pt2_rules() {
-  static std::map<OpKind, Pt2OpRule> rules;
+OpRuleTable<Pt2OpRule>& pt2_rules() {
+  static OpRuleTable<Pt2OpRule> rules(".pt2");
   return rules;
 }
 
@@ -158,16 +159,15 @@ int scalar_type_code(DType t) {
   fail("internal error: no torch scalar type for ", dtype_name(t));
 }
 
+void pt2_lower_aten(Pt2Lowering& l, const Node& n) { l.aten(n); }
+
 const Pt2OpRule& pt2_rule(OpKind op) {
-  static const Pt2OpRule none;
-  const auto it = pt2_rules().find(op);
-  return it == pt2_rules().end() ? none : it->second;
+  static const Pt2OpRule by_aten_table{pt2_lower_aten, nullptr};
+  if (const Pt2OpRule* own = pt2_rules().find(op)) return *own;
+  return aten_rule(op) && !op_is_high_level(op) ? by_aten_table : pt2_rules().get(op);
 }
 
-bool register_pt2_rule(OpKind op, Pt2Rule lower, Pt2Native native) {
-  pt2_rules()[op] = {lower, native};
-  return true;
-}
+bool register_pt2_rule(OpKind op, Pt2Rule lower, Pt2Native native) { return pt2_rules().add(op, {lower, native}); }
 
 bool pt2_maps_natively(const Node& n) {
   const Pt2OpRule& r = pt2_rule(n.op);
@@ -297,6 +297,49 @@ std::vector<std::string> Pt2Lowering::call_multi(std::string_view target, std::v
 void Pt2Lowering::result(const Node& n, std::string_view target, std::vector<Pt2Arg> args) {
   const Value* y = n.outputs.at(0);
   define(y, call(target, std::move(args), y, y->name));
+}
+
+json Pt2Lowering::aten_arg(const AtenArg& a, const Node& n) {
+  switch (a.kind) {
+    case AtenArg::Kind::Tensor: return tensor_arg(tensor(a.values[0]));
+    case AtenArg::Kind::Tensors: {
+      json list = json::array();
+      for (const Value* v : a.values) list.push_back({{"name", tensor(v)}});
+      return {{"as_tensors", list}};
+    }
+    case AtenArg::Kind::OptionalTensors: {
+      json list = json::array();
+      for (const Value* v : a.values) list.push_back(v ? tensor_arg(tensor(v)) : none_arg());
+      return {{"as_optional_tensors", list}};
+    }
+    case AtenArg::Kind::Int: return int_arg(a.ints[0]);
+    case AtenArg::Kind::Ints: return ints_arg(a.ints);
+    case AtenArg::Kind::SymInts: return sym_ints_arg(sym_ints(a.dims));
+    case AtenArg::Kind::ShapeInt: {
+      const std::vector<SymInt>* s = shape_value(a.values[0]);
+      HFX_CHECK(s && s->size() == 1, "pt2: ", op_name(n.op), " takes shape arithmetic; '", a.values[0]->name,
+                "' is a computed tensor (", n.name, ")");
+      return sym_int_arg(s->front());
+    }
+    case AtenArg::Kind::Float: return float_arg(a.number);
+    case AtenArg::Kind::Bool: return bool_arg(a.flag);
+    case AtenArg::Kind::String: return string_arg(a.text);
+    case AtenArg::Kind::None: return none_arg();
+    case AtenArg::Kind::ScalarType: return scalar_type_arg(a.dtype);
+  }
+  fail("internal error: pt2: an ATen argument of unknown kind");
+}
+
+// torch.export records the arguments the call passes (defaults left out), named by the schema.
+void Pt2Lowering::aten(const Node& n, const AtenCall& call) {
+  std::vector<Pt2Arg> args;
+  for (const auto& [name, a] : call.args) args.push_back({name, aten_arg(a, n), call.schema->arg(name)->keyword});
+  const std::string target = "torch.ops.aten." + call.schema->qualified();
+  const Value* y = n.outputs.at(0);
+  if (call.results.empty()) return define(y, this->call(target, std::move(args), y, y->name));
+  std::vector<std::pair<DType, std::vector<SymExpr>>> results;
+  for (DType t : call.results) results.emplace_back(t, sizes(y->shape));
+  define(y, call_multi(target, std::move(args), results, y->name)[call.result]);
 }
 
 SymInt Pt2Lowering::sym_int(const Dim& d) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/aten/dialect.h"
 #include "ir/graph.h"
 #include "io/json_config.h"
 
@@ -69,8 +70,11 @@ struct Pt2OpRule {
   Pt2Rule lower = nullptr;
   Pt2Native native = nullptr;
 };
+// The op's rule: its own, else the ATen table's (backends/aten) for a primitive.
 const Pt2OpRule& pt2_rule(OpKind op);
 bool register_pt2_rule(OpKind op, Pt2Rule lower, Pt2Native native = nullptr);
+// Lowers n as the ATen table's call (what a high-level op registers to keep it).
+void pt2_lower_aten(Pt2Lowering& l, const Node& n);
 // Whether the pt2 backend lowers this high-level node itself (else it is decomposed first).
 bool pt2_maps_natively(const Node& n);
 
@@ -79,6 +83,9 @@ bool pt2_maps_natively(const Node& n);
   [[maybe_unused]] static const bool pt2_registered_##Op = register_pt2_rule(OpKind::Op, pt2_lower_##Op, native); \
   static void pt2_lower_##Op([[maybe_unused]] Pt2Lowering& l, [[maybe_unused]] const Node& n)
 #define HFX_PT2_OP(Op) HFX_PT2_OP_NATIVE(Op, nullptr)
+// A high-level op this backend keeps, lowered by the ATen table.
+#define HFX_PT2_ATEN_OP(Op) \
+  [[maybe_unused]] static const bool pt2_registered_##Op = register_pt2_rule(OpKind::Op, pt2_lower_aten)
 
 // A placeholder for a constant: a parameter (checkpoint weight) or a lifted tensor constant.
 struct Pt2Constant {
@@ -128,6 +135,9 @@ class Pt2Lowering {
   }
   // Emits `target(args)` as n's result.
   void result(const Node& n, std::string_view target, std::vector<Pt2Arg> args);
+  // Emits the ATen table's call for n (backends/aten) as n's result.
+  void aten(const Node& n) { aten(n, aten_rule(n.op)(n)); }
+  void aten(const Node& n, const AtenCall& call);
   void define(const Value* v, const std::string& name) { names_[v] = name; }
   // Several results (e.g. topk's values and indices), each typed; returns their names.
   std::vector<std::string> call_multi(std::string_view target, std::vector<Pt2Arg> args,
@@ -153,6 +163,7 @@ class Pt2Lowering {
   std::string unique_name(std::string_view base);
   std::string torch_symbol(const Symbol& s) const;
   std::string materialize(const Value* v, const std::vector<SymInt>& ints);
+  nlohmann::json aten_arg(const AtenArg& a, const Node& n);
   std::string placeholder_of(const Value* constant);
   nlohmann::json node_json(std::string_view target, std::vector<Pt2Arg> args, nlohmann::json outputs,
                            const std::string& name) const;
