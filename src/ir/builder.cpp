@@ -250,11 +250,11 @@ Value* Builder::rope_table(Value* positions, Value* inv_freq, double scaling, bo
   return emit(OpKind::RoPETable, {positions, inv_freq}, RoPETableAttrs{scaling, sine});
 }
 
-Value* Builder::attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap, Value* sinks,
+Value* Builder::attention(Value* q, Value* k, Value* v, Value* mask, const AttentionAttrs& attrs, Value* sinks,
                           Value* bias) {
-  if (bias) return emit(OpKind::Attention, {q, k, v, mask, sinks, bias}, AttentionAttrs{scale, softcap});
-  if (sinks) return emit(OpKind::Attention, {q, k, v, mask, sinks}, AttentionAttrs{scale, softcap});
-  return emit(OpKind::Attention, {q, k, v, mask}, AttentionAttrs{scale, softcap});
+  if (bias) return emit(OpKind::Attention, {q, k, v, mask, sinks, bias}, attrs);
+  if (sinks) return emit(OpKind::Attention, {q, k, v, mask, sinks}, attrs);
+  return emit(OpKind::Attention, {q, k, v, mask}, attrs);
 }
 
 Value* Builder::kv_append(Value* past, Value* fresh, Dim total) {

@@ -82,7 +82,7 @@ class Builder {
   Value* layer_norm(Value* x, Value* weight, Value* bias, double epsilon);
   Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);
   Value* rope_table(Value* positions, Value* inv_freq, double scaling, bool sine);
-  Value* attention(Value* q, Value* k, Value* v, Value* mask, double scale, double softcap, Value* sinks = nullptr,
+  Value* attention(Value* q, Value* k, Value* v, Value* mask, const AttentionAttrs& attrs, Value* sinks = nullptr,
                    Value* bias = nullptr);
   Value* kv_append(Value* past, Value* fresh, Dim total);
   // Declares state in the graph; returns its index for state_read / state_update.

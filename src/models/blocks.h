@@ -43,6 +43,7 @@ struct AttentionContext {
   Value* sin = nullptr;
   Value* mask = nullptr;
   KvCacheHook cache;
+  bool causal = true;  // the mask is causal (else bidirectional: see AttentionAttrs::causal)
 };
 
 // Self-attention over `x` [B, S, hidden] with HF weight names under `prefix` (e.g.

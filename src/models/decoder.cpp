@@ -174,8 +174,8 @@ Value* Decoder::attention(DecoderGraph& g, int64_t i, const std::string& prefix,
   const int table = cfg.layer_rope[layer];
   const auto [cos, sin] = table < 0 ? std::pair<Value*, Value*>{nullptr, nullptr} : g.rope_tables[static_cast<size_t>(table)];
   DecoderIO& io = g.io;
-  const AttentionContext ctx{cos, sin, io.mask(cfg.layer_window[layer]),
-                             [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }};
+  const AttentionContext ctx{cos, sin, io.mask(cfg.layer_mask(i)),
+                             [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }, !cfg.bidirectional};
   if (cfg.layer_attention_scale.empty()) return attention_block(g.m, prefix, cfg.attention, x, ctx);
   AttentionSpec spec = cfg.attention;
   spec.scale = cfg.layer_attention_scale[layer];
@@ -200,7 +200,7 @@ Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {
   Builder& b = g.b();
   const DecoderNames& names = defaults_.names;
   const std::string p = layer_prefix(g, i);
-  g.io.mask(g.cfg.layer_window[static_cast<size_t>(i)]);  // built (once) ahead of the layer: a stable node order
+  g.io.mask(g.cfg.layer_mask(i));  // built (once) ahead of the layer: a stable node order
   auto normed = [&](const char* name, Value* v) { return *name ? norm(g, p + name, v) : v; };
   // One residual branch: its block between the optional pre- and post-norms.
   auto branch = [&](const char* pre, const char* post, Value* in, auto&& block) {
@@ -292,6 +292,9 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   if (out.task != Task::TextGeneration && out.task != Task::FeatureExtraction)
     fail("task: ", cfg.model_type, " exports text-generation or feature-extraction, not ", task_name(out.task),
          config.task.empty() ? " (from config.json's architectures; give --task)" : "");
+  if (cfg.bidirectional && config.generation.enabled)
+    fail("config.json: use_bidirectional_attention: a bidirectional model has no decode loop (each token attends to "
+         "the ones after it); export its forward, without --for-generation");
   if (out.task != Task::TextGeneration && config.generation.enabled)
     fail("task: ", task_name(out.task), " has no decode loop (config.json's architectures name ",
          cfg.architectures.empty() ? "none" : cfg.architectures.front(), "; give --task text-generation)");

@@ -104,6 +104,9 @@ struct DecoderConfig {
   std::vector<RopeConfig> ropes;
   std::vector<int> layer_rope;
   std::vector<std::optional<int64_t>> layer_window;  // sliding window per layer, if any
+  // Every token attends to the ones after it too (EmbeddingGemma): a forward only, no decode loop.
+  bool bidirectional = false;
+  MaskPattern layer_mask(int64_t layer) const { return {bidirectional, layer_window[static_cast<size_t>(layer)]}; }
   std::vector<double> layer_attention_scale;          // per layer, when it varies (GPT-2); else attention.scale
   // Scalars some families apply: embeddings times embedding_scale (Gemma: sqrt(hidden), rounded
   // to the model dtype; Granite: embedding_multiplier), each residual branch times residual_scale,

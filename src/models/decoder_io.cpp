@@ -83,28 +83,43 @@ Value* DecoderIO::arange_positions() {
   return b_.expand(row, b_.shape_of(input_ids_), {batch_, query_});
 }
 
-Value* DecoderIO::mask(std::optional<int64_t> window) {
-  Value*& cached = masks_[window];
+Value* DecoderIO::mask(const MaskPattern& pattern) {
+  Value*& cached = masks_[pattern];
   if (!cached) {
     const std::string scope = b_.scope();
-    b_.set_scope(window ? "mask.sliding" : "mask.causal");
-    cached = variant_.cache == CacheKind::Static ? static_mask(window) : computed_mask(window);
+    b_.set_scope(pattern.bidirectional ? (pattern.window ? "mask.bidirectional_sliding" : "mask.bidirectional")
+                                       : (pattern.window ? "mask.sliding" : "mask.causal"));
+    if (variant_.cache == CacheKind::None) {
+      cached = computed_mask(pattern);
+    } else {
+      HFX_CHECK(!pattern.bidirectional, "internal error: a bidirectional mask over a cache");
+      cached = variant_.cache == CacheKind::Static ? static_mask(pattern.window) : computed_mask(pattern);
+    }
     b_.set_scope(scope);
   }
   return cached;
 }
 
 // Query i sits at cache slot past + i, past = keys - queries; key j is kept when j <= past + i,
-// attention_mask[b, j] is set, and (with a window) past + i - j < window.
-Value* DecoderIO::computed_mask(std::optional<int64_t> window) {
+// attention_mask[b, j] is set, and (with a window) past + i - j < window. Bidirectional (no
+// cache): j is kept when |i - j| < the window, or the key count without one (every key).
+Value* DecoderIO::computed_mask(const MaskPattern& pattern) {
   Value* zero = b_.const_i64({0});
   Value* one = b_.const_i64({1});
   Value* queries = b_.gather(b_.shape_of(input_ids_), one, 0);
   Value* keys = attention_mask_ ? b_.gather(b_.shape_of(attention_mask_), one, 0) : queries;
   Value* rows = b_.unsqueeze(b_.range(b_.sub(keys, queries), keys, one, query_), {1});
   Value* cols = b_.unsqueeze(b_.range(zero, keys, one, attention_mask_ ? attention_mask_->shape[1] : query_), {0});
-  Value* keep = b_.compare(OpKind::LessOrEqual, cols, rows);
-  if (window) keep = b_.logical_and(keep, b_.compare(OpKind::Greater, cols, b_.sub(rows, b_.const_i64({*window}))));
+  const std::optional<int64_t> window = pattern.window;
+  Value* keep = nullptr;
+  if (pattern.bidirectional) {
+    Value* reach = window ? b_.const_i64({*window}) : keys;
+    keep = b_.logical_and(b_.compare(OpKind::Greater, cols, b_.sub(rows, reach)),
+                          b_.compare(OpKind::Less, cols, b_.add(rows, reach)));
+  } else {
+    keep = b_.compare(OpKind::LessOrEqual, cols, rows);
+    if (window) keep = b_.logical_and(keep, b_.compare(OpKind::Greater, cols, b_.sub(rows, b_.const_i64({*window}))));
+  }
   if (!attention_mask_) return b_.unsqueeze(keep, {0, 1});
   Value* padding = b_.unsqueeze(b_.compare(OpKind::Greater, attention_mask_, zero), {1, 2});
   return b_.logical_and(b_.unsqueeze(keep, {0, 1}), padding);

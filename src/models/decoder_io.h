@@ -25,6 +25,15 @@ struct DecoderVariant {
   Task task = Task::TextGeneration;  // the head: logits, or the base model's last_hidden_state
 };
 
+// Which keys a query sees besides the padding: none later than itself (causal), optionally only
+// the last `window`; or every key (bidirectional), optionally only those less than `window`
+// positions away on either side.
+struct MaskPattern {
+  bool bidirectional = false;
+  std::optional<int64_t> window;
+  auto operator<=>(const MaskPattern&) const = default;
+};
+
 struct CacheShape {
   int64_t layers, kv_heads, head_dim;
   DType dtype;
@@ -37,9 +46,9 @@ class DecoderIO {
 
   Value* input_ids() const { return input_ids_; }
   Value* position_ids() const { return position_ids_; }
-  // [batch, 1, query, keys] bool, true = attend: causal over cache slots, padding, and the window
-  // (query position - key position < window) when given. Built once per window size.
-  Value* mask(std::optional<int64_t> sliding_window);
+  // [batch, 1, query, keys] bool, true = attend: the pattern over cache slots, and padding. Built
+  // once per pattern.
+  Value* mask(const MaskPattern& pattern);
   // Stores this step's keys/values ([batch, kv_heads, query, head_dim]) in the cache (graph state
   // past_key_values.{layer}.key / .value) and returns the keys/values attention reads.
   std::pair<Value*, Value*> update_cache(int64_t layer, Value* k, Value* v);
@@ -47,7 +56,7 @@ class DecoderIO {
   void finish(Value* logits);
 
  private:
-  Value* computed_mask(std::optional<int64_t> window);
+  Value* computed_mask(const MaskPattern& pattern);
   Value* static_mask(std::optional<int64_t> window);
   Value* update_one(const std::string& name, Value* fresh);
   Value* arange_positions();
@@ -61,7 +70,7 @@ class DecoderIO {
   Value* input_ids_;
   Value* attention_mask_;  // null when the graph does not take one (or computes it)
   Value* position_ids_;
-  std::map<std::optional<int64_t>, Value*> masks_;
+  std::map<MaskPattern, Value*> masks_;
 };
 
 }  // namespace hfx

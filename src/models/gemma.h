@@ -22,17 +22,21 @@ inline double gemma_softcap(const JsonConfig& c, const std::string& key, double 
   return cap;
 }
 
-// The keys every Gemma reads: sqrt(hidden) embeddings, and bidirectional attention refused
-// (it makes an encoder, not a causal LM).
-inline void parse_gemma_common(const JsonConfig& c, DecoderConfig& cfg) {
+// The keys every Gemma reads: sqrt(hidden) embeddings, and bidirectional attention (Gemma-3's
+// masks are bidirectional with it; Gemma and Gemma-2 keep a causal mask in transformers' eager
+// attention and change only other implementations, so it is refused there).
+inline void parse_gemma_common(const JsonConfig& c, DecoderConfig& cfg, bool bidirectional_masks = false) {
   cfg.embedding_scale = std::sqrt(static_cast<double>(cfg.hidden));
-  if (c.boolean("use_bidirectional_attention", false))
-    c.invalid("use_bidirectional_attention", "true is not supported (causal language models only)");
+  cfg.bidirectional = c.boolean("use_bidirectional_attention", false);
+  if (cfg.bidirectional && !bidirectional_masks)
+    c.invalid("use_bidirectional_attention", "true is supported for gemma3_text only (" + cfg.model_type +
+                                                 " keeps a causal mask in transformers' eager attention)");
 }
 
 // Gemma-2 and Gemma-3: scores scaled by query_pre_attn_scalar^-1/2, the final logits softcapped.
-inline void parse_gemma2_common(const JsonConfig& c, DecoderConfig& cfg, double final_softcap) {
-  parse_gemma_common(c, cfg);
+inline void parse_gemma2_common(const JsonConfig& c, DecoderConfig& cfg, double final_softcap,
+                                bool bidirectional_masks = false) {
+  parse_gemma_common(c, cfg, bidirectional_masks);
   const double scalar = c.number("query_pre_attn_scalar", 256);
   if (scalar <= 0) c.invalid("query_pre_attn_scalar", "must be positive");
   cfg.attention.scale = 1.0 / std::sqrt(scalar);

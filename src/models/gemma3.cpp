@@ -2,6 +2,7 @@
 // attn_logit_softcapping here), per-head q/k RMSNorm (1 + w), and two RoPE tables: sliding
 // layers use rope_local_base_freq with the default type, full layers rope_theta with its scaling.
 // Sliding layers come from layer_types, else every layer but each sliding_window_pattern-th.
+// use_bidirectional_attention (EmbeddingGemma) makes every mask bidirectional: a forward only.
 #include "core/error.h"
 #include "models/gemma.h"
 
@@ -47,11 +48,16 @@ class Gemma3TextDecoder : public Decoder {
   using Decoder::Decoder;
   DecoderConfig parse(const JsonConfig& c) const override {
     DecoderConfig cfg = Decoder::parse(c);
-    parse_gemma2_common(c, cfg, 0.0);
+    parse_gemma2_common(c, cfg, 0.0, /*bidirectional_masks=*/true);
     cfg.attention.qk_norm_offset = true;
     cfg.ropes = gemma3_ropes(c, {cfg.attention.head_dim, cfg.max_positions, false, 1.0, defaults_.rope_theta});
     const std::vector<bool> sliding = patterned_windows(c, cfg, 4096, c.positive("sliding_window_pattern", 6));
     for (size_t i = 0; i < sliding.size(); ++i) cfg.layer_rope[i] = sliding[i] ? kLocalRope : kGlobalRope;
+    // Bidirectional sliding layers see keys less than sliding_window // 2 + 1 away on either side
+    // (Gemma3TextConfig converts the window config.json holds).
+    if (cfg.bidirectional)
+      for (auto& window : cfg.layer_window)
+        if (window) window = *window / 2 + 1;
     return cfg;
   }
 };

@@ -169,7 +169,8 @@ def test_feature_changes_reference_logits(model_type, with_, without, tmp_path, 
 # Config values the export cannot honour: one line naming the key, nothing written
 
 REFUSALS = [
-    ("gemma3_text-gqa-sliding_window4-pattern2", lambda c: c.update(use_bidirectional_attention=True),
+    # (gemma3_text's bidirectional masks: test_mask_patterns.py)
+    ("gemma2-gqa-softcaps-sliding_window4", lambda c: c.update(use_bidirectional_attention=True),
      "use_bidirectional_attention"),
     ("gpt2-tied-gelu_new", lambda c: c.update(add_cross_attention=True), "add_cross_attention"),
     ("phi3-gqa-sliding_window4", lambda c: c.update(rope_parameters={"rope_type": "linear", "factor": 2.0}), "phi3"),

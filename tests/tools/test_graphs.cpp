@@ -181,7 +181,7 @@ std::vector<Part> attention_bias_graph(int64_t) {
   Value* v = b.input("v", DType::F32, {1, 2, 5, 8});
   Value* mask = b.input("mask", DType::Bool, {1, 1, 3, 5});
   Value* bias = b.input("bias", DType::F32, {1, 4, 3, 5});
-  b.output(b.attention(q, k, v, mask, 1.0 / std::sqrt(8.0), 0.0, nullptr, bias), "y");
+  b.output(b.attention(q, k, v, mask, {.scale = 1.0 / std::sqrt(8.0), .causal = false}, nullptr, bias), "y");
   std::vector<Part> parts;
   parts.push_back({Role::Forward, std::move(g)});
   return parts;

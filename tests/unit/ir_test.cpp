@@ -507,7 +507,7 @@ TEST(Decompose, AttentionGroupedWithMaskAndSoftcap) {
   Value* k = f.b.input("k", DType::F32, {f.batch, 2, f.kv, 8});
   Value* v = f.b.input("v", DType::F32, {f.batch, 2, f.kv, 8});
   Value* mask = f.b.input("mask", DType::Bool, {f.batch, 1, f.seq, f.kv});
-  f.b.output(f.b.attention(q, k, v, mask, 0.125, 30.0), "out");
+  f.b.output(f.b.attention(q, k, v, mask, {.scale = 0.125, .softcap = 30.0}), "out");
   decompose_and_check(f.g);
   std::multiset<OpKind> ops;
   for (const Node* n : f.g.order) ops.insert(n->op);
@@ -522,7 +522,7 @@ TEST(Decompose, AttentionPlainWithoutMask) {
   Value* q = f.b.input("q", DType::F16, {f.batch, 2, f.seq, 8});
   Value* k = f.b.input("k", DType::F16, {f.batch, 2, f.kv, 8});
   Value* v = f.b.input("v", DType::F16, {f.batch, 2, f.kv, 4});
-  f.b.output(f.b.attention(q, k, v, nullptr, 0.35, 0.0), "out");
+  f.b.output(f.b.attention(q, k, v, nullptr, {.scale = 0.35}), "out");
   decompose_and_check(f.g);
   for (const Node* n : f.g.order) {
     EXPECT_NE(n->op, OpKind::Where);

@@ -158,10 +158,10 @@ const Value* Lowering::transposed_back(const Node& attention) const {
 // Decides, before lowering, which attentions become GroupQueryAttention and which values around
 // them stay in GQA's BSH layout, so that no [B, N, S, D] round trip is emitted for them.
 void Lowering::plan_gqa_layouts(const Graph& graph) {
-  // GQA takes the mask as its bias, and without an append to absorb it needs keys exactly as
-  // long as the queries (no cache).
+  // GQA takes the (causal) mask as its bias, and without an append to absorb it needs keys
+  // exactly as long as the queries (no cache).
   for (const Node* n : graph.order) {
-    if (n->op != OpKind::Attention || !n->input(3)) continue;
+    if (n->op != OpKind::Attention || !gqa_candidate(*n)) continue;
     const Node* k = n->inputs[1]->producer;
     const bool cached = k && k->op == OpKind::KVAppend && fused(k);
     if (cached || n->inputs[1]->shape[2] == n->inputs[0]->shape[2]) gqa_attentions_.insert(n);
