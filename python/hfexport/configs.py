@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 # The decoder inputs whose axes name the graphs' dims: axis -> dim name.
 _INPUT_AXES = {"input_ids": ("batch", "sequence"), "attention_mask": ("batch", "sequence"),
-               "position_ids": ("batch", "sequence")}
+               "position_ids": ("batch", "sequence"), "inputs_embeds": ("batch", "sequence")}
 _DTYPES = {"float32", "float16", "bfloat16"}
 
 
@@ -72,7 +72,8 @@ def dims_from_dynamic_shapes(dynamic_shapes: Mapping[str, Any], sample_shapes: M
             raise ConfigError(f"dynamic_shapes['{name}'] must map axes to dims, got {axes!r}")
         for axis, dim in axes.items():
             if axis not in (0, 1):
-                raise ConfigError(f"dynamic_shapes['{name}']: axis {axis!r} does not exist ({name} is [batch, sequence])")
+                shape = "[batch, sequence, hidden]: the hidden size is fixed" if name == "inputs_embeds" else "[batch, sequence]"
+                raise ConfigError(f"dynamic_shapes['{name}']: axis {axis!r} is not a dynamic axis ({name} is {shape})")
             bounds = _bounds(dim, f"dynamic_shapes['{name}'][{axis}]")
             if bounds is None:
                 continue

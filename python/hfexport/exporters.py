@@ -434,9 +434,10 @@ class ExportedModel(Mapping):
         dropped = [k for k in tensors if k not in feeds]
         if dropped:
             logger.warning("hfexport: dropping inputs the export does not take: %s", dropped)
-        if "input_ids" not in feeds:
-            raise ValueError(f"component '{name}' needs input_ids")
-        batch, query = feeds["input_ids"].shape
+        tokens = "inputs_embeds" if "inputs_embeds" in input_names else "input_ids"
+        if tokens not in feeds:
+            raise ValueError(f"component '{name}' needs {tokens}")
+        batch, query = feeds[tokens].shape[:2]
         if "attention_mask" in input_names and "attention_mask" not in feeds:
             past = _cache_length(cache)
             feeds["attention_mask"] = np.ones((batch, past + query), np.int64)

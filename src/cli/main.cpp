@@ -236,7 +236,8 @@ int main(int argc, char** argv) {
   exp->add_option("--dim", flags.dims, "bounds of a named dim, NAME=MIN:MAX or NAME=SIZE (repeatable)");
   exp->add_option("--inputs", flags.inputs,
                   "the plain forward's inputs, e.g. input_ids,attention_mask (the rest derived as the model's "
-                  "forward does; default: input_ids,attention_mask,position_ids); with --static-cache, "
+                  "forward does; default: input_ids,attention_mask,position_ids; inputs_embeds in place of "
+                  "input_ids takes the token embeddings); with --static-cache, "
                   "input_ids,cache_position: the mask and positions follow from the tokens' cache positions "
                   "(ExecuTorch's LLM runner calls forward(tokens, input_pos) so)")
       ->delimiter(',');

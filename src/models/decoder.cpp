@@ -160,11 +160,17 @@ Value* Decoder::norm(DecoderGraph& g, const std::string& module, Value* x) const
   fail("internal error: norm kind");
 }
 
-Value* Decoder::embed(DecoderGraph& g) const {
+Value* Decoder::embed_tokens(DecoderGraph& g, Value* input_ids) const {
   const std::string module = g.cfg.prefix + defaults_.names.embed;
   g.b().set_scope(module);
-  Value* x = g.b().embedding(g.m.weight(module + ".weight", {g.cfg.vocab, g.cfg.hidden}), g.io.input_ids());
+  Value* x = g.b().embedding(g.m.weight(module + ".weight", {g.cfg.vocab, g.cfg.hidden}), input_ids);
   if (g.cfg.embedding_scale != 1.0) x = g.b().mul(x, g.b().scalar(g.cfg.embedding_scale, x->dtype));
+  return x;
+}
+
+Value* Decoder::embed(DecoderGraph& g, Value* x) const {
+  g.b().set_scope(g.cfg.prefix + defaults_.names.embed);
+  if (g.cfg.embeds_multiplier != 1.0) x = g.b().mul(x, g.b().scalar(g.cfg.embeds_multiplier, x->dtype));
   return x;
 }
 
@@ -261,12 +267,15 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
     if (rope.type == "dynamic")
       max_sequence = std::max(max_sequence, static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, rope.factor)));
   b.set_scope("inputs");
-  DecoderIO io(m, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, config.dtype});
+  DecoderIO io(m, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, config.dtype},
+               {cfg.hidden, config.dtype});
   b.set_scope("model.rotary_emb");
   DecoderGraph g{m, io, cfg, {}};
   for (const RopeConfig& rope : cfg.ropes) g.rope_tables.push_back(rope_cos_sin(b, rope, io.position_ids()));
 
-  Value* x = embed(g);
+  // Given inputs_embeds, the embedding table is read only by a tied head.
+  if (io.inputs_embeds()) m.tolerate(cfg.prefix + defaults_.names.embed + ".weight");
+  Value* x = embed(g, io.inputs_embeds() ? io.inputs_embeds() : embed_tokens(g, io.input_ids()));
   for (int64_t i = 0; i < cfg.layers; ++i) x = layer(g, i, x);
   b.set_scope("model.norm");
   // With left padding the last column is every row's last real token.

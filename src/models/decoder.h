@@ -108,10 +108,13 @@ struct DecoderConfig {
   bool bidirectional = false;
   MaskPattern layer_mask(int64_t layer) const { return {bidirectional, layer_window[static_cast<size_t>(layer)]}; }
   std::vector<double> layer_attention_scale;          // per layer, when it varies (GPT-2); else attention.scale
-  // Scalars some families apply: embeddings times embedding_scale (Gemma: sqrt(hidden), rounded
-  // to the model dtype; Granite: embedding_multiplier), each residual branch times residual_scale,
-  // logits divided by logits_divisor, then tanh-softcapped at final_softcap (0: none).
-  double embedding_scale = 1.0, residual_scale = 1.0, logits_divisor = 1.0, final_softcap = 0.0;
+  // Scalars some families apply: token embeddings times embedding_scale (the embedding module's:
+  // Gemma's sqrt(hidden), rounded to the model dtype), the embeddings the model's forward is given
+  // (or looked up) times embeds_multiplier (Granite's embedding_multiplier), each residual branch
+  // times residual_scale, logits divided by logits_divisor, then tanh-softcapped at final_softcap
+  // (0: none).
+  double embedding_scale = 1.0, embeds_multiplier = 1.0, residual_scale = 1.0, logits_divisor = 1.0,
+         final_softcap = 0.0;
   bool parallel_residual = false;  // x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX)
   // Mixture-of-experts layers: their block (its layout read from the checkpoint unless fixed),
   // and which layers have it (the others keep the dense MLP).
@@ -143,8 +146,12 @@ class Decoder {
   virtual ~Decoder() = default;
 
   virtual DecoderConfig parse(const JsonConfig& config) const { return parse_decoder_config(config, defaults_); }
-  // input_ids -> hidden states [batch, query, hidden].
-  virtual Value* embed(DecoderGraph& g) const;
+  // input_ids -> their embeddings [batch, query, hidden], as the embedding module computes them
+  // (what a caller passes as inputs_embeds).
+  virtual Value* embed_tokens(DecoderGraph& g, Value* input_ids) const;
+  // inputs_embeds -> the first layer's input, as the model's forward takes them (GPT-2 adds the
+  // position embeddings).
+  virtual Value* embed(DecoderGraph& g, Value* inputs_embeds) const;
   // One decoder layer: attention and MLP, each between the norms the names give, added to the
   // residual one after the other or in parallel.
   virtual Value* layer(DecoderGraph& g, int64_t index, Value* x) const;

@@ -8,24 +8,46 @@ namespace hfx {
 
 namespace {
 constexpr int64_t kMaxBatch = 4096;
-constexpr const char* kInputNames[] = {"input_ids", "attention_mask", "position_ids", "cache_position"};
 
-// Which of the decoder's inputs the graph takes: all by default, else the configured ones.
-// `cache_position` (transformers' name; ExecuTorch's LLM runner's input_pos) replaces the mask
-// and positions of a static cache: the positions of the query's tokens, which also fix the mask.
+// The inputs a decoder graph declares, and what stands in for one left out of `inputs`.
+struct DeclaredInput {
+  const char* name;
+  const char* when_absent;
+};
+constexpr DeclaredInput kDeclaredInputs[] = {
+    {"input_ids", "the tokens, unless inputs_embeds replaces them"},
+    {"inputs_embeds", "not taken: the embeddings of input_ids (plain forward only)"},
+    {"attention_mask", "every token attends (causally)"},
+    {"position_ids", "0..query-1 in every row"},
+    {"cache_position", "not taken (a static cache's alternative to attention_mask and position_ids)"},
+};
+
+std::string declared_names() {
+  std::string out;
+  for (const DeclaredInput& d : kDeclaredInputs) out += (out.empty() ? "" : ", ") + std::string(d.name);
+  return out;
+}
+
+// Which of the decoder's inputs the graph takes: input_ids, attention_mask and position_ids by
+// default, else the configured ones. `inputs_embeds` replaces input_ids (the plain forward: a
+// decode loop feeds tokens). `cache_position` (transformers' name; ExecuTorch's LLM runner's
+// input_pos) replaces the mask and positions of a static cache: the positions of the query's
+// tokens, which also fix the mask.
 struct TakenInputs {
-  bool attention_mask = true, position_ids = true, cache_position = false;
+  bool inputs_embeds = false, attention_mask = true, position_ids = true, cache_position = false;
 };
 
 TakenInputs taken_inputs(const std::vector<std::string>& names, CacheKind cache) {
   if (names.empty()) return {};
   for (const std::string& name : names)
-    if (std::find(std::begin(kInputNames), std::end(kInputNames), name) == std::end(kInputNames))
-      fail("inputs: '", name, "' is not an input of this model (it takes input_ids, attention_mask, position_ids, "
-           "or input_ids, cache_position with a static cache)");
+    if (std::none_of(std::begin(kDeclaredInputs), std::end(kDeclaredInputs),
+                     [&](const DeclaredInput& d) { return name == d.name; }))
+      fail("inputs: '", name, "' is not an input of this model (it takes ", declared_names(), ")");
   auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
-  if (!has("input_ids")) fail("inputs: must include input_ids");
-  const TakenInputs taken{has("attention_mask"), has("position_ids"), has("cache_position")};
+  if (has("input_ids") == has("inputs_embeds")) fail("inputs: must include input_ids or inputs_embeds (one of them)");
+  const TakenInputs taken{has("inputs_embeds"), has("attention_mask"), has("position_ids"), has("cache_position")};
+  if (taken.inputs_embeds && cache != CacheKind::None)
+    fail("inputs: inputs_embeds is the plain forward's (a decode loop feeds token ids)");
   if (taken.cache_position && cache != CacheKind::Static)
     fail("inputs: cache_position is the static cache's input (--static-cache)");
   if (taken.cache_position && (taken.attention_mask || taken.position_ids))
@@ -34,15 +56,17 @@ TakenInputs taken_inputs(const std::vector<std::string>& names, CacheKind cache)
 }
 }  // namespace
 
-DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_positions, const CacheShape& cache)
+DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_positions, const CacheShape& cache,
+                     const HiddenShape& hidden)
     : b_(m.b()), variant_(v), cache_(cache), batch_(1), query_(1) {
   Builder& b = b_;
   const bool fixed = v.cache == CacheKind::Static;
   const int64_t max_len = fixed ? v.max_cache_len : max_positions;
   batch_ = fixed ? Dim(v.batch) : m.dim("batch", 1, kMaxBatch);
   if (!v.single_token) query_ = m.dim("sequence", 1, max_len);
-  input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
   const TakenInputs taken = taken_inputs(m.config().inputs, v.cache);
+  if (taken.inputs_embeds) inputs_embeds_ = b.input("inputs_embeds", hidden.dtype, {batch_, query_, Dim(hidden.size)});
+  else input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
   if (taken.cache_position) {
     cache_position_inputs(v.max_cache_len);
     return;
@@ -63,6 +87,12 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   position_ids_ = derive_positions ? arange_positions() : b.input("position_ids", DType::I64, {batch_, query_});
 }
 
+// [batch, query] of this call's tokens, given as ids or as embeddings.
+Value* DecoderIO::tokens_shape() {
+  if (input_ids_) return b_.shape_of(input_ids_);
+  return b_.gather(b_.shape_of(inputs_embeds_), b_.const_i64({0, 1}, {2}), 0);
+}
+
 // The static cache's other form: cache_position [query], the slots of this call's tokens, as
 // ExecuTorch's LLM runner passes input_pos (and transformers its cache_position). Every row has
 // those positions, and each query sees the slots up to its own: the mask is built here over a
@@ -70,7 +100,7 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
 void DecoderIO::cache_position_inputs(int64_t max_cache_len) {
   total_ = Dim(max_cache_len);
   Value* cache_position = b_.input("cache_position", DType::I64, {query_});
-  position_ids_ = b_.expand(b_.unsqueeze(cache_position, {0}), b_.shape_of(input_ids_), {batch_, query_});
+  position_ids_ = b_.expand(b_.unsqueeze(cache_position, {0}), tokens_shape(), {batch_, query_});
   Value* slots = b_.range(b_.const_i64({0}), b_.const_i64({max_cache_len}), b_.const_i64({1}), *total_);
   attention_mask_ = b_.compare(OpKind::LessOrEqual, b_.unsqueeze(slots, {0, 1, 2}), b_.unsqueeze(position_ids_, {1, 3}));
 }
@@ -78,9 +108,9 @@ void DecoderIO::cache_position_inputs(int64_t max_cache_len) {
 // What the model's forward uses without position_ids: 0..query-1 in every row (it does not look at
 // the mask; generate derives positions from it instead, and passes them).
 Value* DecoderIO::arange_positions() {
-  Value* queries = b_.gather(b_.shape_of(input_ids_), b_.const_i64({1}), 0);
+  Value* queries = b_.gather(tokens_shape(), b_.const_i64({1}), 0);
   Value* row = b_.unsqueeze(b_.range(b_.const_i64({0}), queries, b_.const_i64({1}), query_), {0});
-  return b_.expand(row, b_.shape_of(input_ids_), {batch_, query_});
+  return b_.expand(row, tokens_shape(), {batch_, query_});
 }
 
 Value* DecoderIO::mask(const MaskPattern& pattern) {
@@ -106,7 +136,7 @@ Value* DecoderIO::mask(const MaskPattern& pattern) {
 Value* DecoderIO::computed_mask(const MaskPattern& pattern) {
   Value* zero = b_.const_i64({0});
   Value* one = b_.const_i64({1});
-  Value* queries = b_.gather(b_.shape_of(input_ids_), one, 0);
+  Value* queries = b_.gather(tokens_shape(), one, 0);
   Value* keys = attention_mask_ ? b_.gather(b_.shape_of(attention_mask_), one, 0) : queries;
   Value* rows = b_.unsqueeze(b_.range(b_.sub(keys, queries), keys, one, query_), {1});
   Value* cols = b_.unsqueeze(b_.range(zero, keys, one, attention_mask_ ? attention_mask_->shape[1] : query_), {0});

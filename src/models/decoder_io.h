@@ -39,12 +39,21 @@ struct CacheShape {
   DType dtype;
 };
 
+struct HiddenShape {  // of inputs_embeds
+  int64_t size;
+  DType dtype;
+};
+
 class DecoderIO {
  public:
   // Dims come from `m` (configured bounds, or static when fixed); nodes go to m.b().
-  DecoderIO(ModelBuilder& m, const DecoderVariant& variant, int64_t max_positions, const CacheShape& cache);
+  DecoderIO(ModelBuilder& m, const DecoderVariant& variant, int64_t max_positions, const CacheShape& cache,
+            const HiddenShape& hidden);
 
+  // The tokens: ids, or (`inputs` naming inputs_embeds) their embeddings [batch, query, hidden];
+  // the other is null.
   Value* input_ids() const { return input_ids_; }
+  Value* inputs_embeds() const { return inputs_embeds_; }
   Value* position_ids() const { return position_ids_; }
   // [batch, 1, query, keys] bool, true = attend: the pattern over cache slots, and padding. Built
   // once per pattern.
@@ -60,6 +69,7 @@ class DecoderIO {
   Value* static_mask(std::optional<int64_t> window);
   Value* update_one(const std::string& name, Value* fresh);
   Value* arange_positions();
+  Value* tokens_shape();
   void cache_position_inputs(int64_t max_cache_len);
 
   Builder& b_;
@@ -67,7 +77,8 @@ class DecoderIO {
   CacheShape cache_;
   Dim batch_, query_;
   std::optional<Dim> past_, total_;
-  Value* input_ids_;
+  Value* input_ids_ = nullptr;
+  Value* inputs_embeds_ = nullptr;
   Value* attention_mask_;  // null when the graph does not take one (or computes it)
   Value* position_ids_;
   std::map<MaskPattern, Value*> masks_;

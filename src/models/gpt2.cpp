@@ -81,9 +81,9 @@ class Gpt2Decoder : public Decoder {
     return cfg;
   }
 
-  Value* embed(DecoderGraph& g) const override {
+  Value* embed(DecoderGraph& g, Value* tokens) const override {
     Builder& b = g.b();
-    Value* tokens = Decoder::embed(g);
+    tokens = Decoder::embed(g, tokens);
     const std::string wpe = g.cfg.prefix + "wpe";
     b.set_scope(wpe);
     Value* positions = b.embedding(g.m.weight(wpe + ".weight", {g.cfg.max_positions, g.cfg.hidden}), g.io.position_ids());

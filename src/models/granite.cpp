@@ -17,7 +17,7 @@ class GraniteDecoder : public Decoder {
   using Decoder::Decoder;
   DecoderConfig parse(const JsonConfig& c) const override {
     DecoderConfig cfg = Decoder::parse(c);
-    cfg.embedding_scale = c.number("embedding_multiplier", 1.0);
+    cfg.embeds_multiplier = c.number("embedding_multiplier", 1.0);
     cfg.residual_scale = c.number("residual_multiplier", 1.0);
     cfg.logits_divisor = c.number("logits_scaling", 1.0);
     if (cfg.logits_divisor == 0) c.invalid("logits_scaling", "must not be zero");
