@@ -41,14 +41,6 @@ LayerWindows sliding_windows(const JsonConfig& c, WindowRule rule, int64_t layer
   fail("internal error: window rule");
 }
 
-std::vector<std::string> architectures(const JsonConfig& c) {
-  std::vector<std::string> out;
-  if (c.has("architectures") && c.at("architectures").is_array())
-    for (const auto& a : c.at("architectures"))
-      if (a.is_string()) out.push_back(a.get<std::string>());
-  return out;
-}
-
 AttentionSpec parse_attention(const JsonConfig& c, const DecoderDefaults& d, int64_t hidden, double eps) {
   AttentionSpec a;
   a.hidden = hidden;
@@ -85,6 +77,14 @@ std::vector<std::pair<Role, DecoderVariant>> components_for(const GenerationConf
 }
 
 }  // namespace
+
+std::vector<std::string> architectures(const JsonConfig& c) {
+  std::vector<std::string> out;
+  if (c.has("architectures") && c.at("architectures").is_array())
+    for (const auto& a : c.at("architectures"))
+      if (a.is_string()) out.push_back(a.get<std::string>());
+  return out;
+}
 
 std::optional<std::vector<bool>> sliding_layers(const JsonConfig& c, int64_t layers) {
   if (!c.has("layer_types")) return std::nullopt;

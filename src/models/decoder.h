@@ -123,6 +123,8 @@ struct DecoderConfig {
 };
 
 DecoderConfig parse_decoder_config(const JsonConfig& config, const DecoderDefaults& defaults);
+// config.json's `architectures` (the checkpoint's head classes), in order.
+std::vector<std::string> architectures(const JsonConfig& config);
 // Gemma-2/3 and gpt-oss: `sliding_window` (default `fallback`; null: none) on the layers
 // layer_types marks, else on every layer but each `pattern`-th; returns which layers slide.
 std::vector<bool> patterned_windows(const JsonConfig& config, DecoderConfig& cfg, int64_t fallback, int64_t pattern);

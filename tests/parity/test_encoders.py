@@ -1,0 +1,145 @@
+"""Text encoders (issue 30, first step): BERT's and the RoBERTa family's (roberta, xlm-roberta,
+camembert: positions numbered after the padding token) feature extraction on every backend
+against transformers' base model — last_hidden_state at every real position and pooler_output —
+for right- and left-padded batches with two token-type segments; checkpoints as the base model
+saves them (no prefix, with the pooler) and as a head class saves them (the family's prefix, head
+weights unread, no pooler); inputs cut down to input_ids; bad configs and misuse refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_clean_error
+
+FORMATS = ["onnx", "openvino", "pt2", "executorch"]
+# model_type -> transformers' config class prefix (BertConfig, BertModel, BertForMaskedLM, ...)
+FAMILIES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
+BERT = dict(vocab_size=160, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            max_position_embeddings=32, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
+
+
+def build_encoder(out_dir, config: dict, head: str = "Model", seed: int = 0, model_type: str = "bert"):
+    """A random-weight encoder of `model_type` saved as its `head` class ("Model", "ForMaskedLM")
+    saves it; returns (out_dir, the base model in eval mode)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, FAMILIES[model_type] + "Config")(**config)
+    cfg._attn_implementation = "eager"
+    model = getattr(transformers, FAMILIES[model_type] + head)(cfg)
+    with torch.no_grad():  # wider than the default init, so that every term shows in the outputs
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            elif "LayerNorm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.08)
+    model.eval()
+    model.save_pretrained(out_dir)
+    return out_dir, model.base_model.eval()
+
+
+def encoder_inputs(vocab: int, lengths=(12, 9, 5), left: bool = False, seed: int = 7, pad: int = 0):
+    """A batch padded with `pad` (the tokenizer's pad token), two segments per row (token types
+    0 then 1)."""
+    rng = np.random.default_rng(seed)
+    seq = max(lengths)
+    ids = np.full((len(lengths), seq), pad, np.int64)
+    mask = np.zeros_like(ids)
+    types = np.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        span = slice(seq - n, seq) if left else slice(0, n)
+        ids[row, span] = rng.integers(2, vocab, size=n)  # neither BERT's pad (0) nor RoBERTa's (1)
+        mask[row, span] = 1
+        types[row, span] = (np.arange(n) >= n // 2).astype(np.int64)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def reference(model, inputs: dict) -> dict:
+    kwargs = {k: torch.from_numpy(v) for k, v in inputs.items()}
+    with torch.no_grad():
+        model(**kwargs)  # the first eager forward of a process may differ at padded rows (see hf_logits)
+        out = model(**kwargs)
+    result = {"last_hidden_state": out.last_hidden_state.numpy()}
+    if out.pooler_output is not None:
+        result["pooler_output"] = out.pooler_output.numpy()
+    return result
+
+
+def run_export(out, inputs: dict) -> dict:
+    from hfexport import ExportedModel
+
+    return {k: np.asarray(v, np.float32) for k, v in ExportedModel(out)(**inputs).items()}
+
+
+def check(ours: dict, expected: dict, mask: np.ndarray) -> None:
+    assert sorted(ours) == sorted(expected)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(ours["last_hidden_state"][real], expected["last_hidden_state"][real], rtol=1e-4, atol=1e-4)
+    if "pooler_output" in expected:
+        np.testing.assert_allclose(ours["pooler_output"], expected["pooler_output"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right_padded", "left_padded"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_encoder_matches_transformers(tmp_path, export_model, model_type, fmt, left):
+    model_dir, model = build_encoder(tmp_path / "model", BERT, model_type=model_type)
+    out = export_model(model_dir, tmp_path / "out", "--format", fmt)
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["task"] == "feature-extraction"
+    entry = manifest["components"]["model"]
+    assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state", "pooler_output"]
+    # A .pte's plain forward takes batch 1 (its memory is planned at each dim's bound).
+    inputs = encoder_inputs(BERT["vocab_size"], lengths=(9, ) if fmt == "executorch" else (12, 9, 5), left=left,
+                            pad=model.config.pad_token_id)
+    check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_head_checkpoint_and_fewer_inputs(tmp_path, export_model, model_type, fmt):
+    """A ...ForMaskedLM checkpoint (weights under the family's prefix, the MLM head unread, no
+    pooler) as --task feature-extraction, its forward taking input_ids alone (every token
+    attended, token type 0), with gelu_new."""
+    model_dir, model = build_encoder(tmp_path / "model", {**BERT, "hidden_act": "gelu_new"}, head="ForMaskedLM",
+                                     model_type=model_type)
+    out = export_model(model_dir, tmp_path / "out", "--format", fmt, "--inputs", "input_ids",
+                       "--task", "feature-extraction")
+    entry = json.loads((out / "export.json").read_text())["components"]["model"]
+    assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"]
+    inputs = {"input_ids": encoder_inputs(BERT["vocab_size"], lengths=(7,) if fmt == "executorch" else (7, 7))["input_ids"]}
+    check(run_export(out, inputs), reference(model, inputs), np.ones_like(inputs["input_ids"]))
+
+
+@pytest.mark.parametrize("overrides,args,mentions", [
+    ({"position_embedding_type": "relative_key"}, [], ["position_embedding_type", "relative_key"]),
+    ({"is_decoder": True}, [], ["is_decoder"]),
+    ({}, ["--for-generation"], ["encoder", "decode loop"]),
+    ({}, ["--task", "text-generation"], ["task", "feature-extraction"]),
+    ({}, ["--inputs", "attention_mask"], ["inputs", "input_ids"]),
+    ({}, ["--inputs", "input_ids,pixel_values"], ["pixel_values", "token_type_ids"]),
+])
+def test_bert_refusals(tmp_path, run_hfexport, overrides, args, mentions):
+    model_dir, _ = build_encoder(tmp_path / "model", BERT)
+    if overrides:
+        config = json.loads((model_dir / "config.json").read_text())
+        (model_dir / "config.json").write_text(json.dumps({**config, **overrides}))
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", model_dir, "-o", out, *args), out, *mentions)
+
+
+@pytest.mark.parametrize("profile", ["ort", "ort-gqa"])
+def test_bert_onnx_op_profiles(tmp_path, export_model, profile):
+    """onnxruntime's fused ops (LayerNorm with the residual; GroupQueryAttention is causal and
+    declines bidirectional attention) give the same numbers."""
+    model_dir, model = build_encoder(tmp_path / "model", BERT)
+    out = export_model(model_dir, tmp_path / "out", "--format", "onnx", "--onnx-ops", profile)
+    inputs = encoder_inputs(BERT["vocab_size"])
+    check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
