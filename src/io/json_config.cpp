@@ -10,13 +10,18 @@ namespace hfx {
 
 using nlohmann::json;
 
-json read_json_file(const std::filesystem::path& path) {
+json read_json_value(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) fail(path.string(), ": cannot read");
   std::stringstream buf;
   buf << in.rdbuf();
   json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) fail(path.string(), ": not valid JSON");
+  return j;
+}
+
+json read_json_file(const std::filesystem::path& path) {
+  json j = read_json_value(path);
   if (!j.is_object()) fail(path.string(), ": top level is not a JSON object");
   return j;
 }

@@ -9,7 +9,9 @@
 
 namespace hfx {
 
+// A JSON file whose top level is an object (config files); read_json_value takes any top level.
 nlohmann::json read_json_file(const std::filesystem::path& path);
+nlohmann::json read_json_value(const std::filesystem::path& path);
 
 class JsonConfig {
  public:

@@ -3,7 +3,9 @@
 // plain GELU MLP, biases everywhere) over a bidirectional padding mask, and the pooler (dense +
 // tanh over the first token) where the checkpoint has one. RoBERTa numbers positions from
 // pad_token_id + 1 over the tokens that are not padding (pads keep pad_token_id).
-// feature-extraction: last_hidden_state and, with a pooler, pooler_output (BertModel's outputs).
+// feature-extraction: last_hidden_state and, with a pooler, pooler_output (BertModel's outputs);
+// sentence-similarity (the default for a sentence-transformers checkpoint): last_hidden_state and
+// the sentence_embedding its Pooling / Normalize modules make.
 // Checkpoints as saved from the base model (no prefix) or from a head class (the family's prefix;
 // the head's weights unread).
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "models/decoder.h"
 #include "models/model_builder.h"
 #include "models/registry.h"
+#include "models/sentence_pooling.h"
 
 namespace hfx {
 namespace {
@@ -170,10 +173,15 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   const BertConfig cfg = parse_bert(ckpt.config(), family);
   const std::string model_type = ckpt.config().string("model_type", "bert");
   ExportModel out{model_type, cfg.architectures, {}, {}};
-  out.task = resolve_task(config.task, cfg.architectures, Task::FeatureExtraction);
-  if (out.task != Task::FeatureExtraction)
-    fail("task: ", model_type, " exports feature-extraction, not ", task_name(out.task),
+  const std::optional<SentencePooling> pooling = read_sentence_pooling(ckpt);
+  out.task = config.task.empty() && pooling ? Task::SentenceSimilarity
+                                            : resolve_task(config.task, cfg.architectures, Task::FeatureExtraction);
+  if (out.task != Task::FeatureExtraction && out.task != Task::SentenceSimilarity)
+    fail("task: ", model_type, " exports feature-extraction or sentence-similarity, not ", task_name(out.task),
          config.task.empty() ? " (from config.json's architectures; give --task feature-extraction)" : "");
+  if (out.task == Task::SentenceSimilarity && !pooling)
+    fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
+         ckpt.dir().string());
   if (config.generation.enabled) fail("task: ", model_type, " is an encoder: it has no decode loop (--for-generation)");
   // The base model's own checkpoint has no prefix; a head class's holds it under the family's
   // prefix, beside its head.
@@ -186,7 +194,14 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   Value* x = embeddings(m, p, cfg, in);
   for (int64_t i = 0; i < cfg.layers; ++i) x = encoder_layer(m, p + "encoder.layer." + std::to_string(i) + ".", cfg, mask, x);
   b.output(x, "last_hidden_state");
-  if (ckpt.find(p + "pooler.dense.weight")) b.output(pooler(m, p, cfg, x), "pooler_output");
+  if (out.task == Task::SentenceSimilarity) {
+    b.set_scope("pooling");
+    b.output(sentence_embedding(b, *pooling, x, in.attention_mask), "sentence_embedding");
+    m.tolerate(p + "pooler.dense.weight");  // the pooler is BertModel's, not the sentence embedding's
+    m.tolerate(p + "pooler.dense.bias");
+  } else if (ckpt.find(p + "pooler.dense.weight")) {
+    b.output(pooler(m, p, cfg, x), "pooler_output");
+  }
   for (const TensorView* t : ckpt.tensors())  // a head class's own weights
     if (!p.empty() && !t->name.starts_with(p)) m.tolerate(t->name);
   m.tolerate(p + "embeddings.position_ids");  // old checkpoints' buffers

@@ -1,0 +1,141 @@
+#include "models/sentence_pooling.h"
+
+#include <filesystem>
+#include <limits>
+
+#include "core/error.h"
+#include "io/json_config.h"
+
+namespace hfx {
+namespace {
+
+using Mode = SentencePooling::Mode;
+
+// sentence-transformers' mode names, and the boolean keys of its configs before v6.
+struct ModeName {
+  Mode mode;
+  const char* name;
+  const char* legacy_key;
+};
+constexpr ModeName kModes[] = {
+    {Mode::Cls, "cls", "pooling_mode_cls_token"},
+    {Mode::Max, "max", "pooling_mode_max_tokens"},
+    {Mode::Mean, "mean", "pooling_mode_mean_tokens"},
+    {Mode::MeanSqrtLen, "mean_sqrt_len_tokens", "pooling_mode_mean_sqrt_len_tokens"},
+    {Mode::WeightedMean, "weightedmean", "pooling_mode_weightedmean_tokens"},
+    {Mode::LastToken, "lasttoken", "pooling_mode_lasttoken"},
+};
+
+Mode mode_named(const JsonConfig& c, const std::string& name) {
+  for (const ModeName& m : kModes)
+    if (name == m.name) return m.mode;
+  c.invalid("pooling_mode", "\"" + name + "\" is not a pooling mode (cls, max, mean, mean_sqrt_len_tokens, "
+                                          "weightedmean, lasttoken)");
+}
+
+std::vector<Mode> pooling_modes(const JsonConfig& c) {
+  std::vector<Mode> modes;
+  if (c.has("pooling_mode")) {
+    const nlohmann::json& given = c.at("pooling_mode");
+    if (given.is_string()) return {mode_named(c, given.get<std::string>())};
+    if (!given.is_array()) c.invalid("pooling_mode", "must be a mode name or a list of them");
+    for (const auto& m : given) {
+      if (!m.is_string()) c.invalid("pooling_mode", "must be a mode name or a list of them");
+      modes.push_back(mode_named(c, m.get<std::string>()));
+    }
+  } else {
+    for (const ModeName& m : kModes)
+      if (c.boolean(m.legacy_key, false)) modes.push_back(m.mode);
+  }
+  if (modes.empty()) c.invalid("pooling_mode", "no pooling mode is set");
+  return modes;
+}
+
+// The last word of a module's type: "sentence_transformers.models.Pooling" -> "Pooling".
+std::string module_kind(const std::string& type) { return type.substr(type.rfind('.') + 1); }
+
+// Token i of each row where `pick` [batch, sequence] is 1 (one per row, or none: zeros).
+Value* picked_token(Builder& b, Value* tokens, Value* pick) {
+  return b.reduce(OpKind::ReduceSum, b.mul(tokens, b.unsqueeze(pick, {2})), {1}, false);
+}
+
+Value* pool(Builder& b, Mode mode, Value* tokens, Value* mask, Value* mask_i64) {
+  const DType t = tokens->dtype;
+  Value* expanded = b.unsqueeze(mask, {2});  // [batch, sequence, 1]
+  auto clamped = [&](Value* count) { return b.max(count, b.scalar(1e-9, t)); };
+  switch (mode) {
+    case Mode::Cls:  // the first real token (index 0 with right padding)
+    case Mode::LastToken: {  // the last real token
+      Value* seen = b.cumsum(mask_i64, 1);
+      Value* target = mode == Mode::Cls ? b.const_i64({1}) : b.reduce(OpKind::ReduceSum, mask_i64, {1}, true);
+      Value* at = b.logical_and(b.compare(OpKind::Equal, seen, target), b.compare(OpKind::Greater, mask_i64, b.const_i64({0})));
+      return picked_token(b, tokens, b.cast(at, t));
+    }
+    case Mode::Max: {
+      Value* lowest = b.scalar(-std::numeric_limits<double>::infinity(), t);
+      Value* kept = b.where(b.compare(OpKind::Greater, expanded, b.scalar(0.0, t)), tokens, lowest);
+      return b.reduce(OpKind::ReduceMax, kept, {1}, false);
+    }
+    case Mode::Mean:
+    case Mode::MeanSqrtLen: {
+      Value* sum = b.reduce(OpKind::ReduceSum, b.mul(tokens, expanded), {1}, false);
+      Value* count = clamped(b.reduce(OpKind::ReduceSum, expanded, {1}, false));
+      return b.div(sum, mode == Mode::Mean ? count : b.unary(OpKind::Sqrt, count));
+    }
+    case Mode::WeightedMean: {  // token i weighs i + 1
+      Value* count = b.gather(b.shape_of(mask_i64), b.const_i64({1}), 0);
+      Value* positions = b.range(b.const_i64({1}), b.add(count, b.const_i64({1})), b.const_i64({1}), mask->shape[1]);
+      Value* weights = b.mul(expanded, b.unsqueeze(b.cast(positions, t), {0, 2}));
+      Value* sum = b.reduce(OpKind::ReduceSum, b.mul(tokens, weights), {1}, false);
+      return b.div(sum, clamped(b.reduce(OpKind::ReduceSum, weights, {1}, false)));
+    }
+  }
+  fail("internal error: pooling mode");
+}
+
+}  // namespace
+
+std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
+  const std::filesystem::path modules_file = ckpt.dir() / "modules.json";
+  if (ckpt.dir().empty() || !std::filesystem::is_regular_file(modules_file)) return std::nullopt;
+  const nlohmann::json modules = read_json_value(modules_file);
+  if (!modules.is_array()) fail(modules_file.string(), ": must be a list of modules");
+  std::optional<SentencePooling> pooling;
+  for (const auto& module : modules) {
+    const std::string type = module.is_object() ? module.value("type", "") : "";
+    const std::string kind = module_kind(type), path = module.is_object() ? module.value("path", "") : "";
+    if (kind == "Transformer") continue;
+    if (kind == "Pooling") {
+      const JsonConfig c(read_json_file(ckpt.dir() / path / "config.json"), (ckpt.dir() / path / "config.json").string());
+      if (!c.boolean("include_prompt", true))
+        c.invalid("include_prompt", "false (prompt tokens left out of the pooling) is not supported");
+      pooling = SentencePooling{pooling_modes(c), false};
+    } else if (kind == "Normalize" && pooling) {
+      pooling->normalize = true;
+    } else {
+      fail(modules_file.string(), ": module '", type, "' (", path.empty() ? "." : path,
+           ") is not supported (Transformer, Pooling, Normalize are)");
+    }
+  }
+  return pooling;
+}
+
+Value* sentence_embedding(Builder& b, const SentencePooling& pooling, Value* tokens, Value* attention_mask) {
+  const DType t = tokens->dtype;
+  // Without a mask every token counts: ones of the tokens' [batch, sequence].
+  Value* mask_i64 = attention_mask;
+  if (!mask_i64) {
+    Value* batch_sequence = b.gather(b.shape_of(tokens), b.const_i64({0, 1}, {2}), 0);
+    mask_i64 = b.expand(b.const_i64({1}), batch_sequence, {tokens->shape[0], tokens->shape[1]});
+  }
+  Value* mask = b.cast(mask_i64, t);
+  std::vector<Value*> parts;
+  for (Mode mode : pooling.modes) parts.push_back(pool(b, mode, tokens, mask, mask_i64));
+  Value* x = parts.size() == 1 ? parts.front() : b.concat(parts, 1);
+  if (!pooling.normalize) return x;
+  // F.normalize: x / max(||x||, 1e-12)
+  Value* norm = b.unary(OpKind::Sqrt, b.reduce(OpKind::ReduceSum, b.mul(x, x), {1}, true));
+  return b.div(x, b.max(norm, b.scalar(1e-12, t)));
+}
+
+}  // namespace hfx

@@ -1,0 +1,109 @@
+"""Sentence embeddings: a sentence-transformers checkpoint (modules.json: Transformer, Pooling,
+Normalize) exports `sentence_embedding` with its pooling and normalization in the graph (task
+sentence-similarity, its default), equal to SentenceTransformer.encode on the same texts: every
+pooling mode and a concatenation of two, the v6 and the legacy (pooling_mode_*_tokens) Pooling
+configs, on every backend; modules it cannot build refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import assert_clean_error
+from test_encoders import BERT, build_encoder
+
+FORMATS = ["onnx", "openvino", "pt2", "executorch"]
+TEXTS = ["w5 w6 w7 w8 w9 w10 w11", "w12 w13", "w20 w21 w22 w23", "w30"]
+
+
+def build_sentence_model(folder, pooling_mode, normalize: bool = True, legacy: bool = False):
+    """A tiny BERT with a word-level tokenizer, under sentence-transformers' Pooling (and
+    Normalize), saved as SentenceTransformer.save writes it; returns the loaded SentenceTransformer."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertTokenizer
+
+    hf = folder.parent / (folder.name + "-hf")
+    build_encoder(hf, BERT)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, BERT["vocab_size"])]
+    (hf / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizer(str(hf / "vocab.txt"), do_lower_case=False).save_pretrained(hf)
+    transformer = models.Transformer(str(hf))
+    modules = [transformer, models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode=pooling_mode)]
+    if normalize:
+        modules.append(models.Normalize())
+    SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    if legacy:  # sentence-transformers < 6 wrote one boolean per mode
+        modes = [pooling_mode] if isinstance(pooling_mode, str) else pooling_mode
+        keys = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens", "mean": "pooling_mode_mean_tokens",
+                "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+                "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
+        config = {"word_embedding_dimension": BERT["hidden_size"], **{k: m in modes for m, k in keys.items()},
+                  "include_prompt": True}
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    return SentenceTransformer(str(folder), device="cpu")
+
+
+def our_embeddings(out, folder, fmt) -> np.ndarray:
+    from hfexport import ExportedModel
+    from transformers import AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), ExportedModel(out)
+    # A .pte's plain forward takes batch 1 (its memory is planned at each dim's bound).
+    batches = [[t] for t in TEXTS] if fmt == "executorch" else [TEXTS]
+    rows = [np.asarray(model(**tokenizer(b, padding=True, return_tensors="np"))["sentence_embedding"]) for b in batches]
+    return np.concatenate(rows).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode,normalize,legacy", [
+    ("mean", True, False), ("cls", False, False), ("max", True, False), ("lasttoken", True, True),
+    ("mean_sqrt_len_tokens", False, False), ("weightedmean", True, True), (("cls", "mean"), True, False),
+], ids=["mean-normalize", "cls", "max", "lasttoken-legacy", "mean_sqrt_len", "weightedmean-legacy", "cls+mean"])
+def test_pooling_modes_match_sentence_transformers(tmp_path, export_model, mode, normalize, legacy):
+    st = build_sentence_model(tmp_path / "st", mode, normalize, legacy)
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", "onnx")
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["task"] == "sentence-similarity"
+    outputs = [o["name"] for o in manifest["components"]["model"]["outputs"]]
+    assert outputs == ["last_hidden_state", "sentence_embedding"]
+    np.testing.assert_allclose(our_embeddings(out, tmp_path / "st", "onnx"), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("mode", ["mean", "lasttoken"])
+def test_every_backend_matches_sentence_transformers(tmp_path, export_model, fmt, mode):
+    st = build_sentence_model(tmp_path / "st", mode)
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt)
+    np.testing.assert_allclose(our_embeddings(out, tmp_path / "st", fmt), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
+
+
+def test_feature_extraction_of_a_sentence_model(tmp_path, export_model):
+    """--task feature-extraction gives the Transformer module's outputs only (what
+    sentence-transformers' own ONNX backend expects of model.onnx)."""
+    build_sentence_model(tmp_path / "st", "mean")
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", "onnx", "--task", "feature-extraction")
+    outputs = [o["name"] for o in json.loads((out / "export.json").read_text())["components"]["model"]["outputs"]]
+    assert outputs == ["last_hidden_state", "pooler_output"]
+
+
+@pytest.mark.parametrize("edit,mentions", [
+    (lambda d: (d / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"embedding_dimension": 64, "pooling_mode": "mean", "include_prompt": False})), ["include_prompt"]),
+    (lambda d: (d / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"embedding_dimension": 64, "pooling_mode": "median"})), ["pooling_mode", "median"]),
+    (lambda d: (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text()) + [
+        {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}])), ["Dense", "3_Dense"]),
+])
+def test_unsupported_modules_are_refused(tmp_path, run_hfexport, edit, mentions):
+    build_sentence_model(tmp_path / "st", "mean")
+    edit(tmp_path / "st")
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "st", "-o", out), out, *mentions)
+
+
+def test_sentence_similarity_needs_a_sentence_model(tmp_path, run_hfexport):
+    build_encoder(tmp_path / "bert", BERT)
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "bert", "-o", out, "--task", "sentence-similarity"), out,
+                       "sentence-similarity", "modules.json")
