@@ -23,18 +23,22 @@ namespace {
 
 constexpr int64_t kMaxBatch = 4096;
 
-// What the family changes: the head classes' prefix, and how positions are numbered.
+// What the family changes: the head classes' prefix, how positions are numbered, and the heads'
+// modules (RoBERTa classifies with its own dense + tanh head, and names its masked-LM head lm_head).
 struct BertFamily {
   const char* prefix;           // "bert.", "roberta."
   bool positions_from_padding;  // RoBERTa: pad_token_id + 1 + index among the non-pad tokens
+  bool roberta_heads;
 };
-constexpr BertFamily kBert{"bert.", false}, kRoberta{"roberta.", true};
+constexpr BertFamily kBert{"bert.", false, false}, kRoberta{"roberta.", true, true};
 
 struct BertConfig {
   std::vector<std::string> architectures;
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, max_positions = 0, type_vocab = 0;
   double eps = 1e-12;
   std::string activation;
+  bool tied = true;    // the masked-LM decoder is the word embeddings
+  int64_t labels = 2;  // classification heads' outputs
   std::optional<int64_t> padding_positions;  // RoBERTa: pad_token_id, where positions start
 };
 
@@ -58,6 +62,12 @@ BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
     c.invalid("position_embedding_type", "\"" + p + "\" is not supported (absolute positions only)");
   if (c.boolean("is_decoder", false)) c.invalid("is_decoder", "true is not supported (BERT as an encoder only)");
   if (c.boolean("add_cross_attention", false)) c.invalid("add_cross_attention", "true is not supported");
+  cfg.tied = c.boolean("tie_word_embeddings", true);
+  // num_labels is written as id2label (transformers saves the map, not the count).
+  if (c.has("id2label") && c.at("id2label").is_object() && !c.at("id2label").empty())
+    cfg.labels = static_cast<int64_t>(c.at("id2label").size());
+  else
+    cfg.labels = c.positive("num_labels", 2);
   if (family.positions_from_padding) {
     const int64_t pad = c.integer("pad_token_id", 1);
     if (pad < 0 || pad + 1 >= cfg.max_positions)
@@ -169,6 +179,73 @@ Value* pooler(ModelBuilder& m, const std::string& p, const BertConfig& cfg, Valu
   return b.unary(OpKind::Tanh, dense);
 }
 
+Value* dense(ModelBuilder& m, const std::string& module, int64_t out, int64_t in, Value* x) {
+  m.b().set_scope(module);
+  return m.b().linear(x, m.weight(module + ".weight", {out, in}), m.weight(module + ".bias", {out}));
+}
+
+// The masked-LM head: dense, activation, LayerNorm, then the decoder (the word embeddings when
+// tied) plus its bias. BERT's cls.predictions.transform (hidden_act), RoBERTa's lm_head (GELU).
+Value* masked_lm_head(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const BertFamily& family,
+                      Value* x) {
+  Builder& b = m.b();
+  const std::string head = family.roberta_heads ? "lm_head." : "cls.predictions.";
+  const std::string transform = family.roberta_heads ? "lm_head." : "cls.predictions.transform.";
+  x = dense(m, transform + "dense", cfg.hidden, cfg.hidden, x);
+  x = activation(b, family.roberta_heads ? "gelu" : cfg.activation, x);
+  x = layer_norm(m, transform + (family.roberta_heads ? "layer_norm" : "LayerNorm"), x, cfg);
+  b.set_scope(head + "decoder");
+  const std::string decoder = cfg.tied ? p + "embeddings.word_embeddings.weight" : head + "decoder.weight";
+  // Tied, the decoder's bias is the head's `bias` (also saved as decoder.bias by some versions);
+  // untied (transformers 5.x), the decoder keeps a bias of its own.
+  const std::string bias = !cfg.tied && m.has(head + "decoder.bias") ? head + "decoder.bias" : head + "bias";
+  for (const std::string& copy : {head + "decoder.weight", head + "decoder.bias", head + "bias"})
+    if (copy != decoder && copy != bias) m.tolerate(copy);
+  return b.linear(x, m.weight(decoder, {cfg.vocab, cfg.hidden}), m.weight(bias, {cfg.vocab}));
+}
+
+// The task's outputs over the final hidden states; returns the transformers output class.
+const char* finish_task(ModelBuilder& m, Task task, const std::string& p, const BertConfig& cfg, const BertFamily& family,
+                        const std::optional<SentencePooling>& pooling, const BertInputs& in, Value* x) {
+  Builder& b = m.b();
+  switch (task) {
+    case Task::FeatureExtraction:
+      b.output(x, "last_hidden_state");
+      if (!m.has(p + "pooler.dense.weight")) return "BaseModelOutputWithPoolingAndCrossAttentions";
+      b.output(pooler(m, p, cfg, x), "pooler_output");
+      return "BaseModelOutputWithPoolingAndCrossAttentions";
+    case Task::SentenceSimilarity:
+      b.output(x, "last_hidden_state");
+      b.set_scope("pooling");
+      b.output(sentence_embedding(b, *pooling, x, in.attention_mask), "sentence_embedding");
+      m.tolerate(p + "pooler.dense.weight");  // the pooler is BertModel's, not the sentence embedding's
+      m.tolerate(p + "pooler.dense.bias");
+      return "BaseModelOutputWithPoolingAndCrossAttentions";
+    case Task::TextClassification: {  // over the first token: BERT's pooler, or RoBERTa's dense + tanh
+      Value* first = family.roberta_heads
+                         ? b.unary(OpKind::Tanh, dense(m, "classifier.dense", cfg.hidden, cfg.hidden, b.gather(x, b.const_i64({0}), 1)))
+                         : pooler(m, p, cfg, x);
+      b.output(dense(m, family.roberta_heads ? "classifier.out_proj" : "classifier", cfg.labels, cfg.hidden, first), "logits");
+      return "SequenceClassifierOutput";
+    }
+    case Task::TokenClassification:
+      b.output(dense(m, "classifier", cfg.labels, cfg.hidden, x), "logits");
+      return "TokenClassifierOutput";
+    case Task::FillMask:
+      b.output(masked_lm_head(m, p, cfg, family, x), "logits");
+      return "MaskedLMOutput";
+    case Task::QuestionAnswering: {
+      Value* spans = dense(m, "qa_outputs", 2, cfg.hidden, x);
+      b.output(b.gather(spans, b.const_i64({0}), 2), "start_logits");
+      b.output(b.gather(spans, b.const_i64({1}), 2), "end_logits");
+      return "QuestionAnsweringModelOutput";
+    }
+    default:
+      break;
+  }
+  fail("internal error: encoder task ", task_name(task), " was not refused");
+}
+
 ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, const BertFamily& family) {
   const BertConfig cfg = parse_bert(ckpt.config(), family);
   const std::string model_type = ckpt.config().string("model_type", "bert");
@@ -176,9 +253,12 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   const std::optional<SentencePooling> pooling = read_sentence_pooling(ckpt);
   out.task = config.task.empty() && pooling ? Task::SentenceSimilarity
                                             : resolve_task(config.task, cfg.architectures, Task::FeatureExtraction);
-  if (out.task != Task::FeatureExtraction && out.task != Task::SentenceSimilarity)
-    fail("task: ", model_type, " exports feature-extraction or sentence-similarity, not ", task_name(out.task),
-         config.task.empty() ? " (from config.json's architectures; give --task feature-extraction)" : "");
+  constexpr Task kTasks[] = {Task::FeatureExtraction, Task::SentenceSimilarity, Task::TextClassification,
+                             Task::TokenClassification, Task::FillMask, Task::QuestionAnswering};
+  if (std::find(std::begin(kTasks), std::end(kTasks), out.task) == std::end(kTasks))
+    fail("task: ", model_type, " exports feature-extraction, sentence-similarity, text-classification, "
+         "token-classification, fill-mask or question-answering, not ", task_name(out.task),
+         config.task.empty() ? " (from config.json's architectures; give --task)" : "");
   if (out.task == Task::SentenceSimilarity && !pooling)
     fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
          ckpt.dir().string());
@@ -193,21 +273,18 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   Value* mask = in.attention_mask ? padding_mask(b, in.input_ids, in.attention_mask) : nullptr;
   Value* x = embeddings(m, p, cfg, in);
   for (int64_t i = 0; i < cfg.layers; ++i) x = encoder_layer(m, p + "encoder.layer." + std::to_string(i) + ".", cfg, mask, x);
-  b.output(x, "last_hidden_state");
-  if (out.task == Task::SentenceSimilarity) {
-    b.set_scope("pooling");
-    b.output(sentence_embedding(b, *pooling, x, in.attention_mask), "sentence_embedding");
-    m.tolerate(p + "pooler.dense.weight");  // the pooler is BertModel's, not the sentence embedding's
+  const char* output_type = finish_task(m, out.task, p, cfg, family, pooling, in, x);
+  const bool base_outputs = out.task == Task::FeatureExtraction || out.task == Task::SentenceSimilarity;
+  for (const TensorView* t : ckpt.tensors())  // a head class's own weights, when its outputs are not exported
+    if (base_outputs && !p.empty() && !t->name.starts_with(p)) m.tolerate(t->name);
+  if (!base_outputs) {  // a pooler some head classes carry and their head does not read
+    m.tolerate(p + "pooler.dense.weight");
     m.tolerate(p + "pooler.dense.bias");
-  } else if (ckpt.find(p + "pooler.dense.weight")) {
-    b.output(pooler(m, p, cfg, x), "pooler_output");
   }
-  for (const TensorView* t : ckpt.tensors())  // a head class's own weights
-    if (!p.empty() && !t->name.starts_with(p)) m.tolerate(t->name);
   m.tolerate(p + "embeddings.position_ids");  // old checkpoints' buffers
   m.tolerate(p + "embeddings.token_type_ids");
   std::unique_ptr<Graph> graph = m.finish();
-  graph->output_type = "transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions";
+  graph->output_type = std::string("transformers.modeling_outputs.") + output_type;
   graph->num_layers = cfg.layers;
   out.dims.insert(m.dim_names().begin(), m.dim_names().end());
   out.components.push_back({Role::Forward, std::move(graph)});
