@@ -1,4 +1,5 @@
-// BERT (bert) and the RoBERTa family (roberta, xlm-roberta, camembert): token + token-type +
+// BERT (bert), the RoBERTa family (roberta, xlm-roberta, camembert) and DistilBERT (distilbert: its
+// own module and config key names, no token types, a ReLU classifier head): token + token-type +
 // absolute position embeddings under a LayerNorm, post-LayerNorm encoder layers (attention and a
 // plain GELU MLP, biases everywhere) over a bidirectional padding mask, and the pooler (dense +
 // tanh over the first token) where the checkpoint has one. RoBERTa numbers positions from
@@ -23,20 +24,38 @@ namespace {
 
 constexpr int64_t kMaxBatch = 4096;
 
-// What the family changes: the head classes' prefix, how positions are numbered, and the heads'
-// modules (RoBERTa classifies with its own dense + tanh head, and names its masked-LM head lm_head).
-struct BertFamily {
-  const char* prefix;           // "bert.", "roberta."
-  bool positions_from_padding;  // RoBERTa: pad_token_id + 1 + index among the non-pad tokens
-  bool roberta_heads;
+// The layer's modules, under encoder.layer.{i}. (BERT's) or transformer.layer.{i}. (DistilBERT's).
+struct EncoderNames {
+  const char *layers, *q, *k, *v, *o, *attention_norm, *up, *down, *output_norm;
 };
-constexpr BertFamily kBert{"bert.", false, false}, kRoberta{"roberta.", true, true};
+constexpr EncoderNames kBertNames{"encoder.layer.", "attention.self.query", "attention.self.key",
+                                  "attention.self.value", "attention.output.dense", "attention.output.LayerNorm",
+                                  "intermediate.dense", "output.dense", "output.LayerNorm"};
+constexpr EncoderNames kDistilNames{"transformer.layer.", "attention.q_lin", "attention.k_lin", "attention.v_lin",
+                                    "attention.out_lin", "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"};
+
+// The heads' modules: BERT's (pooler + classifier; cls.predictions), RoBERTa's (a dense + tanh
+// classifier; lm_head) or DistilBERT's (pre_classifier + ReLU + classifier; vocab_*).
+enum class Heads { Bert, Roberta, Distil };
+
+// What the family changes: the head classes' prefix, how positions are numbered, token types,
+// the config's key names, the modules.
+struct BertFamily {
+  const char* prefix;           // "bert.", "roberta.", "distilbert."
+  bool positions_from_padding;  // RoBERTa: pad_token_id + 1 + index among the non-pad tokens
+  Heads heads;
+  bool distil_config = false;   // DistilBERT's keys: dim, hidden_dim, n_heads, n_layers, activation (no token types)
+  const EncoderNames& names = kBertNames;
+};
+constexpr BertFamily kBert{"bert.", false, Heads::Bert}, kRoberta{"roberta.", true, Heads::Roberta},
+    kDistilBert{"distilbert.", false, Heads::Distil, true, kDistilNames};
 
 struct BertConfig {
   std::vector<std::string> architectures;
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, max_positions = 0, type_vocab = 0;
   double eps = 1e-12;
   std::string activation;
+  bool token_types = true;
   bool tied = true;    // the masked-LM decoder is the word embeddings
   int64_t labels = 2;  // classification heads' outputs
   std::optional<int64_t> padding_positions;  // RoBERTa: pad_token_id, where positions start
@@ -45,18 +64,21 @@ struct BertConfig {
 BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
   BertConfig cfg;
   cfg.architectures = architectures(c);
+  const bool d = family.distil_config;
   cfg.vocab = c.positive("vocab_size", 30522);
-  cfg.hidden = c.positive("hidden_size", 768);
-  cfg.layers = c.positive("num_hidden_layers", 12);
-  cfg.heads = c.positive("num_attention_heads", 12);
-  if (cfg.hidden % cfg.heads != 0) c.invalid("num_attention_heads", "must divide hidden_size");
-  cfg.intermediate = c.positive("intermediate_size", 3072);
+  cfg.hidden = c.positive(d ? "dim" : "hidden_size", 768);
+  cfg.layers = c.positive(d ? "n_layers" : "num_hidden_layers", d ? 6 : 12);
+  cfg.heads = c.positive(d ? "n_heads" : "num_attention_heads", 12);
+  if (cfg.hidden % cfg.heads != 0) c.invalid(d ? "n_heads" : "num_attention_heads", "must divide the hidden size");
+  cfg.intermediate = c.positive(d ? "hidden_dim" : "intermediate_size", d ? 4 * cfg.hidden : 3072);
   cfg.max_positions = c.positive("max_position_embeddings", 512);
-  cfg.type_vocab = c.positive("type_vocab_size", 2);
-  cfg.eps = c.number("layer_norm_eps", 1e-12);
+  cfg.token_types = !d;
+  if (cfg.token_types) cfg.type_vocab = c.positive("type_vocab_size", 2);
+  cfg.eps = d ? 1e-12 : c.number("layer_norm_eps", 1e-12);  // DistilBERT's is fixed
   if (cfg.eps < 0) c.invalid("layer_norm_eps", "must not be negative");
-  cfg.activation = c.string("hidden_act", "gelu");
-  check_activation(c, "hidden_act", cfg.activation);
+  const char* activation_key = d ? "activation" : "hidden_act";
+  cfg.activation = c.string(activation_key, "gelu");
+  check_activation(c, activation_key, cfg.activation);
   // transformers 4.x's relative position embeddings (removed in 5.x) and the decoder forms.
   if (const std::string p = c.string("position_embedding_type", "absolute"); p != "absolute")
     c.invalid("position_embedding_type", "\"" + p + "\" is not supported (absolute positions only)");
@@ -85,13 +107,16 @@ struct BertInputs {
 };
 
 BertInputs bert_inputs(ModelBuilder& m, const BertConfig& cfg) {
-  static constexpr const char* kDeclared[] = {"input_ids", "attention_mask", "token_type_ids", "position_ids"};
+  std::vector<std::string> declared = {"input_ids", "attention_mask", "token_type_ids", "position_ids"};
+  if (!cfg.token_types) declared.erase(declared.begin() + 2);  // DistilBERT
   std::vector<std::string> names = m.config().inputs;
-  if (names.empty()) names = {"input_ids", "attention_mask", "token_type_ids"};
+  if (names.empty()) names = {declared.begin(), declared.end() - 1};
   for (const std::string& name : names)
-    if (std::find(std::begin(kDeclared), std::end(kDeclared), name) == std::end(kDeclared))
-      fail("inputs: '", name, "' is not an input of this model (it takes input_ids, attention_mask, token_type_ids, "
-           "position_ids)");
+    if (std::find(declared.begin(), declared.end(), name) == declared.end()) {
+      std::string list;
+      for (const std::string& d : declared) list += (list.empty() ? "" : ", ") + d;
+      fail("inputs: '", name, "' is not an input of this model (it takes ", list, ")");
+    }
   auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
   if (!has("input_ids")) fail("inputs: must include input_ids");
   Builder& b = m.b();
@@ -99,13 +124,13 @@ BertInputs bert_inputs(ModelBuilder& m, const BertConfig& cfg) {
   const int64_t longest = cfg.max_positions - (cfg.padding_positions ? *cfg.padding_positions + 1 : 0);
   const Dim batch = m.dim("batch", 1, kMaxBatch), sequence = m.dim("sequence", 1, longest);
   BertInputs in;
-  for (const char* name : kDeclared)
-    if (has(name)) {
+  for (const std::string& name : declared)
+    if (has(name.c_str())) {
       Value* v = b.input(name, DType::I64, {batch, sequence});
-      (std::string_view(name) == "input_ids" ? in.input_ids
-       : std::string_view(name) == "attention_mask" ? in.attention_mask
-       : std::string_view(name) == "token_type_ids" ? in.token_type_ids
-                                                    : in.position_ids) = v;
+      (name == "input_ids" ? in.input_ids
+       : name == "attention_mask" ? in.attention_mask
+       : name == "token_type_ids" ? in.token_type_ids
+                                  : in.position_ids) = v;
     }
   return in;
 }
@@ -145,8 +170,10 @@ Value* embeddings(ModelBuilder& m, const std::string& p, const BertConfig& cfg, 
   Builder& b = m.b();
   b.set_scope(p + "embeddings");
   Value* x = b.embedding(m.weight(p + "embeddings.word_embeddings.weight", {cfg.vocab, cfg.hidden}), in.input_ids);
-  Value* types = m.weight(p + "embeddings.token_type_embeddings.weight", {cfg.type_vocab, cfg.hidden});
-  x = b.add(x, in.token_type_ids ? b.embedding(types, in.token_type_ids) : b.gather(types, b.const_i64({0}), 0));
+  if (cfg.token_types) {
+    Value* types = m.weight(p + "embeddings.token_type_embeddings.weight", {cfg.type_vocab, cfg.hidden});
+    x = b.add(x, in.token_type_ids ? b.embedding(types, in.token_type_ids) : b.gather(types, b.const_i64({0}), 0));
+  }
   Value* positions = in.position_ids               ? in.position_ids
                      : cfg.padding_positions ? positions_after_padding(b, in.input_ids, *cfg.padding_positions)
                                              : arange_tokens(b, in.input_ids);
@@ -155,18 +182,19 @@ Value* embeddings(ModelBuilder& m, const std::string& p, const BertConfig& cfg, 
   return layer_norm(m, p + "embeddings.LayerNorm", x, cfg);
 }
 
-Value* encoder_layer(ModelBuilder& m, const std::string& p, const BertConfig& cfg, Value* mask, Value* x) {
+Value* encoder_layer(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const EncoderNames& names,
+                     Value* mask, Value* x) {
   AttentionSpec attention{.hidden = cfg.hidden, .heads = cfg.heads, .kv_heads = cfg.heads, .head_dim = cfg.hidden / cfg.heads};
-  attention.q = "self.query", attention.k = "self.key", attention.v = "self.value", attention.o = "output.dense";
+  attention.q = names.q, attention.k = names.k, attention.v = names.v, attention.o = names.o;
   attention.qkv_bias = attention.o_bias = true;
   const AttentionContext ctx{nullptr, nullptr, mask, [](Value* k, Value* v) { return std::pair{k, v}; }, false};
-  Value* a = attention_block(m, p + "attention.", attention, x, ctx);
-  x = layer_norm(m, p + "attention.output.LayerNorm", m.b().add(a, x), cfg);
+  Value* a = attention_block(m, p, attention, x, ctx);
+  x = layer_norm(m, p + names.attention_norm, m.b().add(a, x), cfg);
   MlpSpec mlp{.hidden = cfg.hidden, .intermediate = cfg.intermediate, .bias = true, .activation = cfg.activation,
               .gated = false};
-  mlp.up = "intermediate.dense", mlp.down = "output.dense";
+  mlp.up = names.up, mlp.down = names.down;
   Value* h = gated_mlp(m, p, mlp, x);
-  return layer_norm(m, p + "output.LayerNorm", m.b().add(h, x), cfg);
+  return layer_norm(m, p + names.output_norm, m.b().add(h, x), cfg);
 }
 
 // dense + tanh over each row's first token ([CLS]).
@@ -189,11 +217,20 @@ Value* dense(ModelBuilder& m, const std::string& module, int64_t out, int64_t in
 Value* masked_lm_head(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const BertFamily& family,
                       Value* x) {
   Builder& b = m.b();
-  const std::string head = family.roberta_heads ? "lm_head." : "cls.predictions.";
-  const std::string transform = family.roberta_heads ? "lm_head." : "cls.predictions.transform.";
+  if (family.heads == Heads::Distil) {
+    x = activation(b, cfg.activation, dense(m, "vocab_transform", cfg.hidden, cfg.hidden, x));
+    x = layer_norm(m, "vocab_layer_norm", x, cfg);
+    b.set_scope("vocab_projector");
+    if (cfg.tied) m.tolerate("vocab_projector.weight");
+    const std::string weight = cfg.tied ? p + "embeddings.word_embeddings.weight" : "vocab_projector.weight";
+    return b.linear(x, m.weight(weight, {cfg.vocab, cfg.hidden}), m.weight("vocab_projector.bias", {cfg.vocab}));
+  }
+  const bool roberta = family.heads == Heads::Roberta;
+  const std::string head = roberta ? "lm_head." : "cls.predictions.";
+  const std::string transform = roberta ? "lm_head." : "cls.predictions.transform.";
   x = dense(m, transform + "dense", cfg.hidden, cfg.hidden, x);
-  x = activation(b, family.roberta_heads ? "gelu" : cfg.activation, x);
-  x = layer_norm(m, transform + (family.roberta_heads ? "layer_norm" : "LayerNorm"), x, cfg);
+  x = activation(b, roberta ? "gelu" : cfg.activation, x);
+  x = layer_norm(m, transform + (roberta ? "layer_norm" : "LayerNorm"), x, cfg);
   b.set_scope(head + "decoder");
   const std::string decoder = cfg.tied ? p + "embeddings.word_embeddings.weight" : head + "decoder.weight";
   // Tied, the decoder's bias is the head's `bias` (also saved as decoder.bias by some versions);
@@ -221,11 +258,15 @@ const char* finish_task(ModelBuilder& m, Task task, const std::string& p, const 
       m.tolerate(p + "pooler.dense.weight");  // the pooler is BertModel's, not the sentence embedding's
       m.tolerate(p + "pooler.dense.bias");
       return "BaseModelOutputWithPoolingAndCrossAttentions";
-    case Task::TextClassification: {  // over the first token: BERT's pooler, or RoBERTa's dense + tanh
-      Value* first = family.roberta_heads
-                         ? b.unary(OpKind::Tanh, dense(m, "classifier.dense", cfg.hidden, cfg.hidden, b.gather(x, b.const_i64({0}), 1)))
-                         : pooler(m, p, cfg, x);
-      b.output(dense(m, family.roberta_heads ? "classifier.out_proj" : "classifier", cfg.labels, cfg.hidden, first), "logits");
+    case Task::TextClassification: {  // over the first token: BERT's pooler, RoBERTa's dense + tanh, DistilBERT's + ReLU
+      Value* first = b.gather(x, b.const_i64({0}), 1);
+      if (family.heads == Heads::Bert) first = pooler(m, p, cfg, x);
+      if (family.heads == Heads::Roberta)
+        first = b.unary(OpKind::Tanh, dense(m, "classifier.dense", cfg.hidden, cfg.hidden, first));
+      if (family.heads == Heads::Distil)
+        first = b.max(dense(m, "pre_classifier", cfg.hidden, cfg.hidden, first), b.scalar(0.0, first->dtype));
+      const char* classifier = family.heads == Heads::Roberta ? "classifier.out_proj" : "classifier";
+      b.output(dense(m, classifier, cfg.labels, cfg.hidden, first), "logits");
       return "SequenceClassifierOutput";
     }
     case Task::TokenClassification:
@@ -272,7 +313,8 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   const BertInputs in = bert_inputs(m, cfg);
   Value* mask = in.attention_mask ? padding_mask(b, in.input_ids, in.attention_mask) : nullptr;
   Value* x = embeddings(m, p, cfg, in);
-  for (int64_t i = 0; i < cfg.layers; ++i) x = encoder_layer(m, p + "encoder.layer." + std::to_string(i) + ".", cfg, mask, x);
+  for (int64_t i = 0; i < cfg.layers; ++i)
+    x = encoder_layer(m, p + family.names.layers + std::to_string(i) + ".", cfg, family.names, mask, x);
   const char* output_type = finish_task(m, out.task, p, cfg, family, pooling, in, x);
   const bool base_outputs = out.task == Task::FeatureExtraction || out.task == Task::SentenceSimilarity;
   for (const TensorView* t : ckpt.tensors())  // a head class's own weights, when its outputs are not exported
@@ -296,6 +338,7 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
 HFX_REGISTER_ARCH("bert", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kBert); })
 HFX_REGISTER_ARCH("roberta", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
 HFX_REGISTER_ARCH("xlm-roberta", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
+HFX_REGISTER_ARCH("distilbert", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kDistilBert); })
 HFX_REGISTER_ARCH("camembert", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
 
 }  // namespace hfx

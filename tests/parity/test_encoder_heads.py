@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_encoders import BERT, FAMILIES, build_encoder, encoder_inputs
+from test_encoders import BERT, FAMILIES, build_encoder, encoder_inputs, model_inputs
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 LABELS = {"id2label": {"0": "neg", "1": "neutral", "2": "pos"}, "label2id": {"neg": 0, "neutral": 1, "pos": 2}}
@@ -35,7 +35,7 @@ def build_head_model(folder, model_type: str, head: str, overrides: dict):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("head", list(HEADS))
-@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert"])
 def test_heads_match_transformers(tmp_path, export_model, model_type, head, fmt):
     from hfexport import ExportedModel
 
@@ -45,8 +45,8 @@ def test_heads_match_transformers(tmp_path, export_model, model_type, head, fmt)
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["task"] == task
     assert [o["name"] for o in manifest["components"]["model"]["outputs"]] == outputs
-    inputs = encoder_inputs(BERT["vocab_size"], lengths=(9,) if fmt == "executorch" else (12, 9, 5),
-                            pad=model.config.pad_token_id)
+    inputs = model_inputs(model_type, encoder_inputs(BERT["vocab_size"], lengths=(9,) if fmt == "executorch" else (12, 9, 5),
+                                                     pad=model.config.pad_token_id))
     with torch.no_grad():
         expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})
     ours = ExportedModel(out)(**inputs)

@@ -17,7 +17,21 @@ from conftest import assert_clean_error
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 # model_type -> transformers' config class prefix (BertConfig, BertModel, BertForMaskedLM, ...)
-FAMILIES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
+FAMILIES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
+            "distilbert": "DistilBert"}
+# DistilBERT's config spells the sizes its own way, and has no token types.
+DISTIL_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+               "intermediate_size": "hidden_dim", "hidden_act": "activation"}
+
+
+def family_config(model_type: str, config: dict) -> dict:
+    if model_type != "distilbert":
+        return config
+    return {DISTIL_KEYS.get(k, k): v for k, v in config.items() if k not in ("type_vocab_size", "layer_norm_eps")}
+
+
+def model_inputs(model_type: str, inputs: dict) -> dict:
+    return {k: v for k, v in inputs.items() if not (model_type == "distilbert" and k == "token_type_ids")}
 BERT = dict(vocab_size=160, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             max_position_embeddings=32, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
 
@@ -28,7 +42,7 @@ def build_encoder(out_dir, config: dict, head: str = "Model", seed: int = 0, mod
     import transformers
 
     torch.manual_seed(seed)
-    cfg = getattr(transformers, FAMILIES[model_type] + "Config")(**config)
+    cfg = getattr(transformers, FAMILIES[model_type] + "Config")(**family_config(model_type, config))
     cfg._attn_implementation = "eager"
     model = getattr(transformers, FAMILIES[model_type] + head)(cfg)
     with torch.no_grad():  # wider than the default init, so that every term shows in the outputs
@@ -66,7 +80,7 @@ def reference(model, inputs: dict) -> dict:
         model(**kwargs)  # the first eager forward of a process may differ at padded rows (see hf_logits)
         out = model(**kwargs)
     result = {"last_hidden_state": out.last_hidden_state.numpy()}
-    if out.pooler_output is not None:
+    if getattr(out, "pooler_output", None) is not None:
         result["pooler_output"] = out.pooler_output.numpy()
     return result
 
@@ -94,16 +108,17 @@ def test_encoder_matches_transformers(tmp_path, export_model, model_type, fmt, l
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["task"] == "feature-extraction"
     entry = manifest["components"]["model"]
-    assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
-    assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state", "pooler_output"]
+    distil = model_type == "distilbert"  # no token types, no pooler
+    assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask"] + ([] if distil else ["token_type_ids"])
+    assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"] + ([] if distil else ["pooler_output"])
     # A .pte's plain forward takes batch 1 (its memory is planned at each dim's bound).
-    inputs = encoder_inputs(BERT["vocab_size"], lengths=(9, ) if fmt == "executorch" else (12, 9, 5), left=left,
-                            pad=model.config.pad_token_id)
+    inputs = model_inputs(model_type, encoder_inputs(BERT["vocab_size"], lengths=(9, ) if fmt == "executorch" else (12, 9, 5),
+                                                     left=left, pad=model.config.pad_token_id))
     check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert"])
 def test_head_checkpoint_and_fewer_inputs(tmp_path, export_model, model_type, fmt):
     """A ...ForMaskedLM checkpoint (weights under the family's prefix, the MLM head unread, no
     pooler) as --task feature-extraction, its forward taking input_ids alone (every token
