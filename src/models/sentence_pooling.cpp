@@ -101,16 +101,21 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
   const nlohmann::json modules = read_json_value(modules_file);
   if (!modules.is_array()) fail(modules_file.string(), ": must be a list of modules");
   std::optional<SentencePooling> pooling;
+  auto text = [&](const nlohmann::json& module, const char* key) {
+    if (!module.is_object() || !module.contains(key) || !module.at(key).is_string())
+      fail(modules_file.string(), ": each module must have a string '", key, "'");
+    return module.at(key).get<std::string>();
+  };
   for (const auto& module : modules) {
-    const std::string type = module.is_object() ? module.value("type", "") : "";
-    const std::string kind = module_kind(type), path = module.is_object() ? module.value("path", "") : "";
+    const std::string type = text(module, "type"), path = text(module, "path");
+    const std::string kind = module_kind(type);
     if (kind == "Transformer") continue;
     if (kind == "Pooling") {
       const JsonConfig c(read_json_file(ckpt.dir() / path / "config.json"), (ckpt.dir() / path / "config.json").string());
       if (!c.boolean("include_prompt", true))
         c.invalid("include_prompt", "false (prompt tokens left out of the pooling) is not supported");
       pooling = SentencePooling{pooling_modes(c), false};
-    } else if (kind == "Normalize" && pooling) {
+    } else if (kind == "Normalize" && pooling) {  // L2 over the pooled vector
       pooling->normalize = true;
     } else {
       fail(modules_file.string(), ": module '", type, "' (", path.empty() ? "." : path,

@@ -94,6 +94,8 @@ def test_feature_extraction_of_a_sentence_model(tmp_path, export_model):
         {"embedding_dimension": 64, "pooling_mode": "median"})), ["pooling_mode", "median"]),
     (lambda d: (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text()) + [
         {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}])), ["Dense", "3_Dense"]),
+    (lambda d: (d / "modules.json").write_text('[{"idx": 0, "type": 5, "path": ""}]'), ["modules.json", "type"]),
+    (lambda d: (d / "modules.json").write_text('[{"idx": 0, "type": "sentence_tr'), ["modules.json", "JSON"]),
 ])
 def test_unsupported_modules_are_refused(tmp_path, run_hfexport, edit, mentions):
     build_sentence_model(tmp_path / "st", "mean")
