@@ -403,6 +403,23 @@ class ExportedModel(Mapping):
     def __call__(self, **kwargs) -> ModelOutput:
         return self._run_component(self._single().name, kwargs)
 
+    def encode(self, texts, batch_size: int = 32) -> np.ndarray:
+        """SentenceTransformer.encode for a sentence-similarity export: texts (a string or a list)
+        tokenized with the export's own tokenizer, one float32 embedding row per text."""
+        from .run import run_texts
+        from .text import TextCodec
+
+        if self.manifest.get("task") != "sentence-similarity":
+            raise ValueError(f"encode() takes a sentence-similarity export (this one is {self.manifest.get('task')!r}: "
+                             "export a sentence-transformers checkpoint)")
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        codec, rows = TextCodec(self.directory), []
+        for i in range(0, len(texts), batch_size):
+            rows += [r["embedding"] for r in run_texts(self, codec, texts[i:i + batch_size])]
+        out = np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
+        return out[0] if single else out
+
     def _run_component(self, name: str, kwargs: Mapping[str, Any]) -> ModelOutput:
         component = self.components[name]
         if component._graph is None:

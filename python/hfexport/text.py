@@ -43,6 +43,28 @@ class TextCodec:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_batch(self, texts: list[str], max_length: int | None = None) -> dict:
+        """Tokenizer(texts, padding=True, truncation=True) as numpy int64 arrays: input_ids,
+        attention_mask, token_type_ids, right-padded with the tokenizer's pad token."""
+        import numpy as np
+
+        pad = self.special_token("pad_token")
+        pad_id = self.tokenizer.token_to_id(pad) if pad is not None else None
+        if pad_id is None:
+            if len(texts) > 1:
+                raise TextError(f"{self.directory}: the tokenizer has no pad token to batch texts with")
+            pad_id = 0
+        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=pad or "")
+        if max_length:
+            self.tokenizer.enable_truncation(max_length)
+        encodings = self.tokenizer.encode_batch(texts)
+        return {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64)}
+
+    def token(self, token_id: int) -> str:
+        return self.tokenizer.id_to_token(int(token_id)) or str(int(token_id))
+
     def decode(self, ids) -> str:
         text = self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
         if self.clean_up:

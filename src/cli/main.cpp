@@ -65,9 +65,9 @@ std::string native_runner(int argc, char** argv) {
   return {};
 }
 
-// Replaces this process with `args` followed by the arguments after "generate"; returns only if
+// Replaces this process with `args` followed by the arguments after the subcommand; returns only if
 // the program could not be started.
-void exec_with_generate_args(std::vector<std::string> args, int argc, char** argv) {
+void exec_with_subcommand_args(std::vector<std::string> args, int argc, char** argv) {
   for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
@@ -75,11 +75,19 @@ void exec_with_generate_args(std::vector<std::string> args, int argc, char** arg
   ::execvp(cargs[0], cargs.data());
 }
 
+// `hfexport run OUT --text ...` (encoders): Python's hfexport.run, as text generation is.
+int run_texts(int argc, char** argv) {
+  const std::string python = hfx::python_interpreter();
+  exec_with_subcommand_args({python, "-m", "hfexport.run"}, argc, argv);
+  std::cerr << "hfexport: error: run: cannot run " << python << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
 int run_generate(int argc, char** argv) {
   if (const std::string runner = native_runner(argc, argv); !runner.empty())
-    exec_with_generate_args({runner}, argc, argv);  // falls through to Python if it cannot start
+    exec_with_subcommand_args({runner}, argc, argv);  // falls through to Python if it cannot start
   const std::string python = hfx::python_interpreter();
-  exec_with_generate_args({python, "-m", "hfexport.generate"}, argc, argv);
+  exec_with_subcommand_args({python, "-m", "hfexport.generate"}, argc, argv);
   std::cerr << "hfexport: error: generate: cannot run " << python << ": " << std::strerror(errno) << "\n";
   return 1;
 }
@@ -271,7 +279,9 @@ int main(int argc, char** argv) {
   // The decode loop runs on onnxruntime's Python API (no C/C++ SDK installable here): the
   // subcommand is handed, arguments untouched, to the runner in hfexport's Python package.
   if (argc > 1 && std::string_view(argv[1]) == "generate") return run_generate(argc, argv);
+  if (argc > 1 && std::string_view(argv[1]) == "run") return run_texts(argc, argv);
   app.add_subcommand("generate", "generate tokens from an export (runs python -m hfexport.generate)");
+  app.add_subcommand("run", "run an encoder export on texts: embeddings, labels, filled masks (runs python -m hfexport.run)");
 
   try {
     app.parse(argc, argv);

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_encoders import BERT, FAMILIES, build_encoder, encoder_inputs, model_inputs
+from test_encoders import BERT, FAMILIES, build_encoder, encoder_inputs, model_inputs, save_tokenizer
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 LABELS = {"id2label": {"0": "neg", "1": "neutral", "2": "pos"}, "label2id": {"neg": 0, "neutral": 1, "pos": 2}}
@@ -73,3 +73,32 @@ def test_untied_masked_lm_decoder(tmp_path, export_model):
     real = inputs["attention_mask"].astype(bool)
     np.testing.assert_allclose(np.asarray(ExportedModel(out)(**inputs)["logits"])[real], expected[real],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("head", ["ForSequenceClassification", "ForTokenClassification", "ForMaskedLM"])
+def test_cli_run_matches_transformers_pipelines(tmp_path, export_model, run_hfexport, head):
+    """`hfexport run OUT --text ...` prints what transformers' pipeline gives for the task: the top
+    label and its score, each token's label and score, the top-5 fills of a [MASK]."""
+    from transformers import AutoTokenizer, pipeline
+
+    task, _, overrides = HEADS[head]
+    model = build_head_model(tmp_path / "model", "bert", head, overrides)
+    save_tokenizer(tmp_path / "model")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx")
+    texts = ["w5 w6 [MASK] w8 w9", "w12 [MASK] w14"] if task == "fill-mask" else ["w5 w6 w7 w8 w9", "w12 w13"]
+    proc = run_hfexport("run", out, *[a for t in texts for a in ("--text", t)])
+    assert proc.returncode == 0, proc.stderr
+    ours = [json.loads(line) for line in proc.stdout.splitlines()]
+    reference = pipeline(task, model=model, tokenizer=AutoTokenizer.from_pretrained(tmp_path / "model"), device="cpu")
+    for text, got in zip(texts, ours):
+        assert got["text"] == text
+        want = reference(text)
+        if task == "text-classification":
+            assert got["label"] == want[0]["label"]
+            assert abs(got["score"] - want[0]["score"]) < 1e-4
+        elif task == "token-classification":
+            assert [(t["token"], t["label"]) for t in got["tokens"]] == [(w["word"], w["entity"]) for w in want]
+            np.testing.assert_allclose([t["score"] for t in got["tokens"]], [w["score"] for w in want], atol=1e-4)
+        else:
+            assert [c["token"] for c in got["masks"][0]] == [w["token_str"] for w in want]
+            np.testing.assert_allclose([c["score"] for c in got["masks"][0]], [w["score"] for w in want], atol=1e-4)

@@ -58,6 +58,15 @@ def build_encoder(out_dir, config: dict, head: str = "Model", seed: int = 0, mod
     return out_dir, model.base_model.eval()
 
 
+def save_tokenizer(folder) -> None:
+    """A word-level BERT tokenizer over the tiny vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK] w5 ..."""
+    from transformers import BertTokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, BERT["vocab_size"])]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizer(str(folder / "vocab.txt"), do_lower_case=False).save_pretrained(folder)
+
+
 def encoder_inputs(vocab: int, lengths=(12, 9, 5), left: bool = False, seed: int = 7, pad: int = 0):
     """A batch padded with `pad` (the tokenizer's pad token), two segments per row (token types
     0 then 1)."""

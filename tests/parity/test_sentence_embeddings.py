@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_clean_error
-from test_encoders import BERT, build_encoder
+from test_encoders import BERT, build_encoder, save_tokenizer
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 TEXTS = ["w5 w6 w7 w8 w9 w10 w11", "w12 w13", "w20 w21 w22 w23", "w30"]
@@ -22,13 +22,10 @@ def build_sentence_model(folder, pooling_mode, normalize: bool = True, legacy: b
     """A tiny BERT with a word-level tokenizer, under sentence-transformers' Pooling (and
     Normalize), saved as SentenceTransformer.save writes it; returns the loaded SentenceTransformer."""
     from sentence_transformers import SentenceTransformer, models
-    from transformers import BertTokenizer
 
     hf = folder.parent / (folder.name + "-hf")
     build_encoder(hf, BERT)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, BERT["vocab_size"])]
-    (hf / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizer(str(hf / "vocab.txt"), do_lower_case=False).save_pretrained(hf)
+    save_tokenizer(hf)
     transformer = models.Transformer(str(hf))
     modules = [transformer, models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode=pooling_mode)]
     if normalize:
@@ -109,3 +106,21 @@ def test_sentence_similarity_needs_a_sentence_model(tmp_path, run_hfexport):
     out = tmp_path / "out"
     assert_clean_error(run_hfexport("export", tmp_path / "bert", "-o", out, "--task", "sentence-similarity"), out,
                        "sentence-similarity", "modules.json")
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "executorch"])
+def test_encode_and_cli_run_from_text(tmp_path, export_model, run_hfexport, fmt):
+    """Text in, embeddings out with the export's own tokenizer: ExportedModel.encode (as
+    SentenceTransformer.encode is called) and `hfexport run OUT --text ...` (one JSON line per text)."""
+    from hfexport import ExportedModel
+
+    st = build_sentence_model(tmp_path / "st", "mean")
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt)
+    expected = st.encode(TEXTS)
+    np.testing.assert_allclose(ExportedModel(out).encode(TEXTS), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ExportedModel(out).encode(TEXTS[1]), expected[1], rtol=1e-4, atol=1e-5)
+    proc = run_hfexport("run", out, *[a for t in TEXTS for a in ("--text", t)])
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [line["text"] for line in lines] == TEXTS
+    np.testing.assert_allclose(np.array([line["embedding"] for line in lines]), expected, rtol=1e-4, atol=1e-5)
