@@ -230,6 +230,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                      {"task", std::string(task_name(model.task))},
                      // What was asked for: `hfexport export --config` of this object redoes the export.
                      {key::kExportConfig, config.to_json()}};
+    if (!model.sentence_pooling.is_null()) manifest["sentence_pooling"] = model.sentence_pooling;
     json components = json::object();
     json dims = json::object();
     json cache_pairs = json::array();

@@ -247,8 +247,14 @@ const char* finish_task(ModelBuilder& m, Task task, const std::string& p, const 
   Builder& b = m.b();
   switch (task) {
     case Task::FeatureExtraction:
+      // A sentence-transformers checkpoint's Transformer module: the token embeddings alone (what
+      // its ONNX backend and OpenVINO GenAI's TextEmbeddingPipeline pool themselves).
       b.output(x, "last_hidden_state");
-      if (!m.has(p + "pooler.dense.weight")) return "BaseModelOutputWithPoolingAndCrossAttentions";
+      if (pooling) {
+        m.tolerate(p + "pooler.dense.weight");
+        m.tolerate(p + "pooler.dense.bias");
+      }
+      if (pooling || !m.has(p + "pooler.dense.weight")) return "BaseModelOutputWithPoolingAndCrossAttentions";
       b.output(pooler(m, p, cfg, x), "pooler_output");
       return "BaseModelOutputWithPoolingAndCrossAttentions";
     case Task::SentenceSimilarity:
@@ -316,6 +322,7 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   for (int64_t i = 0; i < cfg.layers; ++i)
     x = encoder_layer(m, p + family.names.layers + std::to_string(i) + ".", cfg, family.names, mask, x);
   const char* output_type = finish_task(m, out.task, p, cfg, family, pooling, in, x);
+  if (pooling) out.sentence_pooling = sentence_pooling_json(*pooling);
   const bool base_outputs = out.task == Task::FeatureExtraction || out.task == Task::SentenceSimilarity;
   for (const TensorView* t : ckpt.tensors())  // a head class's own weights, when its outputs are not exported
     if (base_outputs && !p.empty() && !t->name.starts_with(p)) m.tolerate(t->name);

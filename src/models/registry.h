@@ -32,6 +32,9 @@ struct ExportModel {
   // reaches this length: Phi-3's longrope switches factors there, as transformers' generate does.
   int64_t rebuild_cache_at_length = 0;
   Task task = Task::TextGeneration;  // what the components compute (export.json's `task`)
+  // What a sentence-transformers checkpoint's Pooling / Normalize modules do (export.json's
+  // `sentence_pooling`), for pipelines that pool a feature-extraction export themselves.
+  nlohmann::json sentence_pooling;
 };
 
 // Builds the components `config` asks for. The config is the one the graphs are built for, as the

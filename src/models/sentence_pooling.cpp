@@ -125,6 +125,14 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
   return pooling;
 }
 
+nlohmann::json sentence_pooling_json(const SentencePooling& pooling) {
+  nlohmann::json modes = nlohmann::json::array();
+  for (Mode mode : pooling.modes)
+    for (const ModeName& m : kModes)
+      if (m.mode == mode) modes.push_back(m.name);
+  return {{"pooling_mode", modes}, {"normalize", pooling.normalize}};
+}
+
 Value* sentence_embedding(Builder& b, const SentencePooling& pooling, Value* tokens, Value* attention_mask) {
   const DType t = tokens->dtype;
   // Without a mask every token counts: ones of the tokens' [batch, sequence].

@@ -18,6 +18,9 @@ struct SentencePooling {
   bool normalize = false;
 };
 
+// export.json's record of it: {"pooling_mode": [names], "normalize": bool}.
+nlohmann::json sentence_pooling_json(const SentencePooling& pooling);
+
 // The pooling of the sentence-transformers model in `ckpt`'s directory (modules.json with a Pooling
 // module), or none. Modules that change the numbers and are not built (Dense, a prompt left out of
 // the pooling) are refused, naming the file.

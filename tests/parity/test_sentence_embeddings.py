@@ -76,12 +76,14 @@ def test_every_backend_matches_sentence_transformers(tmp_path, export_model, fmt
 
 
 def test_feature_extraction_of_a_sentence_model(tmp_path, export_model):
-    """--task feature-extraction gives the Transformer module's outputs only (what
-    sentence-transformers' own ONNX backend expects of model.onnx)."""
-    build_sentence_model(tmp_path / "st", "mean")
+    """--task feature-extraction gives the Transformer module's token embeddings alone (what
+    sentence-transformers' own ONNX backend and OpenVINO GenAI pool themselves), and export.json
+    says how the checkpoint pools them."""
+    build_sentence_model(tmp_path / "st", ("cls", "mean"))
     out = export_model(tmp_path / "st", tmp_path / "out", "--format", "onnx", "--task", "feature-extraction")
-    outputs = [o["name"] for o in json.loads((out / "export.json").read_text())["components"]["model"]["outputs"]]
-    assert outputs == ["last_hidden_state", "pooler_output"]
+    manifest = json.loads((out / "export.json").read_text())
+    assert [o["name"] for o in manifest["components"]["model"]["outputs"]] == ["last_hidden_state"]
+    assert manifest["sentence_pooling"] == {"pooling_mode": ["cls", "mean"], "normalize": True}
 
 
 @pytest.mark.parametrize("edit,mentions", [
@@ -124,3 +126,28 @@ def test_encode_and_cli_run_from_text(tmp_path, export_model, run_hfexport, fmt)
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [line["text"] for line in lines] == TEXTS
     np.testing.assert_allclose(np.array([line["embedding"] for line in lines]), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,normalize", [("mean", True), ("cls", False), ("lasttoken", True)])
+def test_openvino_genai_text_embedding_pipeline(tmp_path, export_model, mode, normalize):
+    """OpenVINO GenAI's TextEmbeddingPipeline runs the OpenVINO export of a sentence-transformers
+    checkpoint's token embeddings (--task feature-extraction: one output, which the pipeline
+    needs) with its tokenizer converted by openvino-tokenizers, pooling as export.json's
+    sentence_pooling says; its embeddings are SentenceTransformer.encode's."""
+    genai = pytest.importorskip("openvino_genai")
+    ov_tokenizers = pytest.importorskip("openvino_tokenizers")
+    import openvino as ov
+    from transformers import AutoTokenizer
+
+    st = build_sentence_model(tmp_path / "st", mode, normalize)
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", "openvino", "--task", "feature-extraction")
+    ov.save_model(ov_tokenizers.convert_tokenizer(AutoTokenizer.from_pretrained(tmp_path / "st")),
+                  str(out / "openvino_tokenizer.xml"))
+    pooling = json.loads((out / "export.json").read_text())["sentence_pooling"]
+    config = genai.TextEmbeddingPipeline.Config()
+    kinds = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST_TOKEN"}
+    config.pooling_type = getattr(genai.TextEmbeddingPipeline.PoolingType, kinds[pooling["pooling_mode"][0]])
+    config.normalize = pooling["normalize"]
+    config.padding_side = "right" if mode == "lasttoken" else config.padding_side
+    pipe = genai.TextEmbeddingPipeline(str(out), "CPU", config, INFERENCE_PRECISION_HINT="f32")  # not bf16 where the CPU has it
+    np.testing.assert_allclose(np.array(pipe.embed_documents(TEXTS)), st.encode(TEXTS), rtol=1e-4, atol=1e-4)
