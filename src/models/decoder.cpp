@@ -245,12 +245,18 @@ Value* Decoder::head(DecoderGraph& g, Value* x) const {
 
 // The task's head over the final hidden states: the LM head's logits (float32), or the hidden
 // states themselves (the base model; a causal LM checkpoint's head weights go unused).
-void Decoder::finish_task(DecoderGraph& g, Task task, Value* hidden) const {
+void Decoder::finish_task(DecoderGraph& g, Task task, const SentencePooling* pooling, Value* hidden) const {
   switch (task) {
     case Task::TextGeneration: return g.io.finish(g.b().cast(head(g, hidden), DType::F32));
     case Task::FeatureExtraction:
       g.m.tolerate(std::string(defaults_.names.head) + ".weight");
       g.b().output(hidden, "last_hidden_state");
+      return;
+    case Task::SentenceSimilarity:  // Qwen3-Embedding: the last token's hidden state, normalised
+      g.m.tolerate(std::string(defaults_.names.head) + ".weight");
+      g.b().output(hidden, "last_hidden_state");
+      g.b().set_scope("pooling");
+      g.b().output(sentence_embedding(g.b(), *pooling, hidden, g.io.attention_mask()), "sentence_embedding");
       return;
     default: fail("internal error: decoder task ", task_name(task), " was not refused");
   }
@@ -281,7 +287,7 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   // With left padding the last column is every row's last real token.
   if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);
   x = final_norm(g, x);
-  finish_task(g, variant.task, x);
+  finish_task(g, variant.task, variant.pooling, x);
   dims.insert(m.dim_names().begin(), m.dim_names().end());
   return m.finish();
 }
@@ -297,10 +303,17 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   // that holds keys rotated with the short factors (transformers rebuilds it there).
   for (const RopeConfig& rope : cfg.ropes)
     if (rope.type == "longrope") out.rebuild_cache_at_length = rope.original_max_position_embeddings + 1;
-  out.task = resolve_task(config.task, cfg.architectures, Task::TextGeneration);
-  if (out.task != Task::TextGeneration && out.task != Task::FeatureExtraction)
-    fail("task: ", cfg.model_type, " exports text-generation or feature-extraction, not ", task_name(out.task),
-         config.task.empty() ? " (from config.json's architectures; give --task)" : "");
+  // A sentence-transformers checkpoint (Qwen3-Embedding) pools its hidden states by default.
+  const std::optional<SentencePooling> pooling = read_sentence_pooling(ckpt);
+  out.task = config.task.empty() && pooling ? Task::SentenceSimilarity
+                                            : resolve_task(config.task, cfg.architectures, Task::TextGeneration);
+  if (out.task != Task::TextGeneration && out.task != Task::FeatureExtraction && out.task != Task::SentenceSimilarity)
+    fail("task: ", cfg.model_type, " exports text-generation, feature-extraction or sentence-similarity, not ",
+         task_name(out.task), config.task.empty() ? " (from config.json's architectures; give --task)" : "");
+  if (out.task == Task::SentenceSimilarity && !pooling)
+    fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
+         ckpt.dir().string());
+  if (pooling) out.sentence_pooling = sentence_pooling_json(*pooling);
   if (cfg.bidirectional && config.generation.enabled)
     fail("config.json: use_bidirectional_attention: a bidirectional model has no decode loop (each token attends to "
          "the ones after it); export its forward, without --for-generation");
@@ -309,11 +322,12 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
          cfg.architectures.empty() ? "none" : cfg.architectures.front(), "; give --task text-generation)");
   for (auto [role, variant] : components_for(config.generation)) {
     variant.task = out.task;
+    variant.pooling = pooling ? &*pooling : nullptr;
     out.components.push_back({role, build_graph(ckpt, config, cfg, variant, out.dims)});
   }
   for (Component& c : out.components) {
     c.graph->output_type = std::string("transformers.modeling_outputs.") +
-                           (out.task == Task::FeatureExtraction ? "BaseModelOutputWithPast" : defaults_.output_type);
+                           (out.task == Task::TextGeneration ? defaults_.output_type : "BaseModelOutputWithPast");
     c.graph->num_layers = cfg.layers;
   }
   return out;

@@ -165,7 +165,7 @@ class Decoder {
   // Hidden states -> logits in the graph dtype (the kit casts them to float32).
   virtual Value* head(DecoderGraph& g, Value* x) const;
   // The task's outputs over the final hidden states (the head for text-generation).
-  void finish_task(DecoderGraph& g, Task task, Value* hidden) const;
+  void finish_task(DecoderGraph& g, Task task, const SentencePooling* pooling, Value* hidden) const;
 
   // The components the config's generation section asks for, each built by the hooks above.
   ExportModel build(const Checkpoint& ckpt, const ExportConfig& config) const;

@@ -10,6 +10,7 @@
 
 #include "ir/builder.h"
 #include "models/model_builder.h"
+#include "models/sentence_pooling.h"
 
 namespace hfx {
 
@@ -23,6 +24,7 @@ struct DecoderVariant {
   int64_t max_cache_len = 0;  // static: bound of the cache dim
   bool last_logits = false;   // logits for the last position only (prefill: all a loop needs)
   Task task = Task::TextGeneration;  // the head: logits, or the base model's last_hidden_state
+  const SentencePooling* pooling = nullptr;  // sentence-similarity: a sentence-transformers checkpoint's
 };
 
 // Which keys a query sees besides the padding: none later than itself (causal), optionally only
@@ -54,6 +56,8 @@ class DecoderIO {
   // the other is null.
   Value* input_ids() const { return input_ids_; }
   Value* inputs_embeds() const { return inputs_embeds_; }
+  // The caller's [batch, total] int64 mask (dynamic cache or none; null when not taken).
+  Value* attention_mask() const { return variant_.cache == CacheKind::Static ? nullptr : attention_mask_; }
   Value* position_ids() const { return position_ids_; }
   // [batch, 1, query, keys] bool, true = attend: the pattern over cache slots, and padding. Built
   // once per pattern.

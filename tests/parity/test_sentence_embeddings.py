@@ -151,3 +151,30 @@ def test_openvino_genai_text_embedding_pipeline(tmp_path, export_model, mode, no
     config.padding_side = "right" if mode == "lasttoken" else config.padding_side
     pipe = genai.TextEmbeddingPipeline(str(out), "CPU", config, INFERENCE_PRECISION_HINT="f32")  # not bf16 where the CPU has it
     np.testing.assert_allclose(np.array(pipe.embed_documents(TEXTS)), st.encode(TEXTS), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decoder_embedder_like_qwen3_embedding(tmp_path, export_model, fmt):
+    """A decoder as a sentence-transformers embedder (Qwen3-Embedding: qwen3 under last-token
+    pooling and Normalize, left-padded): sentence_embedding equals SentenceTransformer.encode."""
+    from sentence_transformers import SentenceTransformer, models
+    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from conftest import TINY_CONFIG, build_tiny_model
+
+    hf = tmp_path / "qwen3"
+    build_tiny_model(hf, "qwen3", dict(TINY_CONFIG))
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, TINY_CONFIG["vocab_size"])}}
+    tok = Tokenizer(tok_models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<pad>",
+                            padding_side="left").save_pretrained(hf)
+    transformer = models.Transformer(str(hf))
+    modules = [transformer, models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="lasttoken"),
+               models.Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(tmp_path / "st"))
+    st = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt)
+    assert json.loads((out / "export.json").read_text())["task"] == "sentence-similarity"
+    np.testing.assert_allclose(our_embeddings(out, tmp_path / "st", fmt), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
