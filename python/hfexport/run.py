@@ -66,12 +66,20 @@ def run_texts(model, codec: TextCodec, texts: list[str], top_k: int = 5) -> list
     labels = _labels(config)
     inputs = [i["name"] for i in model.manifest["components"]["model"]["inputs"]]
     results = []
-    max_length = _bound(model, 1, None)[0]
+    # sentence-transformers truncates at its max_seq_length and may lowercase first.
+    st_file = model.directory / "sentence_bert_config.json"
+    st_config = json.loads(st_file.read_text()) if st_file.is_file() else {}
+    max_length, fixed = _bound(model, 1, None)
+    if st_config.get("max_seq_length"):
+        max_length = min(max_length, st_config["max_seq_length"]) if max_length else st_config["max_seq_length"]
     for batch in _batches(model, texts):
-        feeds = {k: v for k, v in codec.encode_batch(batch, max_length).items() if k in inputs}
+        if st_config.get("do_lower_case"):
+            batch = [t.lower() for t in batch]
+        encoded = codec.encode_batch(batch, max_length, pad_to=max_length if fixed else None)
+        feeds = {k: v for k, v in encoded.items() if k in inputs}
         out = {k: np.asarray(v, np.float32) for k, v in model(**feeds).items()}
         mask = feeds["attention_mask"] if "attention_mask" in feeds else np.ones_like(feeds["input_ids"])
-        for row, text in enumerate(batch):
+        for row, text in enumerate(texts[len(results):len(results) + len(batch)] or batch):
             real = mask[row].astype(bool)
             result: dict = {"text": text}
             if task == "sentence-similarity":

@@ -43,9 +43,10 @@ class TextCodec:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def encode_batch(self, texts: list[str], max_length: int | None = None) -> dict:
+    def encode_batch(self, texts: list[str], max_length: int | None = None, pad_to: int | None = None) -> dict:
         """Tokenizer(texts, padding=True, truncation=True) as numpy int64 arrays: input_ids,
-        attention_mask, token_type_ids, right-padded with the tokenizer's pad token."""
+        attention_mask, token_type_ids, padded with the tokenizer's pad token (on its padding side)
+        to the longest text, or to `pad_to` (a graph of a fixed sequence length)."""
         import numpy as np
 
         pad = self.special_token("pad_token")
@@ -54,7 +55,9 @@ class TextCodec:
             if len(texts) > 1:
                 raise TextError(f"{self.directory}: the tokenizer has no pad token to batch texts with")
             pad_id = 0
-        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=pad or "")
+        side = self.config.get("padding_side", "right")
+        self.tokenizer.enable_padding(direction=side if side in ("left", "right") else "right", pad_id=pad_id,
+                                      pad_token=pad or "", length=pad_to)
         if max_length:
             self.tokenizer.enable_truncation(max_length)
         encodings = self.tokenizer.encode_batch(texts)

@@ -31,7 +31,8 @@ namespace {
 constexpr const char* kCompanionFiles[] = {
     "config.json",         "generation_config.json", "tokenizer.json", "tokenizer_config.json",
     "special_tokens_map.json", "tokenizer.model",    "vocab.json",     "merges.txt",
-    "added_tokens.json",   "chat_template.jinja",    "chat_template.json"};
+    "added_tokens.json",   "chat_template.jinja",    "chat_template.json",
+    "sentence_bert_config.json"};  // sentence-transformers' max_seq_length and do_lower_case
 
 json shape_json(const Shape& shape) {
   json out = json::array();

@@ -91,6 +91,8 @@ BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
   else
     cfg.labels = c.positive("num_labels", 2);
   if (family.positions_from_padding) {
+    if (c.json().contains("pad_token_id") && c.json().at("pad_token_id").is_null())
+      c.invalid("pad_token_id", "must be set: positions are numbered after the padding token");
     const int64_t pad = c.integer("pad_token_id", 1);
     if (pad < 0 || pad + 1 >= cfg.max_positions)
       c.invalid("pad_token_id", "positions start after it: it must be below max_position_embeddings - 1");
@@ -110,7 +112,10 @@ BertInputs bert_inputs(ModelBuilder& m, const BertConfig& cfg) {
   std::vector<std::string> declared = {"input_ids", "attention_mask", "token_type_ids", "position_ids"};
   if (!cfg.token_types) declared.erase(declared.begin() + 2);  // DistilBERT
   std::vector<std::string> names = m.config().inputs;
-  if (names.empty()) names = {declared.begin(), declared.end() - 1};
+  // By default what the family's tokenizer returns: token types only where there are several
+  // (RoBERTa's tokenizers return none; its type_vocab_size is 1).
+  if (names.empty()) names = {"input_ids", "attention_mask"};
+  if (m.config().inputs.empty() && cfg.token_types && cfg.type_vocab > 1) names.push_back("token_type_ids");
   for (const std::string& name : names)
     if (std::find(declared.begin(), declared.end(), name) == declared.end()) {
       std::string list;
@@ -226,6 +231,8 @@ Value* masked_lm_head(ModelBuilder& m, const std::string& p, const BertConfig& c
     return b.linear(x, m.weight(weight, {cfg.vocab, cfg.hidden}), m.weight("vocab_projector.bias", {cfg.vocab}));
   }
   const bool roberta = family.heads == Heads::Roberta;
+  m.tolerate("cls.seq_relationship.weight");  // BertForPreTraining's next-sentence head (bert-base-uncased)
+  m.tolerate("cls.seq_relationship.bias");
   const std::string head = roberta ? "lm_head." : "cls.predictions.";
   const std::string transform = roberta ? "lm_head." : "cls.predictions.transform.";
   x = dense(m, transform + "dense", cfg.hidden, cfg.hidden, x);
@@ -309,6 +316,7 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   if (out.task == Task::SentenceSimilarity && !pooling)
     fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
          ckpt.dir().string());
+  if (out.task == Task::SentenceSimilarity) check_buildable(*pooling);
   if (config.generation.enabled) fail("task: ", model_type, " is an encoder: it has no decode loop (--for-generation)");
   // The base model's own checkpoint has no prefix; a head class's holds it under the family's
   // prefix, beside its head.
@@ -322,7 +330,7 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   for (int64_t i = 0; i < cfg.layers; ++i)
     x = encoder_layer(m, p + family.names.layers + std::to_string(i) + ".", cfg, family.names, mask, x);
   const char* output_type = finish_task(m, out.task, p, cfg, family, pooling, in, x);
-  if (pooling) out.sentence_pooling = sentence_pooling_json(*pooling);
+  if (pooling && pooling->unsupported.empty()) out.sentence_pooling = sentence_pooling_json(*pooling);
   const bool base_outputs = out.task == Task::FeatureExtraction || out.task == Task::SentenceSimilarity;
   for (const TensorView* t : ckpt.tensors())  // a head class's own weights, when its outputs are not exported
     if (base_outputs && !p.empty() && !t->name.starts_with(p)) m.tolerate(t->name);

@@ -313,7 +313,8 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   if (out.task == Task::SentenceSimilarity && !pooling)
     fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
          ckpt.dir().string());
-  if (pooling) out.sentence_pooling = sentence_pooling_json(*pooling);
+  if (out.task == Task::SentenceSimilarity) check_buildable(*pooling);
+  if (pooling && pooling->unsupported.empty()) out.sentence_pooling = sentence_pooling_json(*pooling);
   if (cfg.bidirectional && config.generation.enabled)
     fail("config.json: use_bidirectional_attention: a bidirectional model has no decode loop (each token attends to "
          "the ones after it); export its forward, without --for-generation");

@@ -47,7 +47,7 @@ std::vector<Mode> pooling_modes(const JsonConfig& c) {
     for (const ModeName& m : kModes)
       if (c.boolean(m.legacy_key, false)) modes.push_back(m.mode);
   }
-  if (modes.empty()) c.invalid("pooling_mode", "no pooling mode is set");
+  if (modes.empty()) modes.push_back(Mode::Mean);  // sentence-transformers' fallback when none is set
   return modes;
 }
 
@@ -111,18 +111,28 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
     const std::string kind = module_kind(type);
     if (kind == "Transformer") continue;
     if (kind == "Pooling") {
-      const JsonConfig c(read_json_file(ckpt.dir() / path / "config.json"), (ckpt.dir() / path / "config.json").string());
+      const std::filesystem::path config = ckpt.dir() / path / "config.json";
+      const JsonConfig c(read_json_file(config), config.string());
+      pooling = SentencePooling{pooling_modes(c), false, {}};
       if (!c.boolean("include_prompt", true))
-        c.invalid("include_prompt", "false (prompt tokens left out of the pooling) is not supported");
-      pooling = SentencePooling{pooling_modes(c), false};
+        pooling->unsupported = config.string() + ": include_prompt: false (prompt tokens left out of the pooling) "
+                                                 "is not supported";
     } else if (kind == "Normalize" && pooling) {  // L2 over the pooled vector
       pooling->normalize = true;
-    } else {
+    } else if (pooling && pooling->unsupported.empty()) {  // EmbeddingGemma's Dense layers, ...
+      pooling->unsupported = str(modules_file.string(), ": module '", type, "' (", path.empty() ? "." : path,
+                                 ") is not supported (Transformer, Pooling, Normalize are)");
+    } else if (!pooling) {
       fail(modules_file.string(), ": module '", type, "' (", path.empty() ? "." : path,
-           ") is not supported (Transformer, Pooling, Normalize are)");
+           ") comes before any Pooling module: not a sentence-embedding pipeline hfexport builds");
     }
   }
   return pooling;
+}
+
+void check_buildable(const SentencePooling& pooling) {
+  if (!pooling.unsupported.empty())
+    fail(pooling.unsupported, " (--task feature-extraction exports the hidden states without the pooling)");
 }
 
 nlohmann::json sentence_pooling_json(const SentencePooling& pooling) {

@@ -167,3 +167,17 @@ def test_bert_onnx_op_profiles(tmp_path, export_model, profile):
     out = export_model(model_dir, tmp_path / "out", "--format", "onnx", "--onnx-ops", profile)
     inputs = encoder_inputs(BERT["vocab_size"])
     check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+
+
+def test_token_types_are_an_input_only_where_there_are_several(tmp_path, export_model):
+    """RoBERTa checkpoints have type_vocab_size 1 and tokenizers that return no token_type_ids:
+    the export takes input_ids and attention_mask (token type 0 inside), as optimum's does."""
+    from hfexport import ExportedModel
+
+    model_dir, model = build_encoder(tmp_path / "model", {**BERT, "type_vocab_size": 1}, model_type="roberta")
+    out = export_model(model_dir, tmp_path / "out", "--format", "onnx")
+    entry = json.loads((out / "export.json").read_text())["components"]["model"]
+    assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask"]
+    inputs = encoder_inputs(BERT["vocab_size"], pad=model.config.pad_token_id)
+    inputs.pop("token_type_ids")
+    check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])

@@ -103,6 +103,18 @@ def test_unsupported_modules_are_refused(tmp_path, run_hfexport, edit, mentions)
     assert_clean_error(run_hfexport("export", tmp_path / "st", "-o", out), out, *mentions)
 
 
+def test_unsupported_modules_leave_feature_extraction(tmp_path, export_model):
+    """A Dense module (EmbeddingGemma's) blocks only the sentence embedding: the hidden states
+    still export, and export.json records no pooling for a pipeline to apply."""
+    build_sentence_model(tmp_path / "st", "mean")
+    modules = json.loads((tmp_path / "st" / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (tmp_path / "st" / "modules.json").write_text(json.dumps(modules))
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", "onnx", "--task", "feature-extraction")
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["task"] == "feature-extraction" and "sentence_pooling" not in manifest
+
+
 def test_sentence_similarity_needs_a_sentence_model(tmp_path, run_hfexport):
     build_encoder(tmp_path / "bert", BERT)
     out = tmp_path / "out"
