@@ -7,6 +7,8 @@ at every real position of a right-padded batch."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,3 +104,36 @@ def test_cli_run_matches_transformers_pipelines(tmp_path, export_model, run_hfex
         else:
             assert [c["token"] for c in got["masks"][0]] == [w["token_str"] for w in want]
             np.testing.assert_allclose([c["score"] for c in got["masks"][0]], [w["score"] for w in want], atol=1e-4)
+
+
+OPTIMUM = Path(__file__).resolve().parents[2] / ".venv-optimum-onnx" / "bin" / "python"
+ORT_MODELS = {"Model": "ORTModelForFeatureExtraction", "ForSequenceClassification": "ORTModelForSequenceClassification",
+              "ForTokenClassification": "ORTModelForTokenClassification", "ForMaskedLM": "ORTModelForMaskedLM",
+              "ForQuestionAnswering": "ORTModelForQuestionAnswering"}
+
+
+@pytest.mark.parametrize("head", list(ORT_MODELS))
+def test_optimum_ort_models_run_our_exports(tmp_path, export_model, head):
+    """`ORTModelFor<Task>.from_pretrained(OUT)(**inputs)` (optimum-onnx 0.1.0, its own venv) on the
+    ONNX export laid out as optimum writes it (`--onnx-layout optimum`): transformers' outputs."""
+    if not OPTIMUM.is_file():
+        pytest.skip("no .venv-optimum-onnx (scripts/setup.sh makes it)")
+    overrides = HEADS[head][2] if head in HEADS else {}
+    model = build_head_model(tmp_path / "model", "bert", head, overrides)
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx", "--onnx-layout", "optimum")
+    inputs = encoder_inputs(BERT["vocab_size"])
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({k: v.tolist() for k, v in inputs.items()}))
+    proc = subprocess.run([str(OPTIMUM), str(Path(__file__).with_name("optimum_encoder.py")), str(out),
+                           ORT_MODELS[head], str(request)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ours = json.loads(proc.stdout.splitlines()[-1])
+    with torch.no_grad():
+        expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})
+    real = inputs["attention_mask"].astype(bool)
+    assert ours, "optimum returned no outputs"
+    for name, got in ours.items():
+        got, want = np.asarray(got, np.float32), getattr(expected, name).numpy()
+        if got.ndim >= 2 and got.shape[:2] == real.shape:
+            got, want = got[real], want[real]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
