@@ -305,18 +305,13 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   const std::string model_type = ckpt.config().string("model_type", "bert");
   ExportModel out{model_type, cfg.architectures, {}, {}};
   const std::optional<SentencePooling> pooling = read_sentence_pooling(ckpt);
-  out.task = config.task.empty() && pooling ? Task::SentenceSimilarity
-                                            : resolve_task(config.task, cfg.architectures, Task::FeatureExtraction);
+  out.task = resolve_task_with_pooling(config.task, cfg.architectures, Task::FeatureExtraction, pooling, ckpt);
   constexpr Task kTasks[] = {Task::FeatureExtraction, Task::SentenceSimilarity, Task::TextClassification,
                              Task::TokenClassification, Task::FillMask, Task::QuestionAnswering};
   if (std::find(std::begin(kTasks), std::end(kTasks), out.task) == std::end(kTasks))
     fail("task: ", model_type, " exports feature-extraction, sentence-similarity, text-classification, "
          "token-classification, fill-mask or question-answering, not ", task_name(out.task),
          config.task.empty() ? " (from config.json's architectures; give --task)" : "");
-  if (out.task == Task::SentenceSimilarity && !pooling)
-    fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
-         ckpt.dir().string());
-  if (out.task == Task::SentenceSimilarity) check_buildable(*pooling);
   if (config.generation.enabled) fail("task: ", model_type, " is an encoder: it has no decode loop (--for-generation)");
   // The base model's own checkpoint has no prefix; a head class's holds it under the family's
   // prefix, beside its head.
@@ -330,7 +325,7 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   for (int64_t i = 0; i < cfg.layers; ++i)
     x = encoder_layer(m, p + family.names.layers + std::to_string(i) + ".", cfg, family.names, mask, x);
   const char* output_type = finish_task(m, out.task, p, cfg, family, pooling, in, x);
-  if (pooling && pooling->unsupported.empty()) out.sentence_pooling = sentence_pooling_json(*pooling);
+  out.sentence_pooling = sentence_pooling_json(pooling);
   const bool base_outputs = out.task == Task::FeatureExtraction || out.task == Task::SentenceSimilarity;
   for (const TensorView* t : ckpt.tensors())  // a head class's own weights, when its outputs are not exported
     if (base_outputs && !p.empty() && !t->name.starts_with(p)) m.tolerate(t->name);

@@ -305,16 +305,11 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
     if (rope.type == "longrope") out.rebuild_cache_at_length = rope.original_max_position_embeddings + 1;
   // A sentence-transformers checkpoint (Qwen3-Embedding) pools its hidden states by default.
   const std::optional<SentencePooling> pooling = read_sentence_pooling(ckpt);
-  out.task = config.task.empty() && pooling ? Task::SentenceSimilarity
-                                            : resolve_task(config.task, cfg.architectures, Task::TextGeneration);
+  out.task = resolve_task_with_pooling(config.task, cfg.architectures, Task::TextGeneration, pooling, ckpt);
   if (out.task != Task::TextGeneration && out.task != Task::FeatureExtraction && out.task != Task::SentenceSimilarity)
     fail("task: ", cfg.model_type, " exports text-generation, feature-extraction or sentence-similarity, not ",
          task_name(out.task), config.task.empty() ? " (from config.json's architectures; give --task)" : "");
-  if (out.task == Task::SentenceSimilarity && !pooling)
-    fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
-         ckpt.dir().string());
-  if (out.task == Task::SentenceSimilarity) check_buildable(*pooling);
-  if (pooling && pooling->unsupported.empty()) out.sentence_pooling = sentence_pooling_json(*pooling);
+  out.sentence_pooling = sentence_pooling_json(pooling);
   if (cfg.bidirectional && config.generation.enabled)
     fail("config.json: use_bidirectional_attention: a bidirectional model has no decode loop (each token attends to "
          "the ones after it); export its forward, without --for-generation");

@@ -130,17 +130,26 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
   return pooling;
 }
 
-void check_buildable(const SentencePooling& pooling) {
-  if (!pooling.unsupported.empty())
-    fail(pooling.unsupported, " (--task feature-extraction exports the hidden states without the pooling)");
+Task resolve_task_with_pooling(const std::string& configured, const std::vector<std::string>& architectures,
+                               Task fallback, const std::optional<SentencePooling>& pooling, const Checkpoint& ckpt) {
+  const Task task = configured.empty() && pooling ? Task::SentenceSimilarity
+                                                  : resolve_task(configured, architectures, fallback);
+  if (task != Task::SentenceSimilarity) return task;
+  if (!pooling)
+    fail("task: sentence-similarity needs a sentence-transformers checkpoint (modules.json with a Pooling module) in ",
+         ckpt.dir().string());
+  if (!pooling->unsupported.empty())
+    fail(pooling->unsupported, " (--task feature-extraction exports the hidden states without the pooling)");
+  return task;
 }
 
-nlohmann::json sentence_pooling_json(const SentencePooling& pooling) {
+nlohmann::json sentence_pooling_json(const std::optional<SentencePooling>& pooling) {
+  if (!pooling || !pooling->unsupported.empty()) return nullptr;
   nlohmann::json modes = nlohmann::json::array();
-  for (Mode mode : pooling.modes)
+  for (Mode mode : pooling->modes)
     for (const ModeName& m : kModes)
       if (m.mode == mode) modes.push_back(m.name);
-  return {{"pooling_mode", modes}, {"normalize", pooling.normalize}};
+  return {{"pooling_mode", modes}, {"normalize", pooling->normalize}};
 }
 
 Value* sentence_embedding(Builder& b, const SentencePooling& pooling, Value* tokens, Value* attention_mask) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/task.h"
 #include "io/checkpoint.h"
 #include "ir/builder.h"
 
@@ -21,11 +22,15 @@ struct SentencePooling {
   std::string unsupported;
 };
 
-// Refuses, naming the module, a pooling whose sentence embedding cannot be built.
-void check_buildable(const SentencePooling& pooling);
+// The export's task: `configured`, else sentence-similarity for a sentence-transformers checkpoint
+// (`pooling` set), else what `architectures` implies (`fallback`). Sentence-similarity is refused
+// without a pooling, or with one it cannot build (naming the module).
+Task resolve_task_with_pooling(const std::string& configured, const std::vector<std::string>& architectures,
+                               Task fallback, const std::optional<SentencePooling>& pooling, const Checkpoint& ckpt);
 
-// export.json's record of it: {"pooling_mode": [names], "normalize": bool}.
-nlohmann::json sentence_pooling_json(const SentencePooling& pooling);
+// export.json's record of it, {"pooling_mode": [names], "normalize": bool}; null without a pooling
+// that can be built (nothing for a pipeline to apply).
+nlohmann::json sentence_pooling_json(const std::optional<SentencePooling>& pooling);
 
 // The pooling of the sentence-transformers model in `ckpt`'s directory (modules.json with a Pooling
 // module), or none. Modules that change the numbers and are not built (Dense, a prompt left out of
