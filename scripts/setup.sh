@@ -24,12 +24,14 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 .venv/bin/python -c "import torch" 2>/dev/null || "${pip[@]}" "torch==2.13.0"
 "${pip[@]}" -r requirements-test.txt
 "${pip[@]}" --no-build-isolation --no-deps .
-# optimum's ORTModelForCausalLM, a runner our ONNX exports are tested in: optimum-onnx 0.1.0 pins
-# transformers < 4.58, which the main .venv must not be downgraded to, so it has a venv of its own
-# (the same CPU torch, pinned first).
-if ! .venv-optimum-onnx/bin/python -c "import optimum.onnxruntime" 2>/dev/null; then
-  python3 -m venv .venv-optimum-onnx
+# optimum's ORTModel classes, optimum-intel's OVModel classes and sentence-transformers 5 with its
+# ONNX / OpenVINO backends, runners our exports are tested in and the encoder benchmark's peers:
+# optimum-onnx 0.1.0 pins transformers < 4.58, which the main .venv must not be downgraded to, so
+# they share a venv of their own (the same CPU torch, pinned first).
+[ -x .venv-optimum-onnx/bin/python ] || python3 -m venv .venv-optimum-onnx
+if ! .venv-optimum-onnx/bin/python -c "import optimum.onnxruntime, optimum.intel.openvino, sentence_transformers" 2>/dev/null; then
   .venv-optimum-onnx/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-  .venv-optimum-onnx/bin/python -m pip install -q --disable-pip-version-check "optimum-onnx[onnxruntime]==0.1.0"
+  .venv-optimum-onnx/bin/python -m pip install -q --disable-pip-version-check "optimum-onnx[onnxruntime]==0.1.0" \
+    "optimum-intel[openvino]==1.27.0" "sentence-transformers==5.7.0"
 fi
 echo "setup: ready ($(.venv/bin/hfexport --version))"

@@ -18,6 +18,7 @@
 #include "io/output_dir.h"
 #include "io/manifest.h"
 #include "models/registry.h"
+#include "models/sentence_pooling.h"
 
 namespace hfx {
 
@@ -295,6 +296,11 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
       std::error_code ec;
       if (fs::exists(src) && !fs::copy_file(src, out.path() / name, ec))
         fail((out.path() / name).string(), ": cannot copy ", src.string(), ": ", ec.message());
+    }
+    for (const fs::path& name : sentence_transformers_files(ckpt)) {  // a sentence-transformers model folder
+      std::error_code ec;
+      fs::copy(ckpt.dir() / name, out.path() / name, fs::copy_options::recursive, ec);
+      if (ec) fail((out.path() / name).string(), ": cannot copy ", (ckpt.dir() / name).string(), ": ", ec.message());
     }
     out.commit();
   } catch (const Error& e) {

@@ -1,5 +1,6 @@
 #include "models/sentence_pooling.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 
@@ -128,6 +129,24 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
     }
   }
   return pooling;
+}
+
+std::vector<std::filesystem::path> sentence_transformers_files(const Checkpoint& ckpt) {
+  namespace fs = std::filesystem;
+  const fs::path modules_file = ckpt.dir() / "modules.json";
+  if (ckpt.dir().empty() || !fs::is_regular_file(modules_file)) return {};
+  std::vector<fs::path> files = {"modules.json"};
+  if (fs::is_regular_file(ckpt.dir() / "config_sentence_transformers.json"))
+    files.emplace_back("config_sentence_transformers.json");
+  const nlohmann::json modules = read_json_value(modules_file);
+  for (const auto& module : modules.is_array() ? modules : nlohmann::json::array()) {
+    if (!module.is_object() || !module.contains("path") || !module.at("path").is_string()) continue;
+    const fs::path path = module.at("path").get<std::string>();  // a module folder inside the checkpoint
+    const bool inside = !path.empty() && path.is_relative() &&
+                        std::none_of(path.begin(), path.end(), [](const fs::path& part) { return part == ".."; });
+    if (inside && fs::is_directory(ckpt.dir() / path)) files.push_back(path);
+  }
+  return files;
 }
 
 Task resolve_task_with_pooling(const std::string& configured, const std::vector<std::string>& architectures,

@@ -2,6 +2,7 @@
 // Pooling and optionally Normalize), read once and built into the graph after the encoder, so that
 // the export's `sentence_embedding` is what SentenceTransformer.encode returns.
 #pragma once
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,12 @@ nlohmann::json sentence_pooling_json(const std::optional<SentencePooling>& pooli
 // module), or none. Modules that change the numbers and are not built (Dense, a prompt left out of
 // the pooling) are recorded in `unsupported`.
 std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt);
+
+// The files that make an export folder a sentence-transformers model folder beside the model
+// (modules.json, config_sentence_transformers.json and every module's own folder but the
+// Transformer's), relative to `ckpt`'s directory: SentenceTransformer(OUT, backend="onnx" |
+// "openvino") then loads the export. Empty for a checkpoint that is not one.
+std::vector<std::filesystem::path> sentence_transformers_files(const Checkpoint& ckpt);
 
 // [batch, hidden * modes] from the token embeddings [batch, sequence, hidden] and the attention
 // mask [batch, sequence] (int64; null: every token counts).

@@ -7,6 +7,8 @@ configs, on every backend; modules it cannot build refused by name."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -190,3 +192,32 @@ def test_decoder_embedder_like_qwen3_embedding(tmp_path, export_model, fmt):
     out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt)
     assert json.loads((out / "export.json").read_text())["task"] == "sentence-similarity"
     np.testing.assert_allclose(our_embeddings(out, tmp_path / "st", fmt), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
+
+
+PEERS = Path(__file__).resolve().parents[2] / ".venv-optimum-onnx" / "bin" / "python"
+
+
+def peer(*args) -> dict:
+    """tests/parity/st_backends.py in the venv sentence-transformers 5's backends need."""
+    proc = subprocess.run([str(PEERS), str(Path(__file__).with_name("st_backends.py")), *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("fmt,mode,task", [("onnx", "mean", None), ("onnx", "cls", "feature-extraction"),
+                                           ("openvino", "max", None)])
+def test_sentence_transformers_backends_load_our_exports(tmp_path, export_model, fmt, mode, task):
+    """SentenceTransformer(OUT, backend="onnx" | "openvino").encode (sentence-transformers 5.7 with
+    optimum's ORTModel / OVModel, their own venv) on the export of a sentence-transformers
+    checkpoint: the export folder is a sentence-transformers model folder (modules.json and the
+    module folders copied beside the model), and its embeddings are the PyTorch backend's."""
+    if not PEERS.exists():
+        pytest.skip("no .venv-optimum-onnx (scripts/setup.sh makes it)")
+    expected = np.array(peer("build", tmp_path / "st", mode))
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt, *(["--task", task] if task else []))
+    assert (out / "modules.json").read_text() == (tmp_path / "st" / "modules.json").read_text()
+    got = peer("encode", out, fmt)
+    assert got["model_class"] == {"onnx": "ORTModelForFeatureExtraction", "openvino": "OVModelForFeatureExtraction"}[fmt]
+    assert Path(got["path"]).resolve().is_relative_to(out.resolve()), got["path"]  # ours, not an export of its own
+    np.testing.assert_allclose(np.array(got["embeddings"]), expected, rtol=1e-4, atol=1e-5)
