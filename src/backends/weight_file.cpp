@@ -279,12 +279,23 @@ void WeightFile::write_item(const Item& item, uint64_t offset, Scratch& scratch)
   // Source [rows, cols] -> destination [cols, rows]: take a band of source rows, transpose it in
   // memory, and write each destination row's segment for that band.
   HFX_CHECK(c->src_shape.size() == 2, "transpose of non-matrix ", v.name);
-  for_each_row_band(*c, v.dtype, band, scratch.converted, [&](const std::byte* rows_data, size_t first, size_t nr) {
+  auto write_band = [&](const std::byte* rows_data, size_t first, size_t nr) {
     scratch.transposed.resize(nr * cols * out_size);
     transpose_matrix(rows_data, scratch.transposed.data(), nr, cols, out_size);
     for (size_t col = 0; col < cols; ++col)
       write_at(scratch.transposed.data() + col * nr * out_size, nr * out_size, offset + (col * rows + first) * out_size);
-  });
+  };
+  if (c->op == ConstantData::Op::Tensor && c->src_dtype == v.dtype) {  // transposed straight from the mapping
+    const Segment whole{c->tensor->data, c->tensor->nbytes, c->tensor};
+    for (size_t first = 0; first < rows; first += band) {
+      const size_t nr = std::min(band, rows - first);
+      const std::byte* src = whole.data + first * cols * in_size;
+      write_band(src, first, nr);
+      release(whole, src, nr * cols * in_size);
+    }
+    return;
+  }
+  for_each_row_band(*c, v.dtype, band, scratch.converted, write_band);
 }
 
 // Quantizes bands of the source matrix's rows ([N, K]) and writes the requested half: codes
@@ -343,7 +354,9 @@ std::vector<WeightFile::Span> WeightFile::append_all(const std::vector<Item>& it
       }
     }
   };
-  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+  // A worker per 64 MiB written, up to 4: each holds a band of scratch, which a small export's
+  // few milliseconds do not repay.
+  const size_t workers = std::clamp<size_t>(std::min<size_t>(std::thread::hardware_concurrency(), total >> 26), 1, 4);
   std::vector<std::thread> threads;
   for (size_t i = 1; i < std::min(workers, items.size()); ++i) threads.emplace_back(work);
   work();

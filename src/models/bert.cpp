@@ -1,5 +1,7 @@
-// BERT (bert), the RoBERTa family (roberta, xlm-roberta, camembert) and DistilBERT (distilbert: its
-// own module and config key names, no token types, a ReLU classifier head): token + token-type +
+// BERT (bert), the RoBERTa family (roberta, xlm-roberta, camembert), DistilBERT (distilbert: its
+// own module and config key names, no token types, a ReLU classifier head) and ELECTRA (electra:
+// embeddings of their own embedding_size, projected to the hidden size; no pooler; GELU
+// heads): token + token-type +
 // absolute position embeddings under a LayerNorm, post-LayerNorm encoder layers (attention and a
 // plain GELU MLP, biases everywhere) over a bidirectional padding mask, and the pooler (dense +
 // tanh over the first token) where the checkpoint has one. RoBERTa numbers positions from
@@ -35,8 +37,9 @@ constexpr EncoderNames kDistilNames{"transformer.layer.", "attention.q_lin", "at
                                     "attention.out_lin", "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"};
 
 // The heads' modules: BERT's (pooler + classifier; cls.predictions), RoBERTa's (a dense + tanh
-// classifier; lm_head) or DistilBERT's (pre_classifier + ReLU + classifier; vocab_*).
-enum class Heads { Bert, Roberta, Distil };
+// classifier; lm_head), DistilBERT's (pre_classifier + ReLU + classifier; vocab_*) or ELECTRA's
+// (a dense + GELU classifier; generator_predictions + generator_lm_head).
+enum class Heads { Bert, Roberta, Distil, Electra };
 
 // What the family changes: the head classes' prefix, how positions are numbered, token types,
 // the config's key names, the modules.
@@ -48,11 +51,12 @@ struct BertFamily {
   const EncoderNames& names = kBertNames;
 };
 constexpr BertFamily kBert{"bert.", false, Heads::Bert}, kRoberta{"roberta.", true, Heads::Roberta},
-    kDistilBert{"distilbert.", false, Heads::Distil, true, kDistilNames};
+    kDistilBert{"distilbert.", false, Heads::Distil, true, kDistilNames}, kElectra{"electra.", false, Heads::Electra};
 
 struct BertConfig {
   std::vector<std::string> architectures;
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, max_positions = 0, type_vocab = 0;
+  int64_t embedding = 0;  // the embeddings' width: ELECTRA's embedding_size, else the hidden size
   double eps = 1e-12;
   std::string activation;
   bool token_types = true;
@@ -71,6 +75,7 @@ BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
   cfg.heads = c.positive(d ? "n_heads" : "num_attention_heads", 12);
   if (cfg.hidden % cfg.heads != 0) c.invalid(d ? "n_heads" : "num_attention_heads", "must divide the hidden size");
   cfg.intermediate = c.positive(d ? "hidden_dim" : "intermediate_size", d ? 4 * cfg.hidden : 3072);
+  cfg.embedding = family.heads == Heads::Electra ? c.positive("embedding_size", 128) : cfg.hidden;
   cfg.max_positions = c.positive("max_position_embeddings", 512);
   cfg.token_types = !d;
   if (cfg.token_types) cfg.type_vocab = c.positive("type_vocab_size", 2);
@@ -166,25 +171,32 @@ Value* positions_after_padding(Builder& b, Value* input_ids, int64_t pad) {
 }
 
 Value* layer_norm(ModelBuilder& m, const std::string& module, Value* x, const BertConfig& cfg) {
+  const int64_t width = x->shape.back().value();  // the hidden size, or ELECTRA's embedding size
   m.b().set_scope(module);
-  return m.b().layer_norm(x, m.weight(module + ".weight", {cfg.hidden}), m.weight(module + ".bias", {cfg.hidden}),
-                          cfg.eps);
+  return m.b().layer_norm(x, m.weight(module + ".weight", {width}), m.weight(module + ".bias", {width}), cfg.eps);
+}
+
+Value* dense(ModelBuilder& m, const std::string& module, int64_t out, int64_t in, Value* x) {
+  m.b().set_scope(module);
+  return m.b().linear(x, m.weight(module + ".weight", {out, in}), m.weight(module + ".bias", {out}));
 }
 
 Value* embeddings(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const BertInputs& in) {
   Builder& b = m.b();
   b.set_scope(p + "embeddings");
-  Value* x = b.embedding(m.weight(p + "embeddings.word_embeddings.weight", {cfg.vocab, cfg.hidden}), in.input_ids);
+  Value* x = b.embedding(m.weight(p + "embeddings.word_embeddings.weight", {cfg.vocab, cfg.embedding}), in.input_ids);
   if (cfg.token_types) {
-    Value* types = m.weight(p + "embeddings.token_type_embeddings.weight", {cfg.type_vocab, cfg.hidden});
+    Value* types = m.weight(p + "embeddings.token_type_embeddings.weight", {cfg.type_vocab, cfg.embedding});
     x = b.add(x, in.token_type_ids ? b.embedding(types, in.token_type_ids) : b.gather(types, b.const_i64({0}), 0));
   }
   Value* positions = in.position_ids               ? in.position_ids
                      : cfg.padding_positions ? positions_after_padding(b, in.input_ids, *cfg.padding_positions)
                                              : arange_tokens(b, in.input_ids);
-  x = b.add(x, b.embedding(m.weight(p + "embeddings.position_embeddings.weight", {cfg.max_positions, cfg.hidden}),
+  x = b.add(x, b.embedding(m.weight(p + "embeddings.position_embeddings.weight", {cfg.max_positions, cfg.embedding}),
                            positions));
-  return layer_norm(m, p + "embeddings.LayerNorm", x, cfg);
+  x = layer_norm(m, p + "embeddings.LayerNorm", x, cfg);
+  // ELECTRA's embeddings are narrower than its layers where embedding_size says so.
+  return cfg.embedding == cfg.hidden ? x : dense(m, p + "embeddings_project", cfg.hidden, cfg.embedding, x);
 }
 
 Value* encoder_layer(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const EncoderNames& names,
@@ -212,11 +224,6 @@ Value* pooler(ModelBuilder& m, const std::string& p, const BertConfig& cfg, Valu
   return b.unary(OpKind::Tanh, dense);
 }
 
-Value* dense(ModelBuilder& m, const std::string& module, int64_t out, int64_t in, Value* x) {
-  m.b().set_scope(module);
-  return m.b().linear(x, m.weight(module + ".weight", {out, in}), m.weight(module + ".bias", {out}));
-}
-
 // The masked-LM head: dense, activation, LayerNorm, then the decoder (the word embeddings when
 // tied) plus its bias. BERT's cls.predictions.transform (hidden_act), RoBERTa's lm_head (GELU).
 Value* masked_lm_head(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const BertFamily& family,
@@ -229,6 +236,14 @@ Value* masked_lm_head(ModelBuilder& m, const std::string& p, const BertConfig& c
     if (cfg.tied) m.tolerate("vocab_projector.weight");
     const std::string weight = cfg.tied ? p + "embeddings.word_embeddings.weight" : "vocab_projector.weight";
     return b.linear(x, m.weight(weight, {cfg.vocab, cfg.hidden}), m.weight("vocab_projector.bias", {cfg.vocab}));
+  }
+  if (family.heads == Heads::Electra) {  // GELU whatever hidden_act says, a LayerNorm of the embedding size
+    x = activation(b, "gelu", dense(m, "generator_predictions.dense", cfg.embedding, cfg.hidden, x));
+    x = layer_norm(m, "generator_predictions.LayerNorm", x, cfg);
+    b.set_scope("generator_lm_head");
+    if (cfg.tied) m.tolerate("generator_lm_head.weight");
+    const std::string weight = cfg.tied ? p + "embeddings.word_embeddings.weight" : "generator_lm_head.weight";
+    return b.linear(x, m.weight(weight, {cfg.vocab, cfg.embedding}), m.weight("generator_lm_head.bias", {cfg.vocab}));
   }
   const bool roberta = family.heads == Heads::Roberta;
   m.tolerate("cls.seq_relationship.weight");  // BertForPreTraining's next-sentence head (bert-base-uncased)
@@ -271,14 +286,18 @@ const char* finish_task(ModelBuilder& m, Task task, const std::string& p, const 
       m.tolerate(p + "pooler.dense.weight");  // the pooler is BertModel's, not the sentence embedding's
       m.tolerate(p + "pooler.dense.bias");
       return "BaseModelOutputWithPoolingAndCrossAttentions";
-    case Task::TextClassification: {  // over the first token: BERT's pooler, RoBERTa's dense + tanh, DistilBERT's + ReLU
+    case Task::TextClassification: {  // over the first token: BERT's pooler, RoBERTa's dense + tanh,
+                                      // DistilBERT's + ReLU, ELECTRA's + GELU
       Value* first = b.gather(x, b.const_i64({0}), 1);
       if (family.heads == Heads::Bert) first = pooler(m, p, cfg, x);
       if (family.heads == Heads::Roberta)
         first = b.unary(OpKind::Tanh, dense(m, "classifier.dense", cfg.hidden, cfg.hidden, first));
       if (family.heads == Heads::Distil)
         first = b.max(dense(m, "pre_classifier", cfg.hidden, cfg.hidden, first), b.scalar(0.0, first->dtype));
-      const char* classifier = family.heads == Heads::Roberta ? "classifier.out_proj" : "classifier";
+      if (family.heads == Heads::Electra)
+        first = activation(b, "gelu", dense(m, "classifier.dense", cfg.hidden, cfg.hidden, first));
+      const bool out_proj = family.heads == Heads::Roberta || family.heads == Heads::Electra;
+      const char* classifier = out_proj ? "classifier.out_proj" : "classifier";
       b.output(dense(m, classifier, cfg.labels, cfg.hidden, first), "logits");
       return "SequenceClassifierOutput";
     }
@@ -349,6 +368,7 @@ HFX_REGISTER_ARCH("bert", [](const Checkpoint& c, const ExportConfig& x) { retur
 HFX_REGISTER_ARCH("roberta", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
 HFX_REGISTER_ARCH("xlm-roberta", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
 HFX_REGISTER_ARCH("distilbert", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kDistilBert); })
+HFX_REGISTER_ARCH("electra", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kElectra); })
 HFX_REGISTER_ARCH("camembert", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
 
 }  // namespace hfx

@@ -1,6 +1,6 @@
 """Encoder task heads on every backend against the head class in transformers: text
 classification (BERT's pooler + classifier; RoBERTa's dense + tanh head — cross-encoder
-rerankers are this), token classification, fill-mask (the decoder tied to the word embeddings or
+rerankers are this; ELECTRA's dense + GELU), token classification, fill-mask (the decoder tied to the word embeddings or
 not) and question answering (start / end logits), each chosen from config.json's architectures,
 at every real position of a right-padded batch."""
 
@@ -37,11 +37,13 @@ def build_head_model(folder, model_type: str, head: str, overrides: dict):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("head", list(HEADS))
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra"])
 def test_heads_match_transformers(tmp_path, export_model, model_type, head, fmt):
     from hfexport import ExportedModel
 
     task, outputs, overrides = HEADS[head]
+    if model_type == "electra":  # embeddings narrower than the layers, hidden_act not the heads' GELU
+        overrides = {**overrides, "embedding_size": 48, "hidden_act": "gelu_new"}
     model = build_head_model(tmp_path / "model", model_type, head, overrides)
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
     manifest = json.loads((out / "export.json").read_text())

@@ -18,7 +18,7 @@ from conftest import assert_clean_error
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 # model_type -> transformers' config class prefix (BertConfig, BertModel, BertForMaskedLM, ...)
 FAMILIES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
-            "distilbert": "DistilBert"}
+            "distilbert": "DistilBert", "electra": "Electra"}
 # DistilBERT's config spells the sizes its own way, and has no token types.
 DISTIL_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                "intermediate_size": "hidden_dim", "hidden_act": "activation"}
@@ -118,8 +118,9 @@ def test_encoder_matches_transformers(tmp_path, export_model, model_type, fmt, l
     assert manifest["task"] == "feature-extraction"
     entry = manifest["components"]["model"]
     distil = model_type == "distilbert"  # no token types, no pooler
+    pooler = model_type not in ("distilbert", "electra")
     assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask"] + ([] if distil else ["token_type_ids"])
-    assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"] + ([] if distil else ["pooler_output"])
+    assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"] + (["pooler_output"] if pooler else [])
     # A .pte's plain forward takes batch 1 (its memory is planned at each dim's bound).
     inputs = model_inputs(model_type, encoder_inputs(BERT["vocab_size"], lengths=(9, ) if fmt == "executorch" else (12, 9, 5),
                                                      left=left, pad=model.config.pad_token_id))
@@ -127,13 +128,15 @@ def test_encoder_matches_transformers(tmp_path, export_model, model_type, fmt, l
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra"])
 def test_head_checkpoint_and_fewer_inputs(tmp_path, export_model, model_type, fmt):
     """A ...ForMaskedLM checkpoint (weights under the family's prefix, the MLM head unread, no
     pooler) as --task feature-extraction, its forward taking input_ids alone (every token
-    attended, token type 0), with gelu_new."""
-    model_dir, model = build_encoder(tmp_path / "model", {**BERT, "hidden_act": "gelu_new"}, head="ForMaskedLM",
-                                     model_type=model_type)
+    attended, token type 0), with gelu_new; ELECTRA with embeddings as wide as its layers (no
+    projection)."""
+    extra = {"embedding_size": BERT["hidden_size"]} if model_type == "electra" else {}
+    model_dir, model = build_encoder(tmp_path / "model", {**BERT, "hidden_act": "gelu_new", **extra},
+                                     head="ForMaskedLM", model_type=model_type)
     out = export_model(model_dir, tmp_path / "out", "--format", fmt, "--inputs", "input_ids",
                        "--task", "feature-extraction")
     entry = json.loads((out / "export.json").read_text())["components"]["model"]
