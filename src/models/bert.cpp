@@ -1,7 +1,8 @@
 // BERT (bert), the RoBERTa family (roberta, xlm-roberta, camembert), DistilBERT (distilbert: its
 // own module and config key names, no token types, a ReLU classifier head) and ELECTRA (electra:
 // embeddings of their own embedding_size, projected to the hidden size; no pooler; GELU
-// heads): token + token-type +
+// heads) and MPNet (mpnet: RoBERTa's positions from a padding index fixed at 1 and its heads, no
+// token types, a relative position bias shared by the layers): token + token-type +
 // absolute position embeddings under a LayerNorm, post-LayerNorm encoder layers (attention and a
 // plain GELU MLP, biases everywhere) over a bidirectional padding mask, and the pooler (dense +
 // tanh over the first token) where the checkpoint has one. RoBERTa numbers positions from
@@ -12,6 +13,8 @@
 // Checkpoints as saved from the base model (no prefix) or from a head class (the family's prefix;
 // the head's weights unread).
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <optional>
 
 #include "core/error.h"
@@ -33,6 +36,9 @@ struct EncoderNames {
 constexpr EncoderNames kBertNames{"encoder.layer.", "attention.self.query", "attention.self.key",
                                   "attention.self.value", "attention.output.dense", "attention.output.LayerNorm",
                                   "intermediate.dense", "output.dense", "output.LayerNorm"};
+constexpr EncoderNames kMpnetNames{"encoder.layer.", "attention.attn.q", "attention.attn.k", "attention.attn.v",
+                                   "attention.attn.o", "attention.LayerNorm", "intermediate.dense", "output.dense",
+                                   "output.LayerNorm"};
 constexpr EncoderNames kDistilNames{"transformer.layer.", "attention.q_lin", "attention.k_lin", "attention.v_lin",
                                     "attention.out_lin", "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"};
 
@@ -49,9 +55,18 @@ struct BertFamily {
   Heads heads;
   bool distil_config = false;   // DistilBERT's keys: dim, hidden_dim, n_heads, n_layers, activation (no token types)
   const EncoderNames& names = kBertNames;
+  bool token_types = true;
+  // MPNet: positions count from padding index 1 whatever pad_token_id says, and the scores get a
+  // relative position bias (encoder.relative_attention_bias), one table for every layer.
+  bool mpnet = false;
 };
 constexpr BertFamily kBert{"bert.", false, Heads::Bert}, kRoberta{"roberta.", true, Heads::Roberta},
-    kDistilBert{"distilbert.", false, Heads::Distil, true, kDistilNames}, kElectra{"electra.", false, Heads::Electra};
+    kDistilBert{"distilbert.", false, Heads::Distil, true, kDistilNames}, kElectra{"electra.", false, Heads::Electra},
+    kMpnet{"mpnet.", true, Heads::Roberta, false, kMpnetNames, false, true};
+
+// MPNet's relative position buckets: 32 (compute_position_bias's default, whatever the table's
+// size), distances up to 128, both directions.
+constexpr int64_t kMpnetBuckets = 32, kMpnetMaxDistance = 128;
 
 struct BertConfig {
   std::vector<std::string> architectures;
@@ -63,6 +78,7 @@ struct BertConfig {
   bool tied = true;    // the masked-LM decoder is the word embeddings
   int64_t labels = 2;  // classification heads' outputs
   std::optional<int64_t> padding_positions;  // RoBERTa: pad_token_id, where positions start
+  int64_t relative_buckets = 0;              // MPNet: rows of encoder.relative_attention_bias
 };
 
 BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
@@ -77,7 +93,7 @@ BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
   cfg.intermediate = c.positive(d ? "hidden_dim" : "intermediate_size", d ? 4 * cfg.hidden : 3072);
   cfg.embedding = family.heads == Heads::Electra ? c.positive("embedding_size", 128) : cfg.hidden;
   cfg.max_positions = c.positive("max_position_embeddings", 512);
-  cfg.token_types = !d;
+  cfg.token_types = !d && family.token_types;
   if (cfg.token_types) cfg.type_vocab = c.positive("type_vocab_size", 2);
   cfg.eps = d ? 1e-12 : c.number("layer_norm_eps", 1e-12);  // DistilBERT's is fixed
   if (cfg.eps < 0) c.invalid("layer_norm_eps", "must not be negative");
@@ -95,7 +111,13 @@ BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
     cfg.labels = static_cast<int64_t>(c.at("id2label").size());
   else
     cfg.labels = c.positive("num_labels", 2);
-  if (family.positions_from_padding) {
+  if (family.mpnet) {
+    cfg.relative_buckets = c.positive("relative_attention_num_buckets", 32);
+    if (cfg.relative_buckets < kMpnetBuckets)
+      c.invalid("relative_attention_num_buckets", "must be at least 32: MPNet's attention indexes 32 buckets");
+    cfg.padding_positions = 1;  // MPNetEmbeddings.padding_idx
+    if (cfg.max_positions <= 2) c.invalid("max_position_embeddings", "must exceed 2 (positions start after index 1)");
+  } else if (family.positions_from_padding) {
     if (c.json().contains("pad_token_id") && c.json().at("pad_token_id").is_null())
       c.invalid("pad_token_id", "must be set: positions are numbered after the padding token");
     const int64_t pad = c.integer("pad_token_id", 1);
@@ -112,6 +134,11 @@ BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
 struct BertInputs {
   Value *input_ids = nullptr, *attention_mask = nullptr, *token_type_ids = nullptr, *position_ids = nullptr;
 };
+
+// RoBERTa's positions run to sequence + pad_token_id.
+int64_t longest_sequence(const BertConfig& cfg) {
+  return cfg.max_positions - (cfg.padding_positions ? *cfg.padding_positions + 1 : 0);
+}
 
 BertInputs bert_inputs(ModelBuilder& m, const BertConfig& cfg) {
   std::vector<std::string> declared = {"input_ids", "attention_mask", "token_type_ids", "position_ids"};
@@ -130,8 +157,7 @@ BertInputs bert_inputs(ModelBuilder& m, const BertConfig& cfg) {
   auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
   if (!has("input_ids")) fail("inputs: must include input_ids");
   Builder& b = m.b();
-  // RoBERTa's positions run to sequence + pad_token_id.
-  const int64_t longest = cfg.max_positions - (cfg.padding_positions ? *cfg.padding_positions + 1 : 0);
+  const int64_t longest = longest_sequence(cfg);
   const Dim batch = m.dim("batch", 1, kMaxBatch), sequence = m.dim("sequence", 1, longest);
   BertInputs in;
   for (const std::string& name : declared)
@@ -170,6 +196,37 @@ Value* positions_after_padding(Builder& b, Value* input_ids, int64_t pad) {
   return b.add(b.mul(b.cumsum(real, 1), real), pad_id);
 }
 
+// MPNetEncoder.relative_position_bucket of `relative` (key - query), in float32 as transformers
+// computes it, so that the buckets' edges (distances 16, 32, 64) fall where they do there.
+int64_t mpnet_bucket(int64_t relative) {
+  const int64_t half = kMpnetBuckets / 2, exact = half / 2;
+  const int64_t n = std::abs(relative);
+  const int64_t side = relative > 0 ? half : 0;  // n = -relative < 0: keys after the query
+  if (n < exact) return side + n;
+  const float scaled = std::log(static_cast<float>(n) / static_cast<float>(exact)) /
+                       static_cast<float>(std::log(static_cast<double>(kMpnetMaxDistance) / exact)) *
+                       static_cast<float>(half - exact);
+  return side + std::min<int64_t>(exact + static_cast<int64_t>(scaled), half - 1);
+}
+
+// [1, heads, sequence, sequence]: encoder.relative_attention_bias's row for each (query, key)
+// pair's bucket. The buckets of every distance the positions allow are a constant table,
+// indexed by key - query + (longest - 1).
+Value* mpnet_position_bias(ModelBuilder& m, const std::string& p, const BertConfig& cfg, Value* input_ids) {
+  Builder& b = m.b();
+  b.set_scope(p + "encoder");
+  const int64_t longest = longest_sequence(cfg);
+  std::vector<int64_t> table;
+  for (int64_t relative = -(longest - 1); relative < longest; ++relative) table.push_back(mpnet_bucket(relative));
+  Value* slots = arange_tokens(b, input_ids);
+  Value* relative = b.sub(b.unsqueeze(slots, {0}), b.unsqueeze(slots, {1}));  // [S, S] key - query
+  Value* buckets = b.gather(b.const_i64(table, {static_cast<int64_t>(table.size())}),
+                            b.add(relative, b.const_i64({longest - 1})), 0);
+  Value* weights = m.weight(p + "encoder.relative_attention_bias.weight", {cfg.relative_buckets, cfg.heads});
+  Value* bias = b.embedding(weights, buckets);  // [S, S, heads]
+  return b.unsqueeze(b.transpose(bias, {2, 0, 1}), {0});
+}
+
 Value* layer_norm(ModelBuilder& m, const std::string& module, Value* x, const BertConfig& cfg) {
   const int64_t width = x->shape.back().value();  // the hidden size, or ELECTRA's embedding size
   m.b().set_scope(module);
@@ -200,11 +257,11 @@ Value* embeddings(ModelBuilder& m, const std::string& p, const BertConfig& cfg, 
 }
 
 Value* encoder_layer(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const EncoderNames& names,
-                     Value* mask, Value* x) {
+                     Value* mask, Value* bias, Value* x) {
   AttentionSpec attention{.hidden = cfg.hidden, .heads = cfg.heads, .kv_heads = cfg.heads, .head_dim = cfg.hidden / cfg.heads};
   attention.q = names.q, attention.k = names.k, attention.v = names.v, attention.o = names.o;
   attention.qkv_bias = attention.o_bias = true;
-  const AttentionContext ctx{nullptr, nullptr, mask, [](Value* k, Value* v) { return std::pair{k, v}; }, false};
+  const AttentionContext ctx{nullptr, nullptr, mask, [](Value* k, Value* v) { return std::pair{k, v}; }, false, bias};
   Value* a = attention_block(m, p, attention, x, ctx);
   x = layer_norm(m, p + names.attention_norm, m.b().add(a, x), cfg);
   MlpSpec mlp{.hidden = cfg.hidden, .intermediate = cfg.intermediate, .bias = true, .activation = cfg.activation,
@@ -341,8 +398,9 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   const BertInputs in = bert_inputs(m, cfg);
   Value* mask = in.attention_mask ? padding_mask(b, in.input_ids, in.attention_mask) : nullptr;
   Value* x = embeddings(m, p, cfg, in);
+  Value* bias = family.mpnet ? mpnet_position_bias(m, p, cfg, in.input_ids) : nullptr;
   for (int64_t i = 0; i < cfg.layers; ++i)
-    x = encoder_layer(m, p + family.names.layers + std::to_string(i) + ".", cfg, family.names, mask, x);
+    x = encoder_layer(m, p + family.names.layers + std::to_string(i) + ".", cfg, family.names, mask, bias, x);
   const char* output_type = finish_task(m, out.task, p, cfg, family, pooling, in, x);
   out.sentence_pooling = sentence_pooling_json(pooling);
   const bool base_outputs = out.task == Task::FeatureExtraction || out.task == Task::SentenceSimilarity;
@@ -369,6 +427,7 @@ HFX_REGISTER_ARCH("roberta", [](const Checkpoint& c, const ExportConfig& x) { re
 HFX_REGISTER_ARCH("xlm-roberta", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
 HFX_REGISTER_ARCH("distilbert", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kDistilBert); })
 HFX_REGISTER_ARCH("electra", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kElectra); })
+HFX_REGISTER_ARCH("mpnet", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kMpnet); })
 HFX_REGISTER_ARCH("camembert", [](const Checkpoint& c, const ExportConfig& x) { return build_encoder(c, x, kRoberta); })
 
 }  // namespace hfx

@@ -95,7 +95,8 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   std::tie(k, v) = ctx.cache(k, v);
   const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   Value* sinks = m.weight_if(s.sinks, p + "sinks", {s.heads});
-  Value* o = b.attention(q, k, v, ctx.mask, {.scale = scale, .softcap = s.softcap, .causal = ctx.causal}, sinks);
+  Value* o = b.attention(q, k, v, ctx.mask, {.scale = scale, .softcap = s.softcap, .causal = ctx.causal}, sinks,
+                         ctx.bias);
   o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {x->shape[0], x->shape[1], Dim(q_out)});
   const Projection out = own(m, p + s.o, s.o_bias, s.hidden, q_out, s.conv1d);
   return b.linear(o, out.weight, out.bias);

@@ -44,6 +44,7 @@ struct AttentionContext {
   Value* mask = nullptr;
   KvCacheHook cache;
   bool causal = true;  // the mask is causal (else bidirectional: see AttentionAttrs::causal)
+  Value* bias = nullptr;  // [B or 1, heads, S, T] added to the scores (MPNet's relative positions)
 };
 
 // Self-attention over `x` [B, S, hidden] with HF weight names under `prefix` (e.g.

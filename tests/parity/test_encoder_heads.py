@@ -37,7 +37,7 @@ def build_head_model(folder, model_type: str, head: str, overrides: dict):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("head", list(HEADS))
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet"])
 def test_heads_match_transformers(tmp_path, export_model, model_type, head, fmt):
     from hfexport import ExportedModel
 

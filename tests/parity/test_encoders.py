@@ -18,10 +18,13 @@ from conftest import assert_clean_error
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 # model_type -> transformers' config class prefix (BertConfig, BertModel, BertForMaskedLM, ...)
 FAMILIES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
-            "distilbert": "DistilBert", "electra": "Electra"}
+            "distilbert": "DistilBert", "electra": "Electra", "mpnet": "MPNet"}
 # DistilBERT's config spells the sizes its own way, and has no token types.
 DISTIL_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                "intermediate_size": "hidden_dim", "hidden_act": "activation"}
+
+
+NO_TOKEN_TYPES = ("distilbert", "mpnet")
 
 
 def family_config(model_type: str, config: dict) -> dict:
@@ -31,7 +34,7 @@ def family_config(model_type: str, config: dict) -> dict:
 
 
 def model_inputs(model_type: str, inputs: dict) -> dict:
-    return {k: v for k, v in inputs.items() if not (model_type == "distilbert" and k == "token_type_ids")}
+    return {k: v for k, v in inputs.items() if not (model_type in NO_TOKEN_TYPES and k == "token_type_ids")}
 BERT = dict(vocab_size=160, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             max_position_embeddings=32, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
 
@@ -117,9 +120,9 @@ def test_encoder_matches_transformers(tmp_path, export_model, model_type, fmt, l
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["task"] == "feature-extraction"
     entry = manifest["components"]["model"]
-    distil = model_type == "distilbert"  # no token types, no pooler
+    types = model_type not in NO_TOKEN_TYPES
     pooler = model_type not in ("distilbert", "electra")
-    assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask"] + ([] if distil else ["token_type_ids"])
+    assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask"] + (["token_type_ids"] if types else [])
     assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"] + (["pooler_output"] if pooler else [])
     # A .pte's plain forward takes batch 1 (its memory is planned at each dim's bound).
     inputs = model_inputs(model_type, encoder_inputs(BERT["vocab_size"], lengths=(9, ) if fmt == "executorch" else (12, 9, 5),
@@ -128,7 +131,7 @@ def test_encoder_matches_transformers(tmp_path, export_model, model_type, fmt, l
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet"])
 def test_head_checkpoint_and_fewer_inputs(tmp_path, export_model, model_type, fmt):
     """A ...ForMaskedLM checkpoint (weights under the family's prefix, the MLM head unread, no
     pooler) as --task feature-extraction, its forward taking input_ids alone (every token
@@ -143,6 +146,25 @@ def test_head_checkpoint_and_fewer_inputs(tmp_path, export_model, model_type, fm
     assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"]
     inputs = {"input_ids": encoder_inputs(BERT["vocab_size"], lengths=(7,) if fmt == "executorch" else (7, 7))["input_ids"]}
     check(run_export(out, inputs), reference(model, inputs), np.ones_like(inputs["input_ids"]))
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_mpnet_relative_buckets_over_long_sequences(tmp_path, export_model, fmt):
+    """MPNet's relative position bias at distances past every bucket edge (8, 16, 32, 64, 128):
+    the buckets are transformers' float32 ones."""
+    config = {**BERT, "max_position_embeddings": 160}
+    model_dir, model = build_encoder(tmp_path / "model", config, model_type="mpnet")
+    out = export_model(model_dir, tmp_path / "out", "--format", fmt)
+    inputs = model_inputs("mpnet", encoder_inputs(BERT["vocab_size"], lengths=(150, 131), pad=1))
+    check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+
+
+def test_mpnet_refuses_fewer_buckets_than_its_attention_reads(tmp_path, run_hfexport):
+    model_dir, _ = build_encoder(tmp_path / "model", BERT, model_type="mpnet")
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "relative_attention_num_buckets": 16}))
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", model_dir, "-o", out), out, "relative_attention_num_buckets", "32")
 
 
 @pytest.mark.parametrize("overrides,args,mentions", [

@@ -150,26 +150,36 @@ std::string Lowering::bsh(const Value* x) {
 
 const Value* Lowering::transposed_back(const Node& attention) const {
   const auto& readers = consumers(attention.outputs[0]);
-  if (!lowers_to_gqa(attention) || readers.size() != 1) return nullptr;
+  if (!reads_bsh(attention) || readers.size() != 1) return nullptr;
   const Value* out = readers[0]->outputs[0];
   return head_transpose_source(out) == attention.outputs[0] ? out : nullptr;
 }
 
-// Decides, before lowering, which attentions become GroupQueryAttention and which values around
-// them stay in GQA's BSH layout, so that no [B, N, S, D] round trip is emitted for them.
-void Lowering::plan_gqa_layouts(const Graph& graph) {
+// Decides, before lowering, which attentions take BSH tensors ([B, S, N * D]: GroupQueryAttention,
+// and Attention-23 in its 3-D form) and which values around them stay in that layout, so that no
+// [B, N, S, D] round trip is emitted for them.
+void Lowering::plan_bsh_layouts(const Graph& graph, bool gqa) {
   // GQA takes the (causal) mask as its bias, and without an append to absorb it needs keys
   // exactly as long as the queries (no cache).
   for (const Node* n : graph.order) {
-    if (n->op != OpKind::Attention || !gqa_candidate(*n)) continue;
+    if (!gqa || n->op != OpKind::Attention || !gqa_candidate(*n)) continue;
     const Node* k = n->inputs[1]->producer;
     const bool cached = k && k->op == OpKind::KVAppend && fused(k);
     if (cached || n->inputs[1]->shape[2] == n->inputs[0]->shape[2]) gqa_attentions_.insert(n);
   }
-  // Readers that take a value in BSH: a GQA attention (q, k, v without a cache), or a fused append
-  // feeding one (the fresh rows).
+  // Attention-23 takes q, k and v in 3-D (q_num_heads / kv_num_heads set) when each is a head
+  // split of a [B, S, N * D] value (an encoder's, a forward without cache or rotary): the
+  // splits and the merge after it are then not emitted (onnxruntime runs the 3-D form faster).
+  for (const Node* n : graph.order) {
+    if (n->op != OpKind::Attention || gqa_attentions_.count(n) || n->input(4) || n->input(5)) continue;
+    if (head_transpose_source(n->inputs[0]) && head_transpose_source(n->inputs[1]) &&
+        head_transpose_source(n->inputs[2]))
+      flat_attentions_.insert(n);
+  }
+  // Readers that take a value in BSH: such an attention (q, k, v without a cache), or a fused
+  // append feeding a GQA (the fresh rows).
   auto reads_bsh = [&](const Node* reader, const Value* v) {
-    if (gqa_attentions_.count(reader)) return v != reader->input(3);
+    if (this->reads_bsh(*reader)) return v != reader->input(3);
     if (reader->op != OpKind::KVAppend || !fused(reader) || reader->inputs[1] != v) return false;
     const auto& next = consumers(reader->outputs[0]);
     return next.size() == 1 && gqa_attentions_.count(next[0]);
@@ -181,8 +191,10 @@ void Lowering::plan_gqa_layouts(const Graph& graph) {
   for (const Node* n : graph.order)
     if (n->op == OpKind::RoPE && head_transpose_source(n->inputs[0]) && all_read_bsh(n->outputs[0]))
       bsh_ropes_.insert(n);
+  const std::set<const Value*> outputs(graph.outputs.begin(), graph.outputs.end());
   for (const Node* n : graph.order) {
-    if (n->op != OpKind::Transpose || !head_transpose_source(n->outputs[0])) continue;
+    // A graph output (a prefill's present keys) is emitted whatever reads it.
+    if (n->op != OpKind::Transpose || !head_transpose_source(n->outputs[0]) || outputs.count(n->outputs[0])) continue;
     const auto& readers = consumers(n->outputs[0]);
     const bool bsh_only = !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const Node* r) {
       return bsh_ropes_.count(r) || reads_bsh(r, n->outputs[0]);
@@ -192,21 +204,23 @@ void Lowering::plan_gqa_layouts(const Graph& graph) {
     // ... or, when that source only splits a [B, S, N * D] value into heads, that value itself.
     const Value* heads = n->inputs[0];
     const Node* split = heads->producer;
-    const bool only_here = consumers(heads).size() == 1;
+    const bool only_here = consumers(heads).size() == 1 && !outputs.count(heads);
     if (split && split->op == OpKind::Reshape && only_here && merges_heads(split->inputs[0], heads)) {
       fused_.insert(split);
       bsh_names_[n->outputs[0]] = name_of(split->inputs[0]);
     }
   }
   plan_fused_rotaries(graph);
-  for (const Node* n : gqa_attentions_) {
+  std::set<const Node*> bsh_attentions = gqa_attentions_;
+  bsh_attentions.insert(flat_attentions_.begin(), flat_attentions_.end());
+  for (const Node* n : bsh_attentions) {
     const Value* back = transposed_back(*n);
     if (!back) continue;
     fused_.insert(back->producer);
     const auto& readers = consumers(back);
     if (readers.size() == 1 && readers[0]->op == OpKind::Reshape && merges_heads(readers[0]->outputs[0], back)) {
       fused_.insert(readers[0]);  // GQA's flat result is that reshape's result
-      gqa_flat_results_[n] = readers[0]->outputs[0];
+      flat_results_[n] = readers[0]->outputs[0];
     }
   }
 }
@@ -220,7 +234,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
     appends_ += n->op == OpKind::KVAppend;
   }
   plan_splits(graph);
-  if (!profile_has_contrib_ops(profile_)) return;
+  const bool contrib = profile_has_contrib_ops(profile_);
   // GroupQueryAttention serves the whole graph or none of it: the runner binds every cache pair
   // one way. Every family's attentions share one head size, so a refusal holds for all of them.
   bool gqa = profile_ == OnnxOpProfile::OrtGqa;
@@ -230,6 +244,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
   }
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
   for (const Node* n : graph.order) {
+    if (!contrib) break;
     if (n->op == OpKind::RMSNorm || n->op == OpKind::LayerNorm)
       if (const Node* add = fusable_residual(*n)) fused_.insert(add);
     if (n->op == OpKind::Attention) {
@@ -244,7 +259,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
       }
     }
   }
-  if (gqa) plan_gqa_layouts(graph);
+  plan_bsh_layouts(graph, gqa);
 }
 
 bool gqa_candidate(const Node& attention) {

@@ -123,11 +123,14 @@ class Lowering {
   // result is emitted under that transpose's name (the transpose pair cancels).
   const Value* transposed_back(const Node& attention) const;
   bool lowers_to_gqa(const Node& attention) const { return gqa_attentions_.count(&attention) != 0; }
-  // The value GroupQueryAttention's flat [B, S, N * D] result is emitted as, when the block
+  // Attention-23 in its 3-D form (q, k, v in BSH; q_num_heads / kv_num_heads).
+  bool lowers_flat(const Node& attention) const { return flat_attentions_.count(&attention) != 0; }
+  bool reads_bsh(const Node& attention) const { return lowers_to_gqa(attention) || lowers_flat(attention); }
+  // The value such an attention's flat [B, S, N * D] result is emitted as, when the block
   // reshapes it straight back to that (the transpose and reshape pair is then not emitted).
   const Value* flat_result(const Node& attention) const {
-    const auto it = gqa_flat_results_.find(&attention);
-    return it == gqa_flat_results_.end() ? nullptr : it->second;
+    const auto it = flat_results_.find(&attention);
+    return it == flat_results_.end() ? nullptr : it->second;
   }
   // Slices that together tile one value along its last axis (a packed Linear's parts), in tile
   // order, keyed by the first of them in graph order: it emits one Split for all (the rest are fused).
@@ -144,7 +147,7 @@ class Lowering {
 
  private:
   const std::vector<const Node*>& consumers(const Value* v) const;
-  void plan_gqa_layouts(const Graph& graph);
+  void plan_bsh_layouts(const Graph& graph, bool gqa);
   void plan_splits(const Graph& graph);
   void plan_fused_rotaries(const Graph& graph);
 
@@ -158,9 +161,9 @@ class Lowering {
   std::map<const Value*, std::vector<const Node*>> consumers_;
   std::set<const Node*> fused_;
   std::map<const Value*, std::pair<std::string, std::string>> gqa_lengths_;
-  std::set<const Node*> gqa_attentions_, bsh_ropes_;
+  std::set<const Node*> gqa_attentions_, flat_attentions_, bsh_ropes_;
   std::map<const Value*, std::string> bsh_names_;
-  std::map<const Node*, const Value*> gqa_flat_results_;
+  std::map<const Node*, const Value*> flat_results_;
   std::map<const Node*, std::vector<const Node*>> split_groups_;
   std::map<const Node*, std::pair<const Node*, const Node*>> fused_rotaries_;
   std::map<std::pair<const Value*, const Value*>, std::string> rope_angles_, slot_angles_;

@@ -305,6 +305,21 @@ void attention_attrs(onnx::NodeProto* node, const Node& n) {
   if (a.softcap > 0) attr_float(node, "softcap", static_cast<float>(a.softcap));
 }
 
+// An attention that produced its result flat ([B, S, N * D], in `flat`): the IR's [B, N, S, D]
+// `out`, unless the plan took the flat result as the block's (nothing to emit) or the reader
+// wants [B, S, N, D] (no transposes).
+void heads_from_flat(Lowering& l, const Node& n, const std::string& flat, const std::string& out) {
+  if (l.flat_result(n)) return;
+  const int64_t heads = n.inputs[0]->shape[1].value(), head_dim = n.inputs[2]->shape[3].value();
+  if (const Value* back = l.transposed_back(n)) {
+    l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {back->name});
+    return;
+  }
+  const std::string split = l.temp(out + "/bsnd");
+  l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {split});
+  attr_ints(l.node("Transpose", {split}, {out}), "perm", {0, 2, 1, 3});
+}
+
 // GroupQueryAttention over BSH tensors, appending to the cache itself when the keys and values
 // come from KVAppend nodes that feed only this attention (the Lowering decided that up front).
 bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& out) {
@@ -333,7 +348,7 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
     seqlens = l.temp(mask->name + "/seqlens_k");
     l.node("Expand", {last, batch}, {seqlens});
   }
-  const int64_t heads = q->shape[1].value(), kv_heads = k->shape[1].value(), head_dim = q->shape[3].value();
+  const int64_t heads = q->shape[1].value(), kv_heads = k->shape[1].value();
   const auto* rotary = l.fused_rotary(n);  // GQA rotates q and k itself: it reads them unrotated
   std::vector<std::string> inputs{l.bsh(rotary ? rotary->first->inputs[0] : q),
                                   l.bsh(rotary ? rotary->second->inputs[0] : k), l.bsh(v)};
@@ -359,14 +374,7 @@ bool lower_group_query_attention(Lowering& l, const Node& n, const std::string& 
     attr_int(gqa, "rotary_interleaved", rotary->first->attrs_as<RoPEAttrs>().interleaved);
   }
   attention_attrs(gqa, n);
-  if (flat_out) return true;
-  if (const Value* back = l.transposed_back(n)) {  // the reader wants [B, S, N, D]: no transposes
-    l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {back->name});
-    return true;
-  }
-  const std::string split = l.temp(out + "/bsnd");
-  l.node("Reshape", {flat, l.ints({0, 0, heads, head_dim})}, {split});
-  attr_ints(l.node("Transpose", {split}, {out}), "perm", {0, 2, 1, 3});
+  heads_from_flat(l, n, flat, out);
   return true;
 }
 
@@ -382,9 +390,18 @@ HFX_ONNX_OP_NATIVE(Attention, attention_maps_natively) {
   HFX_CHECK(!n.input(5), "internal error: ", n.name, ": a native attention was given an additive bias");
   if (l.profile() == OnnxOpProfile::OrtGqa && lower_group_query_attention(l, n, out)) return;
   HFX_CHECK(!n.input(4), "attention sinks need GroupQueryAttention (or the decomposition)");
+  const bool flat = l.lowers_flat(n);  // the 3-D form: BSH in and out (Lowering::plan_bsh_layouts)
   std::vector<std::string> inputs{in[0], in[1], in[2]};
+  if (flat) inputs = {l.bsh(n.inputs[0]), l.bsh(n.inputs[1]), l.bsh(n.inputs[2])};
   if (const Value* mask = n.input(3)) inputs.push_back(l.additive_mask(mask, n.inputs[0]->dtype));
-  attention_attrs(l.node("Attention", inputs, {out}), n);
+  const Value* flat_out = flat ? l.flat_result(n) : nullptr;
+  const std::string result = !flat ? out : flat_out ? flat_out->name : l.temp(out + "/bsh");
+  onnx::NodeProto* attention = l.node("Attention", inputs, {result});
+  attention_attrs(attention, n);
+  if (!flat) return;
+  attr_int(attention, "q_num_heads", n.inputs[0]->shape[1].value());
+  attr_int(attention, "kv_num_heads", n.inputs[1]->shape[1].value());
+  heads_from_flat(l, n, result, out);
 }
 
 HFX_ONNX_OP(KVAppend) { attr_int(l.node("Concat", in, {out}), "axis", 2); }
