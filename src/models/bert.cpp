@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "models/blocks.h"
 #include "models/decoder.h"
+#include "models/encoder.h"
 #include "models/model_builder.h"
 #include "models/registry.h"
 #include "models/sentence_pooling.h"
@@ -142,18 +143,12 @@ int64_t longest_sequence(const BertConfig& cfg) {
 
 BertInputs bert_inputs(ModelBuilder& m, const BertConfig& cfg) {
   std::vector<std::string> declared = {"input_ids", "attention_mask", "token_type_ids", "position_ids"};
-  if (!cfg.token_types) declared.erase(declared.begin() + 2);  // DistilBERT
-  std::vector<std::string> names = m.config().inputs;
+  if (!cfg.token_types) declared.erase(declared.begin() + 2);  // DistilBERT, MPNet
   // By default what the family's tokenizer returns: token types only where there are several
   // (RoBERTa's tokenizers return none; its type_vocab_size is 1).
-  if (names.empty()) names = {"input_ids", "attention_mask"};
-  if (m.config().inputs.empty() && cfg.token_types && cfg.type_vocab > 1) names.push_back("token_type_ids");
-  for (const std::string& name : names)
-    if (std::find(declared.begin(), declared.end(), name) == declared.end()) {
-      std::string list;
-      for (const std::string& d : declared) list += (list.empty() ? "" : ", ") + d;
-      fail("inputs: '", name, "' is not an input of this model (it takes ", list, ")");
-    }
+  std::vector<std::string> defaults = {"input_ids", "attention_mask"};
+  if (cfg.token_types && cfg.type_vocab > 1) defaults.push_back("token_type_ids");
+  const std::vector<std::string> names = m.taken_inputs(declared, defaults);
   auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
   if (!has("input_ids")) fail("inputs: must include input_ids");
   Builder& b = m.b();
@@ -364,12 +359,8 @@ const char* finish_task(ModelBuilder& m, Task task, const std::string& p, const 
     case Task::FillMask:
       b.output(masked_lm_head(m, p, cfg, family, x), "logits");
       return "MaskedLMOutput";
-    case Task::QuestionAnswering: {
-      Value* spans = dense(m, "qa_outputs", 2, cfg.hidden, x);
-      b.output(b.gather(spans, b.const_i64({0}), 2), "start_logits");
-      b.output(b.gather(spans, b.const_i64({1}), 2), "end_logits");
-      return "QuestionAnsweringModelOutput";
-    }
+    case Task::QuestionAnswering:
+      return span_outputs(b, dense(m, "qa_outputs", 2, cfg.hidden, x));
     default:
       break;
   }
@@ -381,14 +372,7 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   const std::string model_type = ckpt.config().string("model_type", "bert");
   ExportModel out{model_type, cfg.architectures, {}, {}};
   const std::optional<SentencePooling> pooling = read_sentence_pooling(ckpt);
-  out.task = resolve_task_with_pooling(config.task, cfg.architectures, Task::FeatureExtraction, pooling, ckpt);
-  constexpr Task kTasks[] = {Task::FeatureExtraction, Task::SentenceSimilarity, Task::TextClassification,
-                             Task::TokenClassification, Task::FillMask, Task::QuestionAnswering};
-  if (std::find(std::begin(kTasks), std::end(kTasks), out.task) == std::end(kTasks))
-    fail("task: ", model_type, " exports feature-extraction, sentence-similarity, text-classification, "
-         "token-classification, fill-mask or question-answering, not ", task_name(out.task),
-         config.task.empty() ? " (from config.json's architectures; give --task)" : "");
-  if (config.generation.enabled) fail("task: ", model_type, " is an encoder: it has no decode loop (--for-generation)");
+  out.task = resolve_encoder_task(model_type, config, cfg.architectures, pooling, ckpt);
   // The base model's own checkpoint has no prefix; a head class's holds it under the family's
   // prefix, beside its head.
   const std::string p = ckpt.find(std::string(family.prefix) + "embeddings.word_embeddings.weight") ? family.prefix : "";
@@ -402,21 +386,14 @@ ExportModel build_encoder(const Checkpoint& ckpt, const ExportConfig& config, co
   for (int64_t i = 0; i < cfg.layers; ++i)
     x = encoder_layer(m, p + family.names.layers + std::to_string(i) + ".", cfg, family.names, mask, bias, x);
   const char* output_type = finish_task(m, out.task, p, cfg, family, pooling, in, x);
-  out.sentence_pooling = sentence_pooling_json(pooling);
-  const bool base_outputs = out.task == Task::FeatureExtraction || out.task == Task::SentenceSimilarity;
-  for (const TensorView* t : ckpt.tensors())  // a head class's own weights, when its outputs are not exported
-    if (base_outputs && !p.empty() && !t->name.starts_with(p)) m.tolerate(t->name);
-  if (!base_outputs) {  // a pooler some head classes carry and their head does not read
+  if (out.task != Task::FeatureExtraction && out.task != Task::SentenceSimilarity) {
+    // a pooler some head classes carry and their head does not read
     m.tolerate(p + "pooler.dense.weight");
     m.tolerate(p + "pooler.dense.bias");
   }
   m.tolerate(p + "embeddings.position_ids");  // old checkpoints' buffers
   m.tolerate(p + "embeddings.token_type_ids");
-  std::unique_ptr<Graph> graph = m.finish();
-  graph->output_type = std::string("transformers.modeling_outputs.") + output_type;
-  graph->num_layers = cfg.layers;
-  out.dims.insert(m.dim_names().begin(), m.dim_names().end());
-  out.components.push_back({Role::Forward, std::move(graph)});
+  finish_encoder(m, out, ckpt, p, output_type, cfg.layers, pooling);
   return out;
 }
 

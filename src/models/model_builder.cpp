@@ -1,5 +1,7 @@
 #include "models/model_builder.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace hfx {
@@ -121,6 +123,18 @@ Value* ModelBuilder::plus(Value* weight, double scalar) {
 std::unique_ptr<Graph> ModelBuilder::finish() {
   check_checkpoint();
   return std::move(graph_);
+}
+
+std::vector<std::string> ModelBuilder::taken_inputs(const std::vector<std::string>& declared,
+                                                  const std::vector<std::string>& defaults) const {
+  if (config_.inputs.empty()) return defaults;
+  for (const std::string& name : config_.inputs)
+    if (std::find(declared.begin(), declared.end(), name) == declared.end()) {
+      std::string list;
+      for (const std::string& d : declared) list += (list.empty() ? "" : ", ") + d;
+      fail("inputs: '", name, "' is not an input of this model (it takes ", list, ")");
+    }
+  return config_.inputs;
 }
 
 }  // namespace hfx

@@ -61,6 +61,10 @@ class ModelBuilder {
   const ExportConfig& config() const { return config_; }
   // Checks the checkpoint against the declarations and hands over the graph.
   std::unique_ptr<Graph> finish();
+  // The forward's inputs this export takes: the configured ones (--inputs), each of which must be
+  // one of `declared` (else an error naming them all), or `defaults` when none are configured.
+  std::vector<std::string> taken_inputs(const std::vector<std::string>& declared,
+                                        const std::vector<std::string>& defaults) const;
 
  private:
   const Checkpoint& ckpt_;

@@ -37,8 +37,8 @@ def build_head_model(folder, model_type: str, head: str, overrides: dict):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("head", list(HEADS))
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet"])
-def test_heads_match_transformers(tmp_path, export_model, model_type, head, fmt):
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet", "modernbert"])
+def test_heads_match_transformers(tmp_path, export_model, support_matrix, model_type, head, fmt):
     from hfexport import ExportedModel
 
     task, outputs, overrides = HEADS[head]
@@ -55,13 +55,15 @@ def test_heads_match_transformers(tmp_path, export_model, model_type, head, fmt)
         expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})
     ours = ExportedModel(out)(**inputs)
     real = inputs["attention_mask"].astype(bool)
+    err = 0.0
     for name in outputs:
         got, want = np.asarray(ours[name], np.float32), getattr(expected, name).numpy()
         assert got.shape == want.shape, name
-        if head == "ForSequenceClassification":  # one row each: the first token's
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-        else:
-            np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-4)
+        if head != "ForSequenceClassification":  # one row each (the first token's); else the real positions
+            got, want = got[real], want[real]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        err = max(err, float(np.abs(got - want).max()))
+    support_matrix.record(model_type, f"encoder {task}", True, err, backend=fmt)
 
 
 def test_untied_masked_lm_decoder(tmp_path, export_model):
@@ -139,3 +141,31 @@ def test_optimum_ort_models_run_our_exports(tmp_path, export_model, head):
         if got.ndim >= 2 and got.shape[:2] == real.shape:
             got, want = got[real], want[real]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("labels", [1, 2])
+def test_openvino_genai_text_rerank_pipeline(tmp_path, export_model, labels):
+    """OpenVINO GenAI's TextRerankPipeline runs the OpenVINO export of a cross-encoder (a
+    ...ForSequenceClassification: the query and each document as a pair, the `logits` output),
+    tokenizer from openvino-tokenizers: its scores are transformers' sigmoid of the one logit
+    (with two labels, the softmax's second column), ranked."""
+    genai = pytest.importorskip("openvino_genai")
+    ov_tokenizers = pytest.importorskip("openvino_tokenizers")
+    import openvino as ov
+    from transformers import AutoTokenizer
+
+    model = build_head_model(tmp_path / "model", "bert", "ForSequenceClassification", {"num_labels": labels})
+    save_tokenizer(tmp_path / "model")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "openvino")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    ov.save_model(ov_tokenizers.convert_tokenizer(tokenizer), str(out / "openvino_tokenizer.xml"))
+    query, docs = "w5 w6 w7", ["w8 w9 w10 w11", "w12", "w5 w6 w20 w21 w22", "w30 w31"]
+    with torch.no_grad():
+        logits = model(**tokenizer([query] * len(docs), docs, padding=True, return_tensors="pt")).logits
+    expected = (torch.sigmoid(logits[:, 0]) if labels == 1 else torch.softmax(logits, -1)[:, 1]).numpy()
+    config = genai.TextRerankPipeline.Config()
+    config.top_n = len(docs)
+    pipe = genai.TextRerankPipeline(str(out), "CPU", config, INFERENCE_PRECISION_HINT="f32")
+    ranked = pipe.rerank(query, docs)
+    assert [index for index, _ in ranked] == list(np.argsort(-expected))
+    np.testing.assert_allclose([score for _, score in sorted(ranked)], expected, rtol=1e-4, atol=1e-5)

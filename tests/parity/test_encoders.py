@@ -18,16 +18,23 @@ from conftest import assert_clean_error
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 # model_type -> transformers' config class prefix (BertConfig, BertModel, BertForMaskedLM, ...)
 FAMILIES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
-            "distilbert": "DistilBert", "electra": "Electra", "mpnet": "MPNet"}
+            "distilbert": "DistilBert", "electra": "Electra", "mpnet": "MPNet", "modernbert": "ModernBert"}
 # DistilBERT's config spells the sizes its own way, and has no token types.
 DISTIL_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                "intermediate_size": "hidden_dim", "hidden_act": "activation"}
 
 
-NO_TOKEN_TYPES = ("distilbert", "mpnet")
+NO_TOKEN_TYPES = ("distilbert", "mpnet", "modernbert")
+# ModernBERT's keys, and a window (local_attention 8: 4 keys each side) shorter than the test rows,
+# with local and global layers (every second global) and a pad token inside the tiny vocabulary.
+MODERNBERT = {"hidden_act": "hidden_activation", "layer_norm_eps": "norm_eps"}
 
 
 def family_config(model_type: str, config: dict) -> dict:
+    if model_type == "modernbert":
+        renamed = {MODERNBERT.get(k, k): v for k, v in config.items() if k != "type_vocab_size"}
+        return {"local_attention": 8, "global_attn_every_n_layers": 2, "pad_token_id": 0,
+                **renamed}
     if model_type != "distilbert":
         return config
     return {DISTIL_KEYS.get(k, k): v for k, v in config.items() if k not in ("type_vocab_size", "layer_norm_eps")}
@@ -52,7 +59,7 @@ def build_encoder(out_dir, config: dict, head: str = "Model", seed: int = 0, mod
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.normal_(0.0, 0.1)
-            elif "LayerNorm" in name:
+            elif "norm" in name.lower():
                 p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0.0, 0.08)
@@ -103,35 +110,41 @@ def run_export(out, inputs: dict) -> dict:
     return {k: np.asarray(v, np.float32) for k, v in ExportedModel(out)(**inputs).items()}
 
 
-def check(ours: dict, expected: dict, mask: np.ndarray) -> None:
+def check(ours: dict, expected: dict, mask: np.ndarray) -> float:
+    """Asserts the outputs at the real positions; returns the largest difference."""
     assert sorted(ours) == sorted(expected)
     real = mask.astype(bool)
     np.testing.assert_allclose(ours["last_hidden_state"][real], expected["last_hidden_state"][real], rtol=1e-4, atol=1e-4)
+    err = float(np.abs(ours["last_hidden_state"][real] - expected["last_hidden_state"][real]).max())
     if "pooler_output" in expected:
         np.testing.assert_allclose(ours["pooler_output"], expected["pooler_output"], rtol=1e-4, atol=1e-4)
+        err = max(err, float(np.abs(ours["pooler_output"] - expected["pooler_output"]).max()))
+    return err
 
 
 @pytest.mark.parametrize("left", [False, True], ids=["right_padded", "left_padded"])
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("model_type", list(FAMILIES))
-def test_encoder_matches_transformers(tmp_path, export_model, model_type, fmt, left):
+def test_encoder_matches_transformers(tmp_path, export_model, support_matrix, model_type, fmt, left):
     model_dir, model = build_encoder(tmp_path / "model", BERT, model_type=model_type)
     out = export_model(model_dir, tmp_path / "out", "--format", fmt)
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["task"] == "feature-extraction"
     entry = manifest["components"]["model"]
     types = model_type not in NO_TOKEN_TYPES
-    pooler = model_type not in ("distilbert", "electra")
+    pooler = model_type not in ("distilbert", "electra", "modernbert")
     assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask"] + (["token_type_ids"] if types else [])
     assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"] + (["pooler_output"] if pooler else [])
     # A .pte's plain forward takes batch 1 (its memory is planned at each dim's bound).
     inputs = model_inputs(model_type, encoder_inputs(BERT["vocab_size"], lengths=(9, ) if fmt == "executorch" else (12, 9, 5),
                                                      left=left, pad=model.config.pad_token_id))
-    check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+    err = check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+    support_matrix.record(model_type, f"encoder feature-extraction {'left' if left else 'right'}-padded", True, err,
+                          backend=fmt)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet", "modernbert"])
 def test_head_checkpoint_and_fewer_inputs(tmp_path, export_model, model_type, fmt):
     """A ...ForMaskedLM checkpoint (weights under the family's prefix, the MLM head unread, no
     pooler) as --task feature-extraction, its forward taking input_ids alone (every token
@@ -157,6 +170,36 @@ def test_mpnet_relative_buckets_over_long_sequences(tmp_path, export_model, fmt)
     out = export_model(model_dir, tmp_path / "out", "--format", fmt)
     inputs = model_inputs("mpnet", encoder_inputs(BERT["vocab_size"], lengths=(150, 131), pad=1))
     check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_modernbert_config_styles(tmp_path, export_model, fmt):
+    """ModernBERT's 4.x config (global_rope_theta / local_rope_theta / global_attn_every_n_layers,
+    no layer_types or rope_parameters) and explicit layer_types with biases on (norm, attention,
+    MLP): transformers' numbers, left-padded, hidden states through the layers' own RoPE bases."""
+    config = {**BERT, "global_rope_theta": 500.0, "local_rope_theta": 50.0, "norm_bias": True,
+              "attention_bias": True, "mlp_bias": True, "num_hidden_layers": 4}
+    model_dir, model = build_encoder(tmp_path / "model", config, model_type="modernbert")
+    saved = json.loads((model_dir / "config.json").read_text())
+    legacy = {k: v for k, v in saved.items() if k not in ("layer_types", "rope_parameters")}
+    (model_dir / "config.json").write_text(json.dumps({**legacy, "global_rope_theta": 500.0, "local_rope_theta": 50.0}))
+    out = export_model(model_dir, tmp_path / "out", "--format", fmt)
+    inputs = model_inputs("modernbert", encoder_inputs(BERT["vocab_size"], left=True, pad=0))
+    check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+
+
+def test_modernbert_mean_pooled_classifier(tmp_path, export_model):
+    """classifier_pooling "mean": the rows' mean over their real tokens before the head."""
+    from test_encoder_heads import build_head_model
+    from hfexport import ExportedModel
+
+    model = build_head_model(tmp_path / "model", "modernbert", "ForSequenceClassification",
+                             {"classifier_pooling": "mean", "num_labels": 3})
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx")
+    inputs = model_inputs("modernbert", encoder_inputs(BERT["vocab_size"], pad=0))
+    with torch.no_grad():
+        expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits.numpy()
+    np.testing.assert_allclose(np.asarray(ExportedModel(out)(**inputs)["logits"]), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_mpnet_refuses_fewer_buckets_than_its_attention_reads(tmp_path, run_hfexport):
