@@ -169,3 +169,45 @@ def test_openvino_genai_text_rerank_pipeline(tmp_path, export_model, labels):
     ranked = pipe.rerank(query, docs)
     assert [index for index, _ in ranked] == list(np.argsort(-expected))
     np.testing.assert_allclose([score for _, score in sorted(ranked)], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_openvino_genai_text_rerank_pipeline_decoder_reranker(tmp_path, export_model):
+    """TextRerankPipeline on a decoder reranker laid out as Qwen3-Reranker is (qwen3, left
+    padding): the OpenVINO export of its plain forward (logits at every position), which the
+    pipeline scores as the softmax of the last token's "no" / "yes" logits over query + document;
+    the scores are transformers' (positions from the mask, as the pipeline feeds them)."""
+    genai = pytest.importorskip("openvino_genai")
+    ov_tokenizers = pytest.importorskip("openvino_tokenizers")
+    import openvino as ov
+    from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from conftest import TINY_CONFIG, build_tiny_model
+
+    hf, model = build_tiny_model(tmp_path / "qwen3", "qwen3", dict(TINY_CONFIG))
+    # A byte-level BPE (Qwen's kind) small enough for the tiny vocabulary, with "yes" and "no" tokens.
+    tok = Tokenizer(tok_models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["yes", "no"] * 50 + [" ".join(f"w{i}" for i in range(j, j + 8)) for j in range(40)]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=150, special_tokens=["<pad>"]))
+    vocab = tok.get_vocab()
+    assert max(vocab.values()) < TINY_CONFIG["vocab_size"] and {"yes", "no"} <= set(vocab)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", padding_side="left")
+    tokenizer.save_pretrained(hf)
+    out = export_model(hf, tmp_path / "out", "--format", "openvino")
+    ov_tokenizer, ov_detokenizer = ov_tokenizers.convert_tokenizer(tokenizer, with_detokenizer=True)
+    ov.save_model(ov_tokenizer, str(out / "openvino_tokenizer.xml"))
+    ov.save_model(ov_detokenizer, str(out / "openvino_detokenizer.xml"))  # the pipeline finds yes / no there
+    query, docs = "w5 w6 w7 yes", [" w8 w9 w10 w11", " w12", " w5 w6 w20 w21 w22 no", " w30 w31"]
+    batch = tokenizer([query + d for d in docs], padding=True, return_tensors="pt")
+    positions = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        last = model(**batch, position_ids=positions).logits[:, -1]
+    expected = torch.softmax(last[:, [vocab["no"], vocab["yes"]]], -1)[:, 1].numpy()
+    config = genai.TextRerankPipeline.Config()
+    config.top_n = len(docs)
+    pipe = genai.TextRerankPipeline(str(out), "CPU", config, INFERENCE_PRECISION_HINT="f32")
+    ranked = pipe.rerank(query, docs)
+    assert [index for index, _ in ranked] == list(np.argsort(-expected))
+    np.testing.assert_allclose([score for _, score in sorted(ranked)], expected, rtol=1e-4, atol=1e-5)
