@@ -292,16 +292,12 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
     Manifest(std::move(manifest)).save(out.path());
     for (const char* name : kCompanionFiles) {
       if (ckpt.dir().empty()) break;  // a checkpoint in memory has no files to copy
-      const fs::path src = ckpt.dir() / name;
+      const fs::path src = ckpt.model_dir() / name;
       std::error_code ec;
       if (fs::exists(src) && !fs::copy_file(src, out.path() / name, ec))
         fail((out.path() / name).string(), ": cannot copy ", src.string(), ": ", ec.message());
     }
-    for (const fs::path& name : sentence_transformers_files(ckpt)) {  // a sentence-transformers model folder
-      std::error_code ec;
-      fs::copy(ckpt.dir() / name, out.path() / name, fs::copy_options::recursive, ec);
-      if (ec) fail((out.path() / name).string(), ": cannot copy ", (ckpt.dir() / name).string(), ": ", ec.message());
-    }
+    write_sentence_transformers_files(ckpt, out.path());
     out.commit();
   } catch (const Error& e) {
     throw Error(out.as_target(e.what()));

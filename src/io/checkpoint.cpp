@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/json_config.h"
 
 namespace hfx {
 
@@ -22,15 +23,32 @@ bool path_exists(const fs::path& path) {
 
 }  // namespace
 
-Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
+// A sentence-transformers folder without config.json of its own whose modules.json puts the
+// Transformer module in a subfolder (0_Transformer/, the layout before sentence-transformers 2):
+// that folder. Else none (the directory itself).
+static fs::path transformer_folder(const fs::path& dir) {
+  if (path_exists(dir / "config.json") || !path_exists(dir / "modules.json")) return {};
+  const nlohmann::json modules = read_json_value(dir / "modules.json");
+  for (const auto& module : modules.is_array() ? modules : nlohmann::json::array()) {
+    if (!module.is_object() || !module.contains("type") || !module.contains("path")) continue;
+    if (!module["type"].is_string() || !module["path"].is_string()) continue;
+    const std::string type = module["type"].get<std::string>(), path = module["path"].get<std::string>();
+    const bool transformer = type.ends_with("Transformer");
+    if (transformer && !path.empty() && path.find("..") == std::string::npos && path_exists(dir / path / "config.json"))
+      return dir / path;
+  }
+  return {};
+}
+
+Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir), model_dir_(transformer_folder(dir)) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(dir.string(), ": not a directory", ec ? " (" + ec.message() + ")" : "");
-  const fs::path config_path = dir / "config.json";
+  const fs::path config_path = model_dir() / "config.json";
   if (!path_exists(config_path)) fail(dir.string(), ": no config.json");
   config_.emplace(read_json_file(config_path), config_path.string());
-  const fs::path gen_path = dir / "generation_config.json";
+  const fs::path gen_path = model_dir() / "generation_config.json";
   if (path_exists(gen_path)) generation_config_.emplace(read_json_file(gen_path), gen_path.string());
-  tensors_ = std::make_unique<SafetensorsSource>(dir);
+  tensors_ = std::make_unique<SafetensorsSource>(model_dir());
 }
 
 Checkpoint::Checkpoint(JsonConfig config, std::optional<JsonConfig> generation_config,

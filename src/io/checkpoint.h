@@ -41,6 +41,10 @@ class Checkpoint {
 
   // Empty for a checkpoint that lives only in memory.
   const std::filesystem::path& dir() const { return dir_; }
+  // Where config.json, the weights and the tokenizer files are: dir(), or in a
+  // sentence-transformers folder of the older layout its Transformer module's folder
+  // (0_Transformer/, named in modules.json) while dir() holds modules.json.
+  const std::filesystem::path& model_dir() const { return model_dir_.empty() ? dir_ : model_dir_; }
   const JsonConfig& config() const { return *config_; }
   const std::optional<JsonConfig>& generation_config() const { return generation_config_; }
   const TensorView* find(const std::string& name) const { return tensors_->find(name); }
@@ -52,7 +56,7 @@ class Checkpoint {
   DType dominant_float_dtype() const;
 
  private:
-  std::filesystem::path dir_;
+  std::filesystem::path dir_, model_dir_;
   std::optional<JsonConfig> config_;
   std::optional<JsonConfig> generation_config_;
   std::unique_ptr<TensorSource> tensors_;

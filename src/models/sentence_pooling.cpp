@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "core/error.h"
@@ -131,22 +132,35 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
   return pooling;
 }
 
-std::vector<std::filesystem::path> sentence_transformers_files(const Checkpoint& ckpt) {
+void write_sentence_transformers_files(const Checkpoint& ckpt, const std::filesystem::path& out) {
   namespace fs = std::filesystem;
   const fs::path modules_file = ckpt.dir() / "modules.json";
-  if (ckpt.dir().empty() || !fs::is_regular_file(modules_file)) return {};
-  std::vector<fs::path> files = {"modules.json"};
+  if (ckpt.dir().empty() || !fs::is_regular_file(modules_file)) return;
+  nlohmann::json modules = read_json_value(modules_file);
+  if (!modules.is_array()) return;  // read_sentence_pooling refused it when the task needed it
+  std::vector<fs::path> folders;
   if (fs::is_regular_file(ckpt.dir() / "config_sentence_transformers.json"))
-    files.emplace_back("config_sentence_transformers.json");
-  const nlohmann::json modules = read_json_value(modules_file);
-  for (const auto& module : modules.is_array() ? modules : nlohmann::json::array()) {
+    folders.emplace_back("config_sentence_transformers.json");
+  for (auto& module : modules) {  // by reference: the Transformer's path is rewritten in place
     if (!module.is_object() || !module.contains("path") || !module.at("path").is_string()) continue;
+    if (module.contains("type") && module.at("type").is_string() &&
+        module_kind(module.at("type").get<std::string>()) == "Transformer") {
+      module["path"] = "";  // the export's own files
+      continue;
+    }
     const fs::path path = module.at("path").get<std::string>();  // a module folder inside the checkpoint
     const bool inside = !path.empty() && path.is_relative() &&
                         std::none_of(path.begin(), path.end(), [](const fs::path& part) { return part == ".."; });
-    if (inside && fs::is_directory(ckpt.dir() / path)) files.push_back(path);
+    if (inside && fs::is_directory(ckpt.dir() / path)) folders.push_back(path);
   }
-  return files;
+  for (const fs::path& name : folders) {
+    std::error_code ec;
+    fs::copy(ckpt.dir() / name, out / name, fs::copy_options::recursive, ec);
+    if (ec) fail((out / name).string(), ": cannot copy ", (ckpt.dir() / name).string(), ": ", ec.message());
+  }
+  std::ofstream file(out / "modules.json");
+  file << modules.dump(2) << "\n";
+  if (!file) fail((out / "modules.json").string(), ": cannot write");
 }
 
 Task resolve_task_with_pooling(const std::string& configured, const std::vector<std::string>& architectures,

@@ -38,11 +38,11 @@ nlohmann::json sentence_pooling_json(const std::optional<SentencePooling>& pooli
 // the pooling) are recorded in `unsupported`.
 std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt);
 
-// The files that make an export folder a sentence-transformers model folder beside the model
-// (modules.json, config_sentence_transformers.json and every module's own folder but the
-// Transformer's), relative to `ckpt`'s directory: SentenceTransformer(OUT, backend="onnx" |
-// "openvino") then loads the export. Empty for a checkpoint that is not one.
-std::vector<std::filesystem::path> sentence_transformers_files(const Checkpoint& ckpt);
+// Makes `out` (an export folder) a sentence-transformers model folder with the model at its root:
+// modules.json (the Transformer module's path emptied: the export is that module), and
+// config_sentence_transformers.json and every other module's folder copied. SentenceTransformer(
+// OUT, backend="onnx" | "openvino") then loads the export. Nothing for a checkpoint that is not one.
+void write_sentence_transformers_files(const Checkpoint& ckpt, const std::filesystem::path& out);
 
 // [batch, hidden * modes] from the token embeddings [batch, sequence, hidden] and the attention
 // mask [batch, sequence] (int64; null: every token counts).

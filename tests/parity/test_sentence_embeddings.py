@@ -7,6 +7,7 @@ configs, on every backend; modules it cannot build refused by name."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -142,6 +143,32 @@ def test_encode_and_cli_run_from_text(tmp_path, export_model, run_hfexport, fmt)
     np.testing.assert_allclose(np.array([line["embedding"] for line in lines]), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_transformer_module_in_a_subfolder(tmp_path, export_model, fmt):
+    """The older sentence-transformers layout (the Transformer module's config, weights and
+    tokenizer in 0_Transformer/, modules.json at the root): the same embeddings, and the export
+    folder a sentence-transformers folder with the model at its root (modules.json's Transformer
+    path emptied, the other modules copied)."""
+    from sentence_transformers import SentenceTransformer
+
+    st = build_sentence_model(tmp_path / "st", "mean")
+    legacy = tmp_path / "legacy"
+    shutil.copytree(tmp_path / "st", legacy)
+    (legacy / "0_Transformer").mkdir()
+    for f in list(legacy.iterdir()):
+        if f.is_file() and f.name not in ("modules.json", "config_sentence_transformers.json", "README.md"):
+            f.rename(legacy / "0_Transformer" / f.name)
+    modules = json.loads((legacy / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (legacy / "modules.json").write_text(json.dumps(modules))
+    assert SentenceTransformer(str(legacy), device="cpu").encode(TEXTS) == pytest.approx(st.encode(TEXTS), abs=1e-6)
+    out = export_model(legacy, tmp_path / "out", "--format", fmt)
+    assert json.loads((out / "modules.json").read_text())[0]["path"] == ""
+    assert (out / "tokenizer.json").exists() and not (out / "0_Transformer").exists()
+    np.testing.assert_allclose(our_embeddings(out, legacy / "0_Transformer", fmt), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
+    assert json.loads((out / "modules.json").read_text())[1:] == modules[1:] and (out / "1_Pooling").is_dir()
+
+
 @pytest.mark.parametrize("mode,normalize", [("mean", True), ("cls", False), ("lasttoken", True)])
 def test_openvino_genai_text_embedding_pipeline(tmp_path, export_model, mode, normalize):
     """OpenVINO GenAI's TextEmbeddingPipeline runs the OpenVINO export of a sentence-transformers
@@ -216,7 +243,7 @@ def test_sentence_transformers_backends_load_our_exports(tmp_path, export_model,
         pytest.skip("no .venv-optimum-onnx (scripts/setup.sh makes it)")
     expected = np.array(peer("build", tmp_path / "st", mode))
     out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt, *(["--task", task] if task else []))
-    assert (out / "modules.json").read_text() == (tmp_path / "st" / "modules.json").read_text()
+    assert json.loads((out / "modules.json").read_text()) == json.loads((tmp_path / "st" / "modules.json").read_text())
     got = peer("encode", out, fmt)
     assert got["model_class"] == {"onnx": "ORTModelForFeatureExtraction", "openvino": "OVModelForFeatureExtraction"}[fmt]
     assert Path(got["path"]).resolve().is_relative_to(out.resolve()), got["path"]  # ours, not an export of its own
