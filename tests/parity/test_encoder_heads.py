@@ -143,6 +143,19 @@ def test_optimum_ort_models_run_our_exports(tmp_path, export_model, head):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def check_rerank_pipeline(out, query: str, docs: list, expected: np.ndarray) -> None:
+    """TextRerankPipeline(OUT).rerank(query, docs), as its docs show it (every document back,
+    f32 inference): the expected scores, best first."""
+    import openvino_genai as genai
+
+    config = genai.TextRerankPipeline.Config()
+    config.top_n = len(docs)
+    pipe = genai.TextRerankPipeline(str(out), "CPU", config, INFERENCE_PRECISION_HINT="f32")
+    ranked = pipe.rerank(query, docs)
+    assert [index for index, _ in ranked] == list(np.argsort(-expected))
+    np.testing.assert_allclose([score for _, score in sorted(ranked)], expected, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("labels", [1, 2])
 def test_openvino_genai_text_rerank_pipeline(tmp_path, export_model, labels):
     """OpenVINO GenAI's TextRerankPipeline runs the OpenVINO export of a cross-encoder (a
@@ -163,12 +176,7 @@ def test_openvino_genai_text_rerank_pipeline(tmp_path, export_model, labels):
     with torch.no_grad():
         logits = model(**tokenizer([query] * len(docs), docs, padding=True, return_tensors="pt")).logits
     expected = (torch.sigmoid(logits[:, 0]) if labels == 1 else torch.softmax(logits, -1)[:, 1]).numpy()
-    config = genai.TextRerankPipeline.Config()
-    config.top_n = len(docs)
-    pipe = genai.TextRerankPipeline(str(out), "CPU", config, INFERENCE_PRECISION_HINT="f32")
-    ranked = pipe.rerank(query, docs)
-    assert [index for index, _ in ranked] == list(np.argsort(-expected))
-    np.testing.assert_allclose([score for _, score in sorted(ranked)], expected, rtol=1e-4, atol=1e-5)
+    check_rerank_pipeline(out, query, docs, expected)
 
 
 def test_openvino_genai_text_rerank_pipeline_decoder_reranker(tmp_path, export_model):
@@ -205,9 +213,4 @@ def test_openvino_genai_text_rerank_pipeline_decoder_reranker(tmp_path, export_m
     with torch.no_grad():
         last = model(**batch, position_ids=positions).logits[:, -1]
     expected = torch.softmax(last[:, [vocab["no"], vocab["yes"]]], -1)[:, 1].numpy()
-    config = genai.TextRerankPipeline.Config()
-    config.top_n = len(docs)
-    pipe = genai.TextRerankPipeline(str(out), "CPU", config, INFERENCE_PRECISION_HINT="f32")
-    ranked = pipe.rerank(query, docs)
-    assert [index for index, _ in ranked] == list(np.argsort(-expected))
-    np.testing.assert_allclose([score for _, score in sorted(ranked)], expected, rtol=1e-4, atol=1e-5)
+    check_rerank_pipeline(out, query, docs, expected)
