@@ -48,7 +48,20 @@ void ModelBuilder::check_checkpoint() const {
   fail(problems.front(), more);
 }
 
-Value* ModelBuilder::weight(const std::string& name, std::vector<int64_t> shape) {
+// The name a checkpoint stores `name` under: itself, or for a LayerNorm the TF-era gamma / beta
+// names some BERT-family checkpoints still carry (transformers renames them as it loads).
+std::string ModelBuilder::stored_name(const std::string& name) const {
+  if (ckpt_.find(name)) return name;
+  for (const auto& [hf, old] : {std::pair{"LayerNorm.weight", "LayerNorm.gamma"}, std::pair{"LayerNorm.bias", "LayerNorm.beta"}})
+    if (name.ends_with(hf)) {
+      const std::string legacy = name.substr(0, name.size() - std::string_view(hf).size()) + old;
+      if (ckpt_.find(legacy)) return legacy;
+    }
+  return name;
+}
+
+Value* ModelBuilder::weight(const std::string& hf_name, std::vector<int64_t> shape) {
+  const std::string name = stored_name(hf_name);
   if (const auto it = weights_.find(name); it != weights_.end()) {
     HFX_CHECK(expected_.at(name) == shape, "weight '", name, "' declared with two shapes");
     return it->second;

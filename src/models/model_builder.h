@@ -67,6 +67,8 @@ class ModelBuilder {
                                         const std::vector<std::string>& defaults) const;
 
  private:
+  std::string stored_name(const std::string& name) const;
+
   const Checkpoint& ckpt_;
   const ExportConfig& config_;
   std::unique_ptr<Graph> graph_;

@@ -202,6 +202,22 @@ def test_modernbert_mean_pooled_classifier(tmp_path, export_model):
     np.testing.assert_allclose(np.asarray(ExportedModel(out)(**inputs)["logits"]), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_layer_norm_gamma_beta_names(tmp_path, export_model):
+    """A BERT checkpoint with the TF-era LayerNorm.gamma / LayerNorm.beta names (transformers
+    renames them to weight / bias as it loads): the same numbers."""
+    from safetensors.torch import load_file, save_file
+
+    model_dir, model = build_encoder(tmp_path / "model", BERT)
+    weights = load_file(model_dir / "model.safetensors")
+    renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+               for k, v in weights.items()}
+    assert sum(k.endswith("LayerNorm.gamma") for k in renamed) == 2 * BERT["num_hidden_layers"] + 1
+    save_file(renamed, model_dir / "model.safetensors", metadata={"format": "pt"})
+    out = export_model(model_dir, tmp_path / "out", "--format", "onnx")
+    inputs = encoder_inputs(BERT["vocab_size"])
+    check(run_export(out, inputs), reference(model, inputs), inputs["attention_mask"])
+
+
 def test_mpnet_refuses_fewer_buckets_than_its_attention_reads(tmp_path, run_hfexport):
     model_dir, _ = build_encoder(tmp_path / "model", BERT, model_type="mpnet")
     config = json.loads((model_dir / "config.json").read_text())
