@@ -24,26 +24,26 @@ namespace {
 constexpr size_t kChunkBytes = 1u << 20;
 constexpr size_t kBandBytes = 16u << 20;
 
-// dst[c * rows + r] = src[r * cols + c], in square tiles so both sides stay in cache.
-template <class T>
-void transpose_tiles(const std::byte* src_bytes, std::byte* dst_bytes, size_t rows, size_t cols) {
+// dst[c * rows + r] = src[r * cols + c], in square tiles so both sides stay in cache. Elements
+// are copied as bytes: the source may be a checkpoint's mapping, whose tensors need not be
+// aligned to their element size (the copies compile to plain loads and stores).
+template <size_t N>
+void transpose_tiles(const std::byte* src, std::byte* dst, size_t rows, size_t cols) {
   constexpr size_t kTile = 32;
-  const auto* src = reinterpret_cast<const T*>(src_bytes);
-  auto* dst = reinterpret_cast<T*>(dst_bytes);
   for (size_t r0 = 0; r0 < rows; r0 += kTile)
     for (size_t c0 = 0; c0 < cols; c0 += kTile) {
       const size_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
       for (size_t r = r0; r < r1; ++r)
-        for (size_t c = c0; c < c1; ++c) dst[c * rows + r] = src[r * cols + c];
+        for (size_t c = c0; c < c1; ++c) std::memcpy(dst + (c * rows + r) * N, src + (r * cols + c) * N, N);
     }
 }
 
 void transpose_matrix(const std::byte* src, std::byte* dst, size_t rows, size_t cols, size_t elem_size) {
   switch (elem_size) {
-    case 1: return transpose_tiles<uint8_t>(src, dst, rows, cols);
-    case 2: return transpose_tiles<uint16_t>(src, dst, rows, cols);
-    case 4: return transpose_tiles<uint32_t>(src, dst, rows, cols);
-    case 8: return transpose_tiles<uint64_t>(src, dst, rows, cols);
+    case 1: return transpose_tiles<1>(src, dst, rows, cols);
+    case 2: return transpose_tiles<2>(src, dst, rows, cols);
+    case 4: return transpose_tiles<4>(src, dst, rows, cols);
+    case 8: return transpose_tiles<8>(src, dst, rows, cols);
     default: fail("internal error: transpose of ", elem_size, "-byte elements");
   }
 }
