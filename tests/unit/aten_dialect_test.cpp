@@ -43,9 +43,13 @@ TEST(AtenSchema, TensorOptionsAreTheOutTensors) {
 }
 
 TEST(AtenCall, ArgumentsAreTheSchemasInItsOrder) {
-  const AtenCall ok = aten_call("div.Tensor_mode", {{"self", aten_none()}, {"rounding_mode", aten_string("trunc")}});
+  const AtenCall ok = aten_call("div.Tensor_mode", {{"self", aten_none()}, {"other", aten_none()},
+                                                   {"rounding_mode", aten_string("trunc")}});
   EXPECT_EQ(ok.arg("rounding_mode")->text, "trunc");
-  EXPECT_EQ(ok.arg("other"), nullptr);
+  EXPECT_EQ(ok.arg("out"), nullptr);
+  // An argument without a default is required; ones with defaults may be left out.
+  EXPECT_THROW(aten_call("div.Tensor_mode", {{"self", aten_none()}, {"rounding_mode", aten_string("trunc")}}), Error);
+  EXPECT_NO_THROW(aten_call("add.Tensor", {{"self", aten_none()}, {"other", aten_none()}}));
   EXPECT_THROW(aten_call("div.Tensor", {{"divisor", aten_none()}}), Error);
   EXPECT_THROW(aten_call("where.self", {{"self", aten_none()}, {"condition", aten_none()}}), Error);
   EXPECT_THROW(aten_schema("no_such_op.default"), Error);

@@ -1,5 +1,7 @@
 #include "backends/aten/dialect.h"
 
+#include <algorithm>
+
 #include "backends/rule_table.h"
 #include "core/error.h"
 
@@ -90,6 +92,13 @@ AtenCall aten_call(std::string_view qualified, std::vector<std::pair<std::string
     HFX_CHECK(next < call.schema->args.size(), "internal error: ATen ", qualified, " has no argument '", name,
               "' (or it is out of order)");
     ++next;
+  }
+  // An argument without a default must be given (a rule that forgets one would serialise a call
+  // the runtime refuses when it loads, or worse, reads garbage).
+  for (const AtenSchemaArg& a : call.schema->args) {
+    if (a.has_default() || a.out) continue;
+    const bool given = std::any_of(call.args.begin(), call.args.end(), [&](const auto& g) { return g.first == a.name; });
+    HFX_CHECK(given, "internal error: ATen ", qualified, " needs argument '", a.name, "'");
   }
   return call;
 }
