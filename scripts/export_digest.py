@@ -4,8 +4,10 @@ each written file: the before/after check for refactors that must keep the expor
     python scripts/export_digest.py --out before.json            # with the old binary
     python scripts/export_digest.py --compare before.json        # with the new one
 
-Models come from the tests' config registry (tests/parity/tiny_configs.py), built seeded in a
-cache folder; the binary is $HFEXPORT_BIN or the venv's hfexport.
+Models come from the tests' config registry (tests/parity/tiny_configs.py) and, for the text
+encoders, the encoder tests' tiny configs (tests/parity/test_encoders.py) saved as a base model and
+as a masked-LM head class, built seeded in a cache folder; the binary is $HFEXPORT_BIN or the
+venv's hfexport.
 """
 
 from __future__ import annotations
@@ -104,8 +106,40 @@ def canonical_onnx(d: Path) -> dict[str, str]:
     return out
 
 
+# Encoder exports: the base model's feature extraction in every format, and the masked-LM
+# checkpoint's fill-mask head.
+ENCODER_MODES = [(fmt, "plain", []) for fmt in ("onnx", "openvino", "executorch", "pt2")] + [
+    ("onnx", "fill-mask", ["--task", "fill-mask"]), ("onnx", "fp16", ["--dtype", "float16"])]
+
+
+def encoder_cases(models: Path):
+    """(name, model folder, head) per encoder family, built with the encoder tests' builder."""
+    from test_encoders import BERT, FAMILIES, build_encoder
+
+    for model_type in FAMILIES:
+        for head in ("Model", "ForMaskedLM"):
+            folder = models / f"encoder-{model_type}-{head}"
+            if not (folder / "config.json").exists():
+                build_encoder(folder, BERT, head=head, model_type=model_type)
+            yield f"encoder-{model_type}-{head}", folder, head
+
+
+def export_digest(model_dir: Path, out: Path, fmt: str, args: list[str], args_canonical: bool) -> dict:
+    proc = subprocess.run([binary(), "export", str(model_dir), "-o", str(out), "--format", fmt, *args],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()}
+    return digest_dir(out) | (canonical_onnx(out) if args_canonical else {})
+
+
 def run(models: Path, work: Path, args_canonical: bool = False) -> dict[str, dict]:
     result = {}
+    for name, model_dir, head in encoder_cases(models):
+        for fmt, mode, args in ENCODER_MODES:
+            if (head == "ForMaskedLM") != (mode == "fill-mask"):
+                continue
+            result[f"{name} {fmt} {mode}"] = export_digest(model_dir, work / f"{name}-{fmt}-{mode}", fmt, args,
+                                                           args_canonical)
     for case in cases():
         model_dir = models / case.name
         if not (model_dir / "config.json").exists():
@@ -116,14 +150,8 @@ def run(models: Path, work: Path, args_canonical: bool = False) -> dict[str, dic
         if not full:  # forward-only cases: the plain graphs
             modes = [m for m in modes if m[1].startswith("plain")]
         for fmt, mode, args in modes:
-            out = work / f"{case.name}-{fmt}-{mode}"
-            proc = subprocess.run([binary(), "export", str(model_dir), "-o", str(out), "--format", fmt, *args],
-                                  capture_output=True, text=True)
-            key = f"{case.name} {fmt} {mode}"
-            if proc.returncode != 0:
-                result[key] = {"error": proc.stderr.strip()}
-            else:
-                result[key] = digest_dir(out) | (canonical_onnx(out) if args_canonical else {})
+            result[f"{case.name} {fmt} {mode}"] = export_digest(model_dir, work / f"{case.name}-{fmt}-{mode}", fmt,
+                                                                args, args_canonical)
     return result
 
 

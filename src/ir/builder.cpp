@@ -84,9 +84,9 @@ void Builder::output(Value* v, const std::string& name) {
   g_.outputs.push_back(v);
 }
 
-Value* Builder::weight(const TensorView& tensor, DType dtype) {
+Value* Builder::weight(const TensorView& tensor, DType dtype, std::shared_ptr<const void> owner) {
   Value* v = g_.new_value(dtype, Shape(tensor.shape.begin(), tensor.shape.end()), tensor.name);
-  v->constant = ConstantData::of_tensor(tensor);
+  v->constant = ConstantData::of_tensor(tensor, std::move(owner));
   return v;
 }
 
@@ -222,6 +222,10 @@ Value* Builder::expand(Value* x, Value* shape_tensor, Shape shape) {
 
 Value* Builder::scatter_elements(Value* data, Value* indices, Value* updates, int64_t axis) {
   return emit(OpKind::ScatterElements, {data, indices, updates}, AxisAttrs{normalize_axis(axis, data->rank())});
+}
+
+Value* Builder::gather_elements(Value* data, Value* indices, int64_t axis) {
+  return emit(OpKind::GatherElements, {data, indices}, AxisAttrs{normalize_axis(axis, data->rank())});
 }
 
 Value* Builder::linear(Value* x, Value* weight, Value* bias) {

@@ -21,7 +21,8 @@ class Builder {
 
   Value* input(const std::string& name, DType dtype, Shape shape);
   void output(Value* v, const std::string& name);
-  Value* weight(const TensorView& tensor, DType dtype);
+  // A source tensor as a constant; `owner` keeps it alive when the checkpoint does not.
+  Value* weight(const TensorView& tensor, DType dtype, std::shared_ptr<const void> owner = nullptr);
   // A constant Value over a weight expression (ConstantData), stored as `dtype`.
   Value* weight_expr(std::shared_ptr<const ConstantData> expr, DType dtype, const std::string& name);
   // A declared weight the checkpoint lacks (or holds mis-shaped): shape only, no bytes. The
@@ -71,6 +72,7 @@ class Builder {
   Value* shape_of(Value* x);
   Value* expand(Value* x, Value* shape_tensor, Shape shape);
   Value* scatter_elements(Value* data, Value* indices, Value* updates, int64_t axis);
+  Value* gather_elements(Value* data, Value* indices, int64_t axis);
 
   Value* linear(Value* x, Value* weight, Value* bias = nullptr);
   Value* embedding(Value* weight, Value* ids);

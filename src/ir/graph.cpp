@@ -19,12 +19,13 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::shared_ptr<ConstantData> ConstantData::of_tensor(const TensorView& t) {
+std::shared_ptr<ConstantData> ConstantData::of_tensor(const TensorView& t, std::shared_ptr<const void> owner) {
   auto c = std::make_shared<ConstantData>();
   c->op = Op::Tensor;
   c->src_dtype = t.dtype;
   c->src_shape = t.shape;
   c->tensor = &t;
+  c->owner = std::move(owner);
   return c;
 }
 

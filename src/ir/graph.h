@@ -95,8 +95,11 @@ struct ConstantData {
   int64_t begin = 0, end = 0;          // SliceRows
   double scalar = 0;                   // AddScalar
   std::optional<Quantized> quantized;  // Quantize
+  // What keeps `tensor` alive when the checkpoint does not own it (a sentence-transformers
+  // module's own weights file): held for as long as the graph's constants read it.
+  std::shared_ptr<const void> owner;
 
-  static std::shared_ptr<ConstantData> of_tensor(const TensorView& t);
+  static std::shared_ptr<ConstantData> of_tensor(const TensorView& t, std::shared_ptr<const void> owner = nullptr);
   static std::shared_ptr<ConstantData> of_bytes(std::vector<std::byte> bytes, DType dtype, std::vector<int64_t> shape);
   // Expression nodes; each checks its operands (an error here is a frontend or pass bug).
   static std::shared_ptr<ConstantData> stack(std::vector<std::shared_ptr<const ConstantData>> parts);

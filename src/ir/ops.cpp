@@ -211,6 +211,14 @@ Types rule_scatter(const Inputs& in, const OpAttrs& a) {
   return one(in[0]->dtype, in[0]->shape);
 }
 
+// The result has the indices' shape; off the axis they index no further than data reaches.
+Types rule_gather_elements(const Inputs& in, const OpAttrs& a) {
+  const int64_t axis = attrs<AxisAttrs>(a).axis;
+  need(in[0]->rank() == in[1]->rank() && in[1]->dtype == DType::I64, "GatherElements operands");
+  need(axis >= 0 && axis < static_cast<int64_t>(in[0]->rank()), "GatherElements axis");
+  return one(in[0]->dtype, in[1]->shape);
+}
+
 Types rule_linear(const Inputs& in, const OpAttrs&) {
   const Value* w = in[1];
   need(w->rank() == 2 && in[0]->shape.back() == w->shape[1], "Linear weight does not match the input");
@@ -393,6 +401,7 @@ RULE(Range, rule_range)
 RULE(ShapeOf, rule_shape_of)
 RULE(Expand, rule_expand)
 RULE(ScatterElements, rule_scatter)
+RULE(GatherElements, rule_gather_elements)
 RULE(Linear, rule_linear)
 RULE(QuantizedLinear, rule_quantized_linear)
 RULE(Embedding, rule_embedding)

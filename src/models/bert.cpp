@@ -107,11 +107,7 @@ BertConfig parse_bert(const JsonConfig& c, const BertFamily& family) {
   if (c.boolean("is_decoder", false)) c.invalid("is_decoder", "true is not supported (BERT as an encoder only)");
   if (c.boolean("add_cross_attention", false)) c.invalid("add_cross_attention", "true is not supported");
   cfg.tied = c.boolean("tie_word_embeddings", true);
-  // num_labels is written as id2label (transformers saves the map, not the count).
-  if (c.has("id2label") && c.at("id2label").is_object() && !c.at("id2label").empty())
-    cfg.labels = static_cast<int64_t>(c.at("id2label").size());
-  else
-    cfg.labels = c.positive("num_labels", 2);
+  cfg.labels = label_count(c);
   if (family.mpnet) {
     cfg.relative_buckets = c.positive("relative_attention_num_buckets", 32);
     if (cfg.relative_buckets < kMpnetBuckets)
@@ -166,24 +162,6 @@ BertInputs bert_inputs(ModelBuilder& m, const BertConfig& cfg) {
   return in;
 }
 
-Value* token_count(Builder& b, Value* input_ids) { return b.gather(b.shape_of(input_ids), b.const_i64({1}), 0); }
-
-// [sequence] 0..sequence-1, the positions (and the key slots) of this call's tokens.
-Value* arange_tokens(Builder& b, Value* input_ids) {
-  return b.range(b.const_i64({0}), token_count(b, input_ids), b.const_i64({1}), input_ids->shape[1]);
-}
-
-// [batch, 1, sequence, sequence] bool: every query sees every key the attention_mask keeps (the
-// full [S, S] shape: some attention kernels index the mask by query). key > query - count holds
-// for every pair.
-Value* padding_mask(Builder& b, Value* input_ids, Value* attention_mask) {
-  Value* slots = arange_tokens(b, input_ids);
-  Value* rows = b.unsqueeze(slots, {1});
-  Value* every = b.compare(OpKind::Greater, b.unsqueeze(slots, {0}), b.sub(rows, token_count(b, input_ids)));
-  Value* kept = b.unsqueeze(b.compare(OpKind::Greater, attention_mask, b.const_i64({0})), {1, 2});
-  return b.logical_and(b.unsqueeze(every, {0, 1}), kept);
-}
-
 // RoBERTa's positions (create_position_ids_from_input_ids): cumsum(ids != pad) * (ids != pad) + pad.
 Value* positions_after_padding(Builder& b, Value* input_ids, int64_t pad) {
   Value* pad_id = b.const_i64({pad});
@@ -213,24 +191,19 @@ Value* mpnet_position_bias(ModelBuilder& m, const std::string& p, const BertConf
   const int64_t longest = longest_sequence(cfg);
   std::vector<int64_t> table;
   for (int64_t relative = -(longest - 1); relative < longest; ++relative) table.push_back(mpnet_bucket(relative));
-  Value* slots = arange_tokens(b, input_ids);
-  Value* relative = b.sub(b.unsqueeze(slots, {0}), b.unsqueeze(slots, {1}));  // [S, S] key - query
-  Value* buckets = b.gather(b.const_i64(table, {static_cast<int64_t>(table.size())}),
-                            b.add(relative, b.const_i64({longest - 1})), 0);
+  Value* buckets = by_distance(b, table, input_ids);
   Value* weights = m.weight(p + "encoder.relative_attention_bias.weight", {cfg.relative_buckets, cfg.heads});
   Value* bias = b.embedding(weights, buckets);  // [S, S, heads]
   return b.unsqueeze(b.transpose(bias, {2, 0, 1}), {0});
 }
 
+// Over the hidden size, or ELECTRA's embedding size.
 Value* layer_norm(ModelBuilder& m, const std::string& module, Value* x, const BertConfig& cfg) {
-  const int64_t width = x->shape.back().value();  // the hidden size, or ELECTRA's embedding size
-  m.b().set_scope(module);
-  return m.b().layer_norm(x, m.weight(module + ".weight", {width}), m.weight(module + ".bias", {width}), cfg.eps);
+  return encoder_layer_norm(m, module, x, cfg.eps);
 }
 
 Value* dense(ModelBuilder& m, const std::string& module, int64_t out, int64_t in, Value* x) {
-  m.b().set_scope(module);
-  return m.b().linear(x, m.weight(module + ".weight", {out, in}), m.weight(module + ".bias", {out}));
+  return encoder_dense(m, module, out, in, x);
 }
 
 Value* embeddings(ModelBuilder& m, const std::string& p, const BertConfig& cfg, const BertInputs& in) {

@@ -1,6 +1,7 @@
 #include "models/blocks.h"
 
 #include <cmath>
+#include <map>
 #include <tuple>
 
 #include "core/error.h"
@@ -158,16 +159,40 @@ Value* moe_block(ModelBuilder& m, const std::string& p, const MoeSpec& s, Value*
   return b.moe(x, logits, gate_up, down, gate_up_bias, down_bias, {s.top_k, s.normalize, s.alpha, s.beta, s.limit});
 }
 
+namespace {
+
+// transformers' ACT2FN entries the blocks build, by name.
+using ActivationRule = Value* (*)(Builder&, Value*);
+const std::map<std::string, ActivationRule, std::less<>>& activations() {
+  static const std::map<std::string, ActivationRule, std::less<>> table = {
+      {"silu", [](Builder& b, Value* x) { return b.silu(x); }},
+      {"swish", [](Builder& b, Value* x) { return b.silu(x); }},
+      {"gelu", [](Builder& b, Value* x) { return b.gelu(x, GeluApproximation::None); }},
+      {"gelu_python", [](Builder& b, Value* x) { return b.gelu(x, GeluApproximation::None); }},
+      {"gelu_pytorch_tanh", [](Builder& b, Value* x) { return b.gelu(x, GeluApproximation::Tanh); }},
+      {"gelu_new", [](Builder& b, Value* x) { return b.gelu(x, GeluApproximation::Tanh); }},
+      {"gelu_fast", [](Builder& b, Value* x) { return b.gelu(x, GeluApproximation::Tanh); }},
+      {"quick_gelu", [](Builder& b, Value* x) { return b.mul(x, b.unary(OpKind::Sigmoid, b.mul(x, b.scalar(1.702, x->dtype)))); }},
+      {"relu", [](Builder& b, Value* x) { return b.max(x, b.scalar(0.0, x->dtype)); }},
+      {"tanh", [](Builder& b, Value* x) { return b.unary(OpKind::Tanh, x); }},
+      {"sigmoid", [](Builder& b, Value* x) { return b.unary(OpKind::Sigmoid, x); }},
+  };
+  return table;
+}
+
+}  // namespace
+
 void check_activation(const JsonConfig& c, const std::string& key, const std::string& act) {
-  if (act != "silu" && act != "swish" && act != "gelu" && act != "gelu_pytorch_tanh" && act != "gelu_new" &&
-      act != "gelu_fast")
-    c.invalid(key, "is not a supported activation (silu, gelu, gelu_pytorch_tanh, gelu_new)");
+  if (activations().count(act)) return;
+  std::string names;
+  for (const auto& [name, rule] : activations()) names += (names.empty() ? "" : ", ") + name;
+  c.invalid(key, "is not a supported activation (" + names + ")");
 }
 
 Value* activation(Builder& b, const std::string& name, Value* x) {
-  if (name == "silu" || name == "swish") return b.silu(x);
-  if (name == "gelu") return b.gelu(x, GeluApproximation::None);
-  return b.gelu(x, GeluApproximation::Tanh);  // gelu_pytorch_tanh, gelu_new, gelu_fast: validated by check_activation
+  const auto it = activations().find(name);
+  HFX_CHECK(it != activations().end(), "internal error: activation '", name, "' was not checked");
+  return it->second(b, x);
 }
 
 Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value* x) {

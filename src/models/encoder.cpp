@@ -20,6 +20,58 @@ Task resolve_encoder_task(const std::string& model_type, const ExportConfig& con
   return task;
 }
 
+Value* token_count(Builder& b, Value* input_ids) { return b.gather(b.shape_of(input_ids), b.const_i64({1}), 0); }
+
+Value* arange_tokens(Builder& b, Value* input_ids) {
+  return b.range(b.const_i64({0}), token_count(b, input_ids), b.const_i64({1}), input_ids->shape[1]);
+}
+
+// The full [S, S] shape: some attention kernels index the mask by query. key > query - count
+// holds for every pair.
+Value* padding_mask(Builder& b, Value* input_ids, Value* attention_mask) {
+  Value* slots = arange_tokens(b, input_ids);
+  Value* rows = b.unsqueeze(slots, {1});
+  Value* every = b.compare(OpKind::Greater, b.unsqueeze(slots, {0}), b.sub(rows, token_count(b, input_ids)));
+  Value* kept = b.unsqueeze(b.compare(OpKind::Greater, attention_mask, b.const_i64({0})), {1, 2});
+  return b.logical_and(b.unsqueeze(every, {0, 1}), kept);
+}
+
+Value* by_distance(Builder& b, const std::vector<int64_t>& table, Value* input_ids) {
+  HFX_CHECK(table.size() % 2 == 1, "internal error: a distance table must have an odd size");
+  const int64_t longest = static_cast<int64_t>(table.size() + 1) / 2;
+  Value* slots = arange_tokens(b, input_ids);
+  Value* relative = b.sub(b.unsqueeze(slots, {0}), b.unsqueeze(slots, {1}));  // [S, S] key - query
+  return b.gather(b.const_i64(table, {static_cast<int64_t>(table.size())}), b.add(relative, b.const_i64({longest - 1})),
+                  0);
+}
+
+int64_t label_count(const JsonConfig& c) {
+  if (c.has("id2label") && c.at("id2label").is_object() && !c.at("id2label").empty())
+    return static_cast<int64_t>(c.at("id2label").size());
+  return c.positive("num_labels", 2);
+}
+
+Value* encoder_layer_norm(ModelBuilder& m, const std::string& module, Value* x, double eps) {
+  const int64_t width = x->shape.back().value();
+  m.b().set_scope(module);
+  return m.b().layer_norm(x, m.weight(module + ".weight", {width}), m.weight(module + ".bias", {width}), eps);
+}
+
+Value* encoder_dense(ModelBuilder& m, const std::string& module, int64_t out, int64_t in, Value* x) {
+  m.b().set_scope(module);
+  return m.b().linear(x, m.weight(module + ".weight", {out, in}), m.weight(module + ".bias", {out}));
+}
+
+bool base_model_outputs(Builder& b, Task task, const std::optional<SentencePooling>& pooling, Value* x,
+                        Value* attention_mask) {
+  if (task != Task::FeatureExtraction && task != Task::SentenceSimilarity) return false;
+  b.output(x, "last_hidden_state");
+  if (task == Task::FeatureExtraction) return true;
+  b.set_scope("pooling");
+  b.output(sentence_embedding(b, *pooling, x, attention_mask), "sentence_embedding");
+  return true;
+}
+
 const char* span_outputs(Builder& b, Value* spans) {
   b.output(b.gather(spans, b.const_i64({0}), 2), "start_logits");
   b.output(b.gather(spans, b.const_i64({1}), 2), "end_logits");

@@ -17,9 +17,37 @@ Task resolve_encoder_task(const std::string& model_type, const ExportConfig& con
                           const std::vector<std::string>& architectures,
                           const std::optional<SentencePooling>& pooling, const Checkpoint& ckpt);
 
+// The classification heads' outputs: id2label's size (transformers saves the map, not the count),
+// else num_labels, else 2.
+int64_t label_count(const JsonConfig& c);
+
+// LayerNorm over x's last dim, with `module`.weight and .bias.
+Value* encoder_layer_norm(ModelBuilder& m, const std::string& module, Value* x, double eps);
+
+// A Linear with a bias, `module`.weight [out, in] and .bias [out].
+Value* encoder_dense(ModelBuilder& m, const std::string& module, int64_t out, int64_t in, Value* x);
+
+// The base model's outputs where the task is feature-extraction (last_hidden_state) or
+// sentence-similarity (also the pooled sentence_embedding); false for the other tasks.
+bool base_model_outputs(Builder& b, Task task, const std::optional<SentencePooling>& pooling, Value* x,
+                        Value* attention_mask);
+
 // Question answering's outputs from the span logits [batch, sequence, 2]: start_logits and
 // end_logits; returns the transformers output class.
 const char* span_outputs(Builder& b, Value* spans);
+
+// [] the sequence length of input_ids [batch, sequence], as a 1-element int64 tensor.
+Value* token_count(Builder& b, Value* input_ids);
+
+// [sequence] 0..sequence-1, the positions (and the key slots) of this call's tokens.
+Value* arange_tokens(Builder& b, Value* input_ids);
+
+// [batch, 1, sequence, sequence] bool: every query sees every key the attention_mask keeps.
+Value* padding_mask(Builder& b, Value* input_ids, Value* attention_mask);
+
+// [sequence, sequence] int64: table[key - query + longest - 1] for each (query, key) pair, where
+// `table` holds a value per distance -(longest - 1) ... longest - 1 (relative position buckets).
+Value* by_distance(Builder& b, const std::vector<int64_t>& table, Value* input_ids);
 
 // Puts the finished forward graph into `out`. A head class's own weights (outside `prefix`) are
 // not read when only the base model's outputs are exported.

@@ -76,10 +76,7 @@ ModernBertConfig parse_modernbert(const JsonConfig& c) {
   const std::string pooling = c.string("classifier_pooling", "cls");
   if (pooling != "cls" && pooling != "mean") c.invalid("classifier_pooling", "must be \"cls\" or \"mean\"");
   cfg.mean_pooling = pooling == "mean";
-  if (c.has("id2label") && c.at("id2label").is_object() && !c.at("id2label").empty())
-    cfg.labels = static_cast<int64_t>(c.at("id2label").size());
-  else
-    cfg.labels = c.positive("num_labels", 2);
+  cfg.labels = label_count(c);
   // local_attention is the whole window; a query sees local_attention / 2 keys on each side.
   cfg.reach = c.positive("local_attention", 128) / 2 + 1;
   const int64_t every = c.positive("global_attn_every_n_layers", 3);
@@ -170,15 +167,8 @@ Value* mean_over_tokens(Builder& b, Value* x, Value* attention_mask) {
 const char* finish_task(ModelBuilder& m, Task task, const std::string& p, const ModernBertConfig& cfg,
                         const std::optional<SentencePooling>& pooling, const Inputs& in, Value* x) {
   Builder& b = m.b();
+  if (base_model_outputs(b, task, pooling, x, in.attention_mask)) return "BaseModelOutput";
   switch (task) {
-    case Task::FeatureExtraction:
-      b.output(x, "last_hidden_state");
-      return "BaseModelOutput";
-    case Task::SentenceSimilarity:
-      b.output(x, "last_hidden_state");
-      b.set_scope("pooling");
-      b.output(sentence_embedding(b, *pooling, x, in.attention_mask), "sentence_embedding");
-      return "BaseModelOutput";
     case Task::FillMask: {
       x = prediction_head(m, cfg, x);
       b.set_scope("decoder");

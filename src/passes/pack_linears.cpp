@@ -65,9 +65,16 @@ Value* stack(Graph& graph, const std::vector<const Value*>& members) {
   return v;
 }
 
+// The packed Linear's name: the scope's first is <scope>/PackedLinear, any other (linears of one
+// scope reading two inputs, such as DeBERTa's relative projections) gets a count after it.
+std::string packed_node_name(const std::string& scope, std::map<std::string, int>& packed_in_scope) {
+  const int earlier = packed_in_scope[scope]++;
+  return scope + "/PackedLinear" + (earlier ? "_" + std::to_string(earlier) : "");
+}
+
 // Rewrites `group` (Linear nodes in graph order) into one packed Linear inserted before the first
 // member, and turns each member into a Slice of the packed result, so its output keeps its identity.
-Node* pack(Graph& graph, const std::vector<Node*>& group) {
+Node* pack(Graph& graph, const std::vector<Node*>& group, std::map<std::string, int>& packed_in_scope) {
   std::vector<const Value*> weights, biases;
   for (const Node* n : group) {
     weights.push_back(n->inputs[1]);
@@ -77,7 +84,7 @@ Node* pack(Graph& graph, const std::vector<Node*>& group) {
   std::vector<Value*> inputs{x, stack(graph, weights)};
   if (!biases.empty()) inputs.push_back(stack(graph, biases));
   const std::string scope = group.front()->name.substr(0, group.front()->name.rfind('/'));
-  Node* packed = graph.new_node(OpKind::Linear, std::move(inputs), {}, scope + "/PackedLinear");
+  Node* packed = graph.new_node(OpKind::Linear, std::move(inputs), {}, packed_node_name(scope, packed_in_scope));
   Shape out_shape = x->shape;
   out_shape.back() = packed->inputs[1]->shape[0];
   Value* out = graph.new_value(x->dtype, std::move(out_shape), packed->name);
@@ -110,8 +117,9 @@ void pack_linears(Graph& graph) {
     if (packable(*n, uses)) groups[pack_key(*n)].push_back(n);
 
   std::map<const Node*, Node*> insert_before;  // first member -> its packed Linear
+  std::map<std::string, int> packed_in_scope;
   for (auto& [key, group] : groups)
-    if (group.size() > 1) insert_before[group.front()] = pack(graph, group);
+    if (group.size() > 1) insert_before[group.front()] = pack(graph, group, packed_in_scope);
   if (insert_before.empty()) return;
   std::vector<Node*> order;
   for (Node* n : graph.order) {

@@ -37,7 +37,7 @@ def build_head_model(folder, model_type: str, head: str, overrides: dict):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("head", list(HEADS))
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet", "modernbert"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet", "modernbert", "deberta-v2"])
 def test_heads_match_transformers(tmp_path, export_model, support_matrix, model_type, head, fmt):
     from hfexport import ExportedModel
 
@@ -68,12 +68,17 @@ def test_heads_match_transformers(tmp_path, export_model, support_matrix, model_
 
 def test_untied_masked_lm_decoder(tmp_path, export_model):
     """tie_word_embeddings false: the decoder's own weights, not the word embeddings."""
-    from hfexport import ExportedModel
-
     model = build_head_model(tmp_path / "model", "bert", "ForMaskedLM", {"tie_word_embeddings": False})
     assert not torch.equal(model.cls.predictions.decoder.weight, model.bert.embeddings.word_embeddings.weight)
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx")
     inputs = encoder_inputs(BERT["vocab_size"])
+    check_logits_at_real_positions(model, out, inputs)
+
+
+def check_logits_at_real_positions(model, out, inputs: dict) -> None:
+    """The export's logits equal the transformers head class's at every real position."""
+    from hfexport import ExportedModel
+
     with torch.no_grad():
         expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits.numpy()
     real = inputs["attention_mask"].astype(bool)

@@ -18,7 +18,8 @@ from conftest import assert_clean_error
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 # model_type -> transformers' config class prefix (BertConfig, BertModel, BertForMaskedLM, ...)
 FAMILIES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
-            "distilbert": "DistilBert", "electra": "Electra", "mpnet": "MPNet", "modernbert": "ModernBert"}
+            "distilbert": "DistilBert", "electra": "Electra", "mpnet": "MPNet", "modernbert": "ModernBert",
+            "deberta-v2": "DebertaV2"}
 # DistilBERT's config spells the sizes its own way, and has no token types.
 DISTIL_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                "intermediate_size": "hidden_dim", "hidden_act": "activation"}
@@ -28,6 +29,12 @@ NO_TOKEN_TYPES = ("distilbert", "mpnet", "modernbert")
 # ModernBERT's keys, and a window (local_attention 8: 4 keys each side) shorter than the test rows,
 # with local and global layers (every second global) and a pad token inside the tiny vocabulary.
 MODERNBERT = {"hidden_act": "hidden_activation", "layer_norm_eps": "norm_eps"}
+# DeBERTa-v3's shape: disentangled attention (both terms, keys shared with the content
+# projections), log buckets (8, reaching 32) over LayerNorm'ed relative embeddings, no absolute
+# positions; token types kept from BERT's config.
+DEBERTA_V3 = {"relative_attention": True, "pos_att_type": ["p2c", "c2p"], "position_buckets": 8,
+              "max_relative_positions": 32, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+              "position_biased_input": False}
 
 
 def family_config(model_type: str, config: dict) -> dict:
@@ -35,6 +42,8 @@ def family_config(model_type: str, config: dict) -> dict:
         renamed = {MODERNBERT.get(k, k): v for k, v in config.items() if k != "type_vocab_size"}
         return {"local_attention": 8, "global_attn_every_n_layers": 2, "pad_token_id": 0,
                 **renamed}
+    if model_type == "deberta-v2":
+        return {**DEBERTA_V3, **config}
     if model_type != "distilbert":
         return config
     return {DISTIL_KEYS.get(k, k): v for k, v in config.items() if k not in ("type_vocab_size", "layer_norm_eps")}
@@ -132,7 +141,7 @@ def test_encoder_matches_transformers(tmp_path, export_model, support_matrix, mo
     assert manifest["task"] == "feature-extraction"
     entry = manifest["components"]["model"]
     types = model_type not in NO_TOKEN_TYPES
-    pooler = model_type not in ("distilbert", "electra", "modernbert")
+    pooler = model_type not in ("distilbert", "electra", "modernbert", "deberta-v2")
     assert [i["name"] for i in entry["inputs"]] == ["input_ids", "attention_mask"] + (["token_type_ids"] if types else [])
     assert [o["name"] for o in entry["outputs"]] == ["last_hidden_state"] + (["pooler_output"] if pooler else [])
     # A .pte's plain forward takes batch 1 (its memory is planned at each dim's bound).
@@ -144,7 +153,7 @@ def test_encoder_matches_transformers(tmp_path, export_model, support_matrix, mo
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet", "modernbert"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert", "electra", "mpnet", "modernbert", "deberta-v2"])
 def test_head_checkpoint_and_fewer_inputs(tmp_path, export_model, model_type, fmt):
     """A ...ForMaskedLM checkpoint (weights under the family's prefix, the MLM head unread, no
     pooler) as --task feature-extraction, its forward taking input_ids alone (every token

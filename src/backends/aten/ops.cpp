@@ -145,6 +145,11 @@ HFX_ATEN_OP(Range) {
                                          {"dtype", aten_scalar_type(n.outputs[0]->dtype)}});
 }
 
+HFX_ATEN_OP(GatherElements) {
+  return aten_call("gather.default", {self(n), {"dim", aten_int(n.attrs_as<AxisAttrs>().axis)},
+                                      {"index", aten_tensor(n.inputs[1])}});
+}
+
 HFX_ATEN_OP(ScatterElements) {
   return aten_call("scatter.src", {self(n), {"dim", aten_int(n.attrs_as<AxisAttrs>().axis)},
                                    {"index", aten_tensor(n.inputs[1])}, {"src", aten_tensor(n.inputs[2])}});

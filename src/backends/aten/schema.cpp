@@ -109,6 +109,8 @@ constexpr std::string_view kSchemas[] = {
     "Device? device=None, bool? pin_memory=None)",
     "arange.start_out(Scalar start, Scalar end, Scalar step=1, *, Tensor(a!) out)",
     "scatter.src(Tensor self, int dim, Tensor index, Tensor src)",
+    "gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False)",
+    "gather.out(Tensor self, int dim, Tensor index, *, bool sparse_grad=False, Tensor(a!) out)",
     "scatter.src_out(Tensor self, int dim, Tensor index, Tensor src, *, Tensor(a!) out)",
     "linear(Tensor input, Tensor weight, Tensor? bias=None)",
     "linear.out(Tensor input, Tensor weight, Tensor? bias=None, *, Tensor(a!) out)",

@@ -59,6 +59,7 @@ const std::vector<Row>& rows() {
       {"where.self", "where.self_out", {}},
       {"arange.start_step", "arange.start_out", {}},  // the dtype is the out tensor's
       {"scatter.src", "scatter.src_out", {}},
+      {"gather.default", "gather.out", {}},
       {"linear.default", "linear.out", {}},
       {"embedding.default", "embedding.out", {}},
   };

@@ -109,6 +109,9 @@ HFX_ONNX_OP(Unsqueeze) { l.node("Unsqueeze", {in[0], l.ints(n.attrs_as<AxesAttrs
 HFX_ONNX_OP(ScatterElements) {
   attr_int(l.node("ScatterElements", in, {out}), "axis", n.attrs_as<AxisAttrs>().axis);
 }
+HFX_ONNX_OP(GatherElements) {
+  attr_int(l.node("GatherElements", in, {out}), "axis", n.attrs_as<AxisAttrs>().axis);
+}
 HFX_ONNX_OP(ShapeOf) { l.node("Shape", in, {out}); }
 
 // MatMul against the weight stored transposed ([in, out]) at export time.

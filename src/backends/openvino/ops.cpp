@@ -197,6 +197,10 @@ HFX_OV_OP(ShapeOf) { return l.result(n, "ShapeOf", "opset3", {{"output_type", "i
 
 HFX_OV_OP(Expand) { return l.result(n, "Broadcast", "opset3", {{"mode", "bidirectional"}}, in); }
 
+HFX_OV_OP(GatherElements) {
+  return l.result(n, "GatherElements", "opset6", {{"axis", std::to_string(n.attrs_as<AxisAttrs>().axis)}}, in);
+}
+
 HFX_OV_OP(ScatterElements) {
   return l.result(n, "ScatterElementsUpdate", "opset12", {{"reduction", "none"}, {"use_init_val", "true"}},
                   {in[0], in[1], in[2], l.i64({n.attrs_as<AxisAttrs>().axis}, {})});
