@@ -6,7 +6,9 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/shape.h"
 #include "io/json_config.h"
+#include "models/blocks.h"
 
 namespace hfx {
 namespace {
@@ -55,6 +57,74 @@ std::vector<Mode> pooling_modes(const JsonConfig& c) {
 
 // The last word of a module's type: "sentence_transformers.models.Pooling" -> "Pooling".
 std::string module_kind(const std::string& type) { return type.substr(type.rfind('.') + 1); }
+
+// A module folder named relative to the checkpoint, not leaving it.
+bool inside_checkpoint(const std::filesystem::path& path) {
+  return !path.empty() && path.is_relative() &&
+         std::none_of(path.begin(), path.end(), [](const std::filesystem::path& part) { return part == ".."; });
+}
+
+// A Dense module's weights, renamed under its folder's name and kept open for as long as the
+// graph's constants read them.
+struct DenseWeights {
+  std::unique_ptr<SafetensorsSource> source;
+  TensorView linear, bias, residual;
+};
+
+// torch.nn activation classes a Dense module names, as the blocks' activation names ("" : none).
+std::string dense_activation(const JsonConfig& c) {
+  // sentence-transformers' default is Tanh when the config names none.
+  const std::string name = c.string("activation_function", "torch.nn.modules.activation.Tanh");
+  static const std::pair<const char*, const char*> kKnown[] = {
+      {"torch.nn.modules.linear.Identity", ""},         {"torch.nn.modules.activation.Tanh", "tanh"},
+      {"torch.nn.modules.activation.ReLU", "relu"},     {"torch.nn.modules.activation.Sigmoid", "sigmoid"},
+      {"torch.nn.modules.activation.GELU", "gelu"},     {"torch.nn.modules.activation.SiLU", "silu"},
+  };
+  for (const auto& [torch_name, ours] : kKnown)
+    if (name == torch_name) return ours;
+  c.invalid("activation_function", "\"" + name + "\" is not supported (Identity, Tanh, ReLU, Sigmoid, GELU, SiLU)");
+}
+
+// One of the Dense module's tensors, checked and renamed "<folder>.<name>".
+TensorView dense_tensor(const SafetensorsSource& source, const std::filesystem::path& folder, const std::string& name,
+                        std::vector<int64_t> shape) {
+  const TensorView* t = source.find(name);
+  if (!t) fail(folder.string(), ": no tensor '", name, "' (the Dense module's weights)");
+  if (t->shape != shape)
+    fail(folder.string(), ": '", name, "' has shape ", shape_string(t->shape), ", the module's config says ", shape_string(shape));
+  TensorView renamed = *t;
+  renamed.name = folder.filename().string() + "." + name;
+  return renamed;
+}
+
+// sentence-transformers' Dense: activation(linear(x)), plus x (or its projection) with use_residual.
+Value* dense_module(Builder& b, const std::filesystem::path& folder, Value* x) {
+  const std::filesystem::path config_file = folder / "config.json";
+  const JsonConfig c(read_json_file(config_file), config_file.string());
+  const int64_t in = c.positive("in_features"), out = c.positive("out_features");
+  const bool bias = c.boolean("bias", true), residual = c.boolean("use_residual", false);
+  const std::string act = dense_activation(c);
+  for (const char* key : {"module_input_name", "module_output_name"})
+    if (c.string(key, "sentence_embedding") != "sentence_embedding")
+      c.invalid(key, "is not supported: hfexport's Dense reads and writes the sentence_embedding");
+  const int64_t width = x->shape[1].value();
+  if (in != width)
+    c.invalid("in_features", str("is ", in, ", but what reaches the module is ", width, " wide"));
+  if (!std::filesystem::exists(folder / "model.safetensors") && std::filesystem::exists(folder / "pytorch_model.bin"))
+    fail(folder.string(), ": the Dense module's weights are pytorch_model.bin; hfexport reads safetensors "
+                          "(re-save the model with sentence-transformers >= 3)");
+  auto weights = std::make_shared<DenseWeights>();
+  weights->source = std::make_unique<SafetensorsSource>(folder);
+  weights->linear = dense_tensor(*weights->source, folder, "linear.weight", {out, in});
+  if (bias) weights->bias = dense_tensor(*weights->source, folder, "linear.bias", {out});
+  if (residual && in != out) weights->residual = dense_tensor(*weights->source, folder, "residual.weight", {out, in});
+  b.set_scope(folder.filename().string());
+  const DType t = x->dtype;
+  Value* y = b.linear(x, b.weight(weights->linear, t, weights), bias ? b.weight(weights->bias, t, weights) : nullptr);
+  if (!act.empty()) y = activation(b, act, y);
+  if (residual) y = b.add(y, in == out ? x : b.linear(x, b.weight(weights->residual, t, weights)));
+  return y;
+}
 
 // Token i of each row where `pick` [batch, sequence] is 1 (one per row, or none: zeros).
 Value* picked_token(Builder& b, Value* tokens, Value* pick) {
@@ -121,9 +191,11 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt) {
                                                  "is not supported";
     } else if (kind == "Normalize" && pooling) {  // L2 over the pooled vector
       pooling->normalize = true;
-    } else if (pooling && pooling->unsupported.empty()) {  // EmbeddingGemma's Dense layers, ...
+    } else if (kind == "Dense" && pooling && !pooling->normalize && inside_checkpoint(path)) {
+      pooling->dense.push_back(ckpt.dir() / path);
+    } else if (pooling && pooling->unsupported.empty()) {
       pooling->unsupported = str(modules_file.string(), ": module '", type, "' (", path.empty() ? "." : path,
-                                 ") is not supported (Transformer, Pooling, Normalize are)");
+                                 ") is not supported here (Transformer, Pooling, then Dense modules, then Normalize are)");
     } else if (!pooling) {
       fail(modules_file.string(), ": module '", type, "' (", path.empty() ? "." : path,
            ") comes before any Pooling module: not a sentence-embedding pipeline hfexport builds");
@@ -149,9 +221,7 @@ void write_sentence_transformers_files(const Checkpoint& ckpt, const std::filesy
       continue;
     }
     const fs::path path = module.at("path").get<std::string>();  // a module folder inside the checkpoint
-    const bool inside = !path.empty() && path.is_relative() &&
-                        std::none_of(path.begin(), path.end(), [](const fs::path& part) { return part == ".."; });
-    if (inside && fs::is_directory(ckpt.dir() / path)) folders.push_back(path);
+    if (inside_checkpoint(path) && fs::is_directory(ckpt.dir() / path)) folders.push_back(path);
   }
   for (const fs::path& name : folders) {
     std::error_code ec;
@@ -177,7 +247,7 @@ Task resolve_task_with_pooling(const std::string& configured, const std::vector<
 }
 
 nlohmann::json sentence_pooling_json(const std::optional<SentencePooling>& pooling) {
-  if (!pooling || !pooling->unsupported.empty()) return nullptr;
+  if (!pooling || !pooling->unsupported.empty() || !pooling->dense.empty()) return nullptr;
   nlohmann::json modes = nlohmann::json::array();
   for (Mode mode : pooling->modes)
     for (const ModeName& m : kModes)
@@ -197,7 +267,9 @@ Value* sentence_embedding(Builder& b, const SentencePooling& pooling, Value* tok
   std::vector<Value*> parts;
   for (Mode mode : pooling.modes) parts.push_back(pool(b, mode, tokens, mask, mask_i64));
   Value* x = parts.size() == 1 ? parts.front() : b.concat(parts, 1);
+  for (const std::filesystem::path& folder : pooling.dense) x = dense_module(b, folder, x);
   if (!pooling.normalize) return x;
+  b.set_scope("pooling");
   // F.normalize: x / max(||x||, 1e-12)
   Value* norm = b.unary(OpKind::Sqrt, b.reduce(OpKind::ReduceSum, b.mul(x, x), {1}, true));
   return b.div(x, b.max(norm, b.scalar(1e-12, t)));

@@ -18,8 +18,11 @@ struct SentencePooling {
   enum class Mode { Cls, Max, Mean, MeanSqrtLen, WeightedMean, LastToken };
   std::vector<Mode> modes;
   bool normalize = false;
-  // Why the sentence embedding cannot be built (a Dense module, a prompt left out of the
-  // pooling); empty: it can. The checkpoint's other tasks still export.
+  // The Dense modules after the pooling, in order (EmbeddingGemma's projections): their folders,
+  // whose config and weights are read as the graph is built.
+  std::vector<std::filesystem::path> dense;
+  // Why the sentence embedding cannot be built (a prompt left out of the pooling, a module of
+  // another kind); empty: it can. The checkpoint's other tasks still export.
   std::string unsupported;
 };
 
@@ -30,12 +33,13 @@ Task resolve_task_with_pooling(const std::string& configured, const std::vector<
                                Task fallback, const std::optional<SentencePooling>& pooling, const Checkpoint& ckpt);
 
 // export.json's record of it, {"pooling_mode": [names], "normalize": bool}; null without a pooling
-// that can be built (nothing for a pipeline to apply).
+// that can be built, or with Dense modules (a pipeline pooling the hidden states itself would
+// leave their projections out).
 nlohmann::json sentence_pooling_json(const std::optional<SentencePooling>& pooling);
 
 // The pooling of the sentence-transformers model in `ckpt`'s directory (modules.json with a Pooling
-// module), or none. Modules that change the numbers and are not built (Dense, a prompt left out of
-// the pooling) are recorded in `unsupported`.
+// module), or none. Modules that change the numbers and are not built (a prompt left out of the
+// pooling, a module other than Pooling, Dense and Normalize) are recorded in `unsupported`.
 std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt);
 
 // Makes `out` (an export folder) a sentence-transformers model folder with the model at its root:
@@ -44,8 +48,9 @@ std::optional<SentencePooling> read_sentence_pooling(const Checkpoint& ckpt);
 // OUT, backend="onnx" | "openvino") then loads the export. Nothing for a checkpoint that is not one.
 void write_sentence_transformers_files(const Checkpoint& ckpt, const std::filesystem::path& out);
 
-// [batch, hidden * modes] from the token embeddings [batch, sequence, hidden] and the attention
-// mask [batch, sequence] (int64; null: every token counts).
+// [batch, width] from the token embeddings [batch, sequence, hidden] and the attention mask
+// [batch, sequence] (int64; null: every token counts): pooled (hidden * modes), through the Dense
+// modules, normalized.
 Value* sentence_embedding(Builder& b, const SentencePooling& pooling, Value* tokens, Value* attention_mask);
 
 }  // namespace hfx

@@ -96,6 +96,8 @@ def test_feature_extraction_of_a_sentence_model(tmp_path, export_model):
         {"embedding_dimension": 64, "pooling_mode": "median"})), ["pooling_mode", "median"]),
     (lambda d: (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text()) + [
         {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}])), ["Dense", "3_Dense"]),
+    (lambda d: (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text())[:2] + [
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}])), ["2_Dense", "config.json"]),
     (lambda d: (d / "modules.json").write_text('[{"idx": 0, "type": 5, "path": ""}]'), ["modules.json", "type"]),
     (lambda d: (d / "modules.json").write_text('[{"idx": 0, "type": "sentence_tr'), ["modules.json", "JSON"]),
 ])
@@ -107,8 +109,9 @@ def test_unsupported_modules_are_refused(tmp_path, run_hfexport, edit, mentions)
 
 
 def test_unsupported_modules_leave_feature_extraction(tmp_path, export_model):
-    """A Dense module (EmbeddingGemma's) blocks only the sentence embedding: the hidden states
-    still export, and export.json records no pooling for a pipeline to apply."""
+    """A Dense module that cannot be built (no folder) blocks only the sentence embedding: the
+    hidden states still export, and export.json records no pooling for a pipeline to apply (it
+    would leave the projection out)."""
     build_sentence_model(tmp_path / "st", "mean")
     modules = json.loads((tmp_path / "st" / "modules.json").read_text())
     modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
@@ -219,6 +222,120 @@ def test_decoder_embedder_like_qwen3_embedding(tmp_path, export_model, fmt):
     out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt)
     assert json.loads((out / "export.json").read_text())["task"] == "sentence-similarity"
     np.testing.assert_allclose(our_embeddings(out, tmp_path / "st", fmt), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
+
+
+def save_dense_model(folder, transformer, pooling_mode: str, dense: list, normalize: bool = True):
+    """A SentenceTransformer of `transformer`, the pooling, Dense modules (kwargs each, seeded
+    random weights) and Normalize, saved; returns it loaded back."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    torch.manual_seed(3)
+    modules = [transformer, models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode=pooling_mode)]
+    for kwargs in dense:
+        layer = models.Dense(**kwargs)
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.normal_(0.0, 0.2)
+        modules.append(layer)
+    if normalize:
+        modules.append(models.Normalize())
+    SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    return SentenceTransformer(str(folder), device="cpu")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dense_modules_like_embeddinggemma(tmp_path, export_model, fmt):
+    """EmbeddingGemma's pipeline: gemma3_text with bidirectional attention, mean pooling, two
+    bias-free Identity Dense projections (up, then back down) and Normalize. The Dense weights
+    come from the modules' own folders; sentence_embedding equals SentenceTransformer.encode."""
+    import torch
+    from sentence_transformers import models
+    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from conftest import TINY_CONFIG, build_tiny_model
+
+    hf = tmp_path / "gemma3"
+    build_tiny_model(hf, "gemma3_text", {**TINY_CONFIG, "num_key_value_heads": 2, "head_dim": 16,
+                                         "use_bidirectional_attention": True, "query_pre_attn_scalar": 16})
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, TINY_CONFIG["vocab_size"])}}
+    tok = Tokenizer(tok_models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<pad>").save_pretrained(hf)
+    transformer = models.Transformer(str(hf))
+    width = transformer.get_word_embedding_dimension()
+    identity = torch.nn.Identity()
+    st = save_dense_model(tmp_path / "st", transformer, "mean", [
+        dict(in_features=width, out_features=2 * width, bias=False, activation_function=identity),
+        dict(in_features=2 * width, out_features=width, bias=False, activation_function=identity)])
+    assert [m["path"] for m in json.loads((tmp_path / "st" / "modules.json").read_text())][2:4] == ["2_Dense", "3_Dense"]
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", fmt)
+    np.testing.assert_allclose(our_embeddings(out, tmp_path / "st", fmt), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dense", [
+    [dict(out_features=32)],  # sentence-transformers' defaults: a bias, Tanh
+    [dict(out_features=64, activation_function="relu", use_residual=True)],
+    [dict(out_features=48, bias=False, activation_function="gelu", use_residual=True), dict(out_features=16)],
+], ids=["tanh-bias", "relu-residual", "gelu-projected-residual-then-tanh"])
+def test_dense_module_options(tmp_path, export_model, dense):
+    """Dense modules' options over a BERT: the default Tanh with a bias, ReLU / GELU, a residual
+    connection (the identity, or its own projection where the widths differ), stacked."""
+    import torch
+    from sentence_transformers import models
+
+    hf = tmp_path / "st-hf"
+    build_encoder(hf, BERT)
+    save_tokenizer(hf)
+    transformer = models.Transformer(str(hf))
+    width = transformer.get_word_embedding_dimension()
+    acts = {"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU()}
+    layers = []
+    for kwargs in dense:
+        kwargs = dict(kwargs, in_features=width)
+        if "activation_function" in kwargs:
+            kwargs["activation_function"] = acts[kwargs["activation_function"]]
+        layers.append(kwargs)
+        width = kwargs["out_features"]
+    st = save_dense_model(tmp_path / "st", transformer, "cls", layers, normalize=False)
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", "onnx")
+    np.testing.assert_allclose(our_embeddings(out, tmp_path / "st", "onnx"), st.encode(TEXTS), rtol=1e-4, atol=1e-5)
+
+
+def edit_json(path, **changes):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def keep_bin_only(folder):
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("edit,mentions", [
+    (lambda d: edit_json(d / "config.json", in_features=32), ["in_features", "64"]),
+    (lambda d: edit_json(d / "config.json", activation_function="torch.nn.modules.activation.Softsign"),
+     ["activation_function", "Softsign"]),
+    (lambda d: edit_json(d / "config.json", module_input_name="token_embeddings"), ["module_input_name"]),
+    (lambda d: edit_json(d / "config.json", out_features=16), ["linear.weight", "shape"]),
+    (keep_bin_only, ["pytorch_model.bin", "safetensors"]),
+    (lambda d: truncate(d / "model.safetensors"), ["2_Dense", "model.safetensors"]),
+    (lambda d: (d / "config.json").unlink(), ["2_Dense", "config.json"]),
+], ids=["in_features", "activation", "input_name", "weight-shape", "bin-only", "truncated", "no-config"])
+def test_bad_dense_modules_are_refused(tmp_path, run_hfexport, edit, mentions):
+    from sentence_transformers import models
+
+    hf = tmp_path / "st-hf"
+    build_encoder(hf, BERT)
+    save_tokenizer(hf)
+    transformer = models.Transformer(str(hf))
+    save_dense_model(tmp_path / "st", transformer, "mean", [dict(in_features=BERT["hidden_size"], out_features=32)])
+    edit(tmp_path / "st" / "2_Dense")
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "st", "-o", out), out, *mentions)
 
 
 PEERS = Path(__file__).resolve().parents[2] / ".venv-optimum-onnx" / "bin" / "python"
