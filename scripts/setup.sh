@@ -34,4 +34,17 @@ if ! .venv-optimum-onnx/bin/python -c "import optimum.onnxruntime, optimum.intel
   .venv-optimum-onnx/bin/python -m pip install -q --disable-pip-version-check "optimum-onnx[onnxruntime]==0.1.0" \
     "optimum-intel[openvino]==1.27.0" "sentence-transformers==5.7.0"
 fi
+# sentence-transformers 6 with its OpenVINO backend (optimum-intel 2.2, which supports transformers
+# 5 up to 5.5): its own venv, as the main one has transformers 5.24. optimum-intel's torchvision and
+# nncf requirements are left out (its OVModel classes import neither; PyPI's torchvision does not
+# load beside the CPU torch). Its ONNX backend needs optimum-onnx, whose only release pins
+# transformers < 4.58, which sentence-transformers 6 refuses: the peer venv above tests version 5's.
+[ -x .venv-st6/bin/python ] || python3 -m venv .venv-st6
+if ! .venv-st6/bin/python -c "import optimum.intel.openvino, sentence_transformers" 2>/dev/null; then
+  .venv-st6/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
+  .venv-st6/bin/python -m pip install -q --disable-pip-version-check "sentence-transformers==6.0.1" \
+    "transformers>=5,<5.6" "optimum~=2.3.0" "huggingface-hub>=1.3,<1.22" "requests>=2.33,<3" setuptools \
+    "openvino==2026.4.1" "openvino-tokenizers==2026.4.1.0"
+  .venv-st6/bin/python -m pip install -q --disable-pip-version-check --no-deps "optimum-intel==2.2.0"
+fi
 echo "setup: ready ($(.venv/bin/hfexport --version))"

@@ -1,6 +1,7 @@
-"""sentence-transformers 5 (the release before 6, whose module names Hub checkpoints carry) with its
-ONNX and OpenVINO backends, run in the venv optimum needs (.venv-optimum-onnx: optimum-onnx and
-optimum-intel pin transformers < 4.58). Two commands, each printing JSON on its last line:
+"""sentence-transformers' ONNX and OpenVINO backends in the venvs they need: version 5 (whose module
+names Hub checkpoints carry) with both, in .venv-optimum-onnx (optimum-onnx and optimum-intel 1.27
+pin transformers < 4.58); version 6 with OpenVINO's, in .venv-st6 (optimum-intel 2.2, transformers
+5.5). Two commands, each printing JSON on its last line:
 
   build FOLDER MODE   a tiny random BERT (transformers 4.x) with a word-level tokenizer under
                       Pooling(MODE) and Normalize, saved as SentenceTransformer.save writes it;

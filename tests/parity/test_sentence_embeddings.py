@@ -339,11 +339,13 @@ def test_bad_dense_modules_are_refused(tmp_path, run_hfexport, edit, mentions):
 
 
 PEERS = Path(__file__).resolve().parents[2] / ".venv-optimum-onnx" / "bin" / "python"
+ST6 = Path(__file__).resolve().parents[2] / ".venv-st6" / "bin" / "python"
 
 
-def peer(*args) -> dict:
-    """tests/parity/st_backends.py in the venv sentence-transformers 5's backends need."""
-    proc = subprocess.run([str(PEERS), str(Path(__file__).with_name("st_backends.py")), *map(str, args)],
+def peer(*args, python: Path = PEERS) -> dict:
+    """tests/parity/st_backends.py in the venv sentence-transformers' backends need (version 5's
+    by default)."""
+    proc = subprocess.run([str(python), str(Path(__file__).with_name("st_backends.py")), *map(str, args)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -364,4 +366,21 @@ def test_sentence_transformers_backends_load_our_exports(tmp_path, export_model,
     got = peer("encode", out, fmt)
     assert got["model_class"] == {"onnx": "ORTModelForFeatureExtraction", "openvino": "OVModelForFeatureExtraction"}[fmt]
     assert Path(got["path"]).resolve().is_relative_to(out.resolve()), got["path"]  # ours, not an export of its own
+    np.testing.assert_allclose(np.array(got["embeddings"]), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,task", [("mean", None), ("cls", "feature-extraction")])
+def test_sentence_transformers_6_openvino_backend_loads_our_exports(tmp_path, export_model, mode, task):
+    """SentenceTransformer(OUT, backend="openvino").encode with sentence-transformers 6 (optimum-intel
+    2.2's OVModelForFeatureExtraction, transformers 5.5, .venv-st6) on our export of a checkpoint
+    sentence-transformers 6 saved: the PyTorch backend's embeddings. (Its backend="onnx" needs
+    optimum-onnx, whose only release pins transformers < 4.58 while sentence-transformers 6 needs
+    5: version 5's ONNX backend is tested above.)"""
+    if not ST6.exists():
+        pytest.skip("no .venv-st6 (scripts/setup.sh makes it)")
+    expected = np.array(peer("build", tmp_path / "st", mode, python=ST6))
+    out = export_model(tmp_path / "st", tmp_path / "out", "--format", "openvino", *(["--task", task] if task else []))
+    got = peer("encode", out, "openvino", python=ST6)
+    assert got["model_class"] == "OVModelForFeatureExtraction"
+    assert Path(got["path"]).resolve().is_relative_to(out.resolve()), got["path"]
     np.testing.assert_allclose(np.array(got["embeddings"]), expected, rtol=1e-4, atol=1e-5)
