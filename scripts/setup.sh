@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debian_packages=(g++ libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev libcli11-dev libpugixml-dev pybind11-dev zlib1g-dev
-  flatbuffers-compiler libflatbuffers-dev)
+  flatbuffers-compiler libflatbuffers-dev libkissfft-dev)
 missing=()
 for p in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,9 +1,11 @@
 // hfexport._core: the export core for the Python API. Python hands over what it has (a checkpoint
 // directory, or a live model's config and the addresses of its weight buffers) and the export
 // config as JSON; everything else is the same C++ the command line runs.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -11,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "audio/log_mel.h"
 #include "core/error.h"
 #include "core/export_config.h"
 #include "export/exporter.h"
@@ -77,6 +80,16 @@ void export_tensors(const std::string& hf_config_json, const std::optional<std::
   hfx::run_export(ckpt, out_dir, config, {overwrite, verbose});
 }
 
+// Whisper's log-mel features of mono float32 samples: a [feature_size, frames] float32 array.
+py::array_t<float> whisper_log_mel(const py::array_t<float, py::array::c_style | py::array::forcecast>& samples,
+                                   const hfx::LogMelConfig& config) {
+  if (samples.ndim() != 1) hfx::fail("log-mel: samples must be one mono channel (a 1-D array), got ", samples.ndim(), "-D");
+  const hfx::LogMel mel = hfx::whisper_log_mel({samples.data(), static_cast<size_t>(samples.size())}, config);
+  py::array_t<float> out({mel.mels, mel.frames});
+  std::copy(mel.values.begin(), mel.values.end(), out.mutable_data());
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -89,4 +102,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("export_tensors", &export_tensors, py::arg("hf_config_json"), py::arg("generation_config_json"),
         py::arg("tensors"), py::arg("companion_dir"), py::arg("out_dir"), py::arg("config_json"),
         py::arg("overwrite") = false, py::arg("verbose") = false, py::arg("where") = "model");
+  py::class_<hfx::LogMelConfig>(m, "LogMelConfig")
+      .def(py::init<>())
+      .def_readwrite("feature_size", &hfx::LogMelConfig::feature_size)
+      .def_readwrite("sampling_rate", &hfx::LogMelConfig::sampling_rate)
+      .def_readwrite("hop_length", &hfx::LogMelConfig::hop_length)
+      .def_readwrite("n_fft", &hfx::LogMelConfig::n_fft)
+      .def_readwrite("chunk_length", &hfx::LogMelConfig::chunk_length)
+      .def_readwrite("pad_to_chunk", &hfx::LogMelConfig::pad_to_chunk);
+  m.def("whisper_log_mel", &whisper_log_mel, py::arg("samples"), py::arg("config"));
 }
