@@ -13,8 +13,6 @@
 // Checkpoints as saved from the base model (no prefix) or from a head class (the family's prefix;
 // the head's weights unread).
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <optional>
 
 #include "core/error.h"
@@ -169,18 +167,9 @@ Value* positions_after_padding(Builder& b, Value* input_ids, int64_t pad) {
   return b.add(b.mul(b.cumsum(real, 1), real), pad_id);
 }
 
-// MPNetEncoder.relative_position_bucket of `relative` (key - query), in float32 as transformers
-// computes it, so that the buckets' edges (distances 16, 32, 64) fall where they do there.
-int64_t mpnet_bucket(int64_t relative) {
-  const int64_t half = kMpnetBuckets / 2, exact = half / 2;
-  const int64_t n = std::abs(relative);
-  const int64_t side = relative > 0 ? half : 0;  // n = -relative < 0: keys after the query
-  if (n < exact) return side + n;
-  const float scaled = std::log(static_cast<float>(n) / static_cast<float>(exact)) /
-                       static_cast<float>(std::log(static_cast<double>(kMpnetMaxDistance) / exact)) *
-                       static_cast<float>(half - exact);
-  return side + std::min<int64_t>(exact + static_cast<int64_t>(scaled), half - 1);
-}
+// MPNetEncoder.relative_position_bucket of `relative` (key - query): T5's, in float32, so that
+// the buckets' edges (distances 16, 32, 64) fall where they do there.
+int64_t mpnet_bucket(int64_t relative) { return bidirectional_bucket(relative, kMpnetBuckets, kMpnetMaxDistance); }
 
 // [1, heads, sequence, sequence]: encoder.relative_attention_bias's row for each (query, key)
 // pair's bucket. The buckets of every distance the positions allow are a constant table,

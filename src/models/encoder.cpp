@@ -1,6 +1,8 @@
 #include "models/encoder.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -34,6 +36,17 @@ Value* padding_mask(Builder& b, Value* input_ids, Value* attention_mask) {
   Value* every = b.compare(OpKind::Greater, b.unsqueeze(slots, {0}), b.sub(rows, token_count(b, input_ids)));
   Value* kept = b.unsqueeze(b.compare(OpKind::Greater, attention_mask, b.const_i64({0})), {1, 2});
   return b.logical_and(b.unsqueeze(every, {0, 1}), kept);
+}
+
+int64_t bidirectional_bucket(int64_t relative, int64_t buckets, int64_t max_distance) {
+  const int64_t half = buckets / 2, exact = half / 2;
+  const int64_t n = std::abs(relative);
+  const int64_t side = relative > 0 ? half : 0;  // n = -relative < 0: keys after the query
+  if (n < exact) return side + n;
+  const float scaled = std::log(static_cast<float>(n) / static_cast<float>(exact)) /
+                       static_cast<float>(std::log(static_cast<double>(max_distance) / static_cast<double>(exact))) *
+                       static_cast<float>(half - exact);
+  return side + std::min<int64_t>(exact + static_cast<int64_t>(scaled), half - 1);
 }
 
 Value* by_distance(Builder& b, const std::vector<int64_t>& table, Value* input_ids) {

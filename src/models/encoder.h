@@ -45,6 +45,11 @@ Value* arange_tokens(Builder& b, Value* input_ids);
 // [batch, 1, sequence, sequence] bool: every query sees every key the attention_mask keeps.
 Value* padding_mask(Builder& b, Value* input_ids, Value* attention_mask);
 
+// T5's bidirectional relative position bucket of `relative` (key - query), in float32 as
+// transformers computes it (T5, MPNet): half the buckets per direction, exact below a quarter of
+// them, logarithmic up to max_distance.
+int64_t bidirectional_bucket(int64_t relative, int64_t buckets, int64_t max_distance);
+
 // [sequence, sequence] int64: table[key - query + longest - 1] for each (query, key) pair, where
 // `table` holds a value per distance -(longest - 1) ... longest - 1 (relative position buckets).
 Value* by_distance(Builder& b, const std::vector<int64_t>& table, Value* input_ids);
