@@ -31,6 +31,8 @@ logger = logging.getLogger("hfexport")
 
 DECODER_INPUTS = ("input_ids", "attention_mask", "position_ids")
 CACHE_KWARGS = ("past_key_values", "cache")
+# The input a forward call is built around (its batch), first match: token embeddings, tokens, audio features.
+PRIMARY_INPUTS = ("inputs_embeds", "input_ids", "input_features")
 # Files of a model directory that an export carries along for text in / text out.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")
@@ -451,10 +453,11 @@ class ExportedModel(Mapping):
         dropped = [k for k in tensors if k not in feeds]
         if dropped:
             logger.warning("hfexport: dropping inputs the export does not take: %s", dropped)
-        tokens = "inputs_embeds" if "inputs_embeds" in input_names else "input_ids"
-        if tokens not in feeds:
-            raise ValueError(f"component '{name}' needs {tokens}")
-        batch, query = feeds[tokens].shape[:2]
+        # What the component reads its batch from: tokens, their embeddings, or audio features.
+        primary = next((n for n in PRIMARY_INPUTS if n in input_names), "input_ids")
+        if primary not in feeds:
+            raise ValueError(f"component '{name}' needs {primary}")
+        batch, query = feeds[primary].shape[:2]
         if "attention_mask" in input_names and "attention_mask" not in feeds:
             past = _cache_length(cache)
             feeds["attention_mask"] = np.ones((batch, past + query), np.int64)

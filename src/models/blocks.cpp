@@ -75,7 +75,7 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   const int64_t q_out = s.heads * s.head_dim, kv_out = s.kv_heads * s.head_dim;
   // Projection j (0 q, 1 k, 2 v): its own module, or rows of the fused one.
   auto projection = [&](const std::string& name, int64_t out, int64_t begin, int64_t j) {
-    if (s.qkv.empty()) return own(m, p + name, s.qkv_bias, out, s.hidden, s.conv1d);
+    if (s.qkv.empty()) return own(m, p + name, s.qkv_bias && (j != 1 || s.k_bias), out, s.hidden, s.conv1d);
     if (s.qkv_layout == AttentionSpec::FusedLayout::PerHead)
       return per_head_rows(m, p + s.qkv, s.qkv_bias, s.heads, s.head_dim, s.hidden, j);
     return fused_rows(m, p + s.qkv, s.qkv_bias, q_out + 2 * kv_out, s.hidden, begin, begin + out, s.conv1d);

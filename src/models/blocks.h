@@ -24,6 +24,7 @@ struct AttentionSpec {
   FusedLayout qkv_layout = FusedLayout::Blocked;
   bool conv1d = false;   // weights stored [in, out] (GPT-2's Conv1D)
   bool qkv_bias = false, o_bias = false;
+  bool k_bias = true;    // with qkv_bias, whether k has one too (Whisper's k_proj has none)
   bool qk_norm = false;  // per-head RMSNorm on q and k before RoPE (qwen3)
   bool qk_norm_whole = false;   // the q/k RMSNorm spans the whole projection, before the head split (OLMo-2)
   bool qk_norm_offset = false;  // the q/k norm weights are stored as offsets from 1 (Gemma-3)
