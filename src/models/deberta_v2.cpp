@@ -45,33 +45,37 @@ struct DebertaConfig {
   int64_t conv_kernel = 0, conv_groups = 1;
 };
 
+// A config term trimmed of spaces and lower-cased, as transformers reads "p2c|c2p" and norm_rel_ebd.
+std::string normalized_term(std::string t) {
+  t.erase(0, t.find_first_not_of(' '));
+  t.erase(t.find_last_not_of(' ') + 1);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return t;
+}
+
+// A config string's '|'-separated terms, each normalized.
+std::vector<std::string> bar_separated_terms(const std::string& s) {
+  std::vector<std::string> terms;
+  for (size_t begin = 0; begin <= s.size();) {
+    const size_t bar = std::min(s.find('|', begin), s.size());
+    terms.push_back(normalized_term(s.substr(begin, bar - begin)));
+    begin = bar + 1;
+  }
+  return terms;
+}
+
 // pos_att_type: a list, or a "p2c|c2p" string (older configs); terms other than c2p and p2c are
 // not read by transformers' DeBERTa-v2 either.
 std::vector<std::string> position_terms(const JsonConfig& c) {
-  std::vector<std::string> terms;
-  if (!c.has("pos_att_type") || c.at("pos_att_type").is_null()) return terms;
+  if (!c.has("pos_att_type")) return {};
   const auto& v = c.at("pos_att_type");
-  auto add = [&](std::string t) {
-    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    t.erase(0, t.find_first_not_of(' '));
-    t.erase(t.find_last_not_of(' ') + 1);
-    terms.push_back(t);
-  };
-  if (v.is_string()) {
-    const std::string s = v.get<std::string>();
-    for (size_t begin = 0;;) {
-      const size_t bar = s.find('|', begin);
-      add(s.substr(begin, bar == std::string::npos ? std::string::npos : bar - begin));
-      if (bar == std::string::npos) break;
-      begin = bar + 1;
-    }
-  } else if (v.is_array()) {
-    for (const auto& t : v) {
-      if (!t.is_string()) c.invalid("pos_att_type", "must be a list of strings");
-      add(t.get<std::string>());
-    }
-  } else {
+  if (v.is_string()) return bar_separated_terms(v.get<std::string>());
+  if (!v.is_array())
     c.invalid("pos_att_type", "must be a list such as [\"p2c\", \"c2p\"] or a \"p2c|c2p\" string");
+  std::vector<std::string> terms;
+  for (const auto& t : v) {
+    if (!t.is_string()) c.invalid("pos_att_type", "must be a list of strings");
+    terms.push_back(normalized_term(t.get<std::string>()));
   }
   return terms;
 }
@@ -119,16 +123,8 @@ DebertaConfig parse_deberta(const JsonConfig& c) {
   if (cfg.relative && cfg.buckets == 1)
     c.invalid("position_buckets", "must be at least 2 (half of it is where the log buckets start)");
   cfg.span = cfg.buckets > 0 ? cfg.buckets : cfg.max_relative;
-  const std::string norm_rel = c.string("norm_rel_ebd", "none");
-  for (size_t begin = 0; begin <= norm_rel.size();) {
-    const size_t bar = std::min(norm_rel.find('|', begin), norm_rel.size());
-    std::string t = norm_rel.substr(begin, bar - begin);
-    t.erase(0, t.find_first_not_of(' '));
-    t.erase(t.find_last_not_of(' ') + 1);
-    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    cfg.norm_rel_embeddings = cfg.norm_rel_embeddings || t == "layer_norm";
-    begin = bar + 1;
-  }
+  const std::vector<std::string> norm_rel = bar_separated_terms(c.string("norm_rel_ebd", "none"));
+  cfg.norm_rel_embeddings = std::find(norm_rel.begin(), norm_rel.end(), "layer_norm") != norm_rel.end();
   cfg.conv_kernel = std::max<int64_t>(c.integer("conv_kernel_size", 0), 0);
   if (cfg.conv_kernel > 0) {
     if (cfg.conv_kernel % 2 == 0)

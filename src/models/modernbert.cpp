@@ -109,7 +109,7 @@ Inputs modernbert_inputs(ModelBuilder& m, const ModernBertConfig& cfg) {
 // [batch, 1, sequence, sequence] bool: keys the attention_mask keeps and, on a local layer, at
 // most reach - 1 tokens away from the query.
 Value* attention_mask(Builder& b, const Inputs& in, std::optional<int64_t> reach) {
-  Value* count = b.gather(b.shape_of(in.input_ids), b.const_i64({1}), 0);
+  Value* count = token_count(b, in.input_ids);
   Value* slots = b.range(b.const_i64({0}), count, b.const_i64({1}), in.input_ids->shape[1]);
   Value* rows = b.unsqueeze(slots, {1});
   Value* cols = b.unsqueeze(slots, {0});
@@ -207,7 +207,7 @@ ExportModel build_modernbert(const Checkpoint& ckpt, const ExportConfig& config)
   const Inputs in = modernbert_inputs(m, cfg);
   Value* positions = in.position_ids;
   if (!positions) {
-    Value* count = b.gather(b.shape_of(in.input_ids), b.const_i64({1}), 0);
+    Value* count = token_count(b, in.input_ids);
     Value* row = b.unsqueeze(b.range(b.const_i64({0}), count, b.const_i64({1}), in.input_ids->shape[1]), {0});
     positions = b.expand(row, b.shape_of(in.input_ids), in.input_ids->shape);  // a row per batch entry (RoPE tables are per row)
   }
