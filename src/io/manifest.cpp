@@ -62,7 +62,12 @@ const json& Manifest::generation() const {
   return data_[key::kGeneration];
 }
 
-std::string Manifest::cache() const { return generation().value(key::kCache, ""); }
+std::string Manifest::cache() const {
+  const json& g = generation();
+  if (!g.contains(key::kCache)) return "";
+  if (!g[key::kCache].is_string()) fail(where(), ": generation.", key::kCache, " must be a string");
+  return g[key::kCache].get<std::string>();
+}
 
 std::vector<int64_t> Manifest::eos_token_ids() const {
   std::vector<int64_t> ids;
@@ -75,6 +80,7 @@ std::optional<int64_t> Manifest::dim_max(std::string_view name) const {
   const json dims = data_.value(key::kDims, json::object());
   const auto it = dims.find(std::string(name));
   if (it == dims.end() || !it->is_object() || !it->contains("max")) return std::nullopt;
+  if (!(*it)["max"].is_number_integer()) fail(where(), ": dims.", name, ".max must be an integer");
   return (*it)["max"].get<int64_t>();
 }
 

@@ -8,6 +8,8 @@
 namespace hfx {
 namespace {
 
+constexpr int64_t kMaxRotaryDim = 65536;
+
 // HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
 std::vector<float> default_inv_freq(double base, int64_t dim) {
   std::vector<float> out;
@@ -120,6 +122,10 @@ RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::opti
   if (partial <= 0 || partial > 1) config.invalid("partial_rotary_factor", "must be in (0, 1]");
   r.rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
   if (r.rotary_dim < 2 || r.rotary_dim % 2) fail(config.where(), ": rotary dimension ", r.rotary_dim, " must be even and positive");
+  // The tables are built here, a float per pair: a head size no model has (a corrupt config) is
+  // refused before it allocates (the largest real ones are a few hundred).
+  if (r.rotary_dim > kMaxRotaryDim)
+    fail(config.where(), ": rotary dimension ", r.rotary_dim, " (from the head size) exceeds ", kMaxRotaryDim);
   r.max_position_embeddings = max_position_embeddings;
   r.inv_freq = default_inv_freq(r.theta, r.rotary_dim);
   if (r.type == "default") {
