@@ -503,12 +503,15 @@ class ExportedModel(Mapping):
     def generate(self, input_ids=None, attention_mask=None, *, max_new_tokens: int | None = None,
                  do_sample: bool | None = None, temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, generation_config=None,
-                 chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None, **kwargs):
+                 chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None,
+                 input_features=None, language: str | None = None, task: str | None = None, **kwargs):
         """Like model.generate: prompt ids [batch, seq] (left-padded, with attention_mask) in,
         prompt + new ids out (rows that finished padded with pad_token_id). A string (or a list of
         strings) is tokenized with the export's tokenizer (`chat=True`: through its chat template,
         with an optional `system` message) and the new text is returned instead. `streamer(text)`
-        is called with the text of each step as it becomes final."""
+        is called with the text of each step as it becomes final. A speech recognition export
+        (Whisper) takes `input_features` [batch, mels, 3000] (and `language`, `task`) and returns the
+        new ids, as WhisperForConditionalGeneration.generate does."""
         from .runner import generate as run_loop
         from .sampling import Sampler
         from .text import TextStream
@@ -516,6 +519,8 @@ class ExportedModel(Mapping):
         unknown = [k for k in kwargs if k not in ("pad_token_id", "eos_token_id", "use_cache", "return_dict_in_generate")]
         if unknown:
             raise TypeError(f"generate() got unsupported arguments {unknown}")
+        if input_features is not None or self.manifest.get("task") == "automatic-speech-recognition":
+            return self._generate_speech(input_features, max_new_tokens, language, task, generation_config)
         prompts = input_ids
         text_in = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and len(prompts) > 0
                                                and all(isinstance(t, str) for t in prompts))
@@ -545,6 +550,20 @@ class ExportedModel(Mapping):
             texts = [self.codec.decode(row) for row in new]
             return texts[0] if isinstance(prompts, str) else texts
         out = np.concatenate([ids, new.astype(np.int64)], axis=1)
+        return _as_torch(out) if as_torch else out
+
+    def _generate_speech(self, input_features, max_new_tokens, language, task, generation_config):
+        from .seq2seq import whisper_generate
+
+        if input_features is None:
+            raise ValueError("generate() of a speech recognition export takes input_features")
+        as_torch = hasattr(input_features, "detach")
+        gen_path = self.directory / "generation_config.json"
+        gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+        if generation_config is not None:
+            gen.update(generation_config.to_dict() if hasattr(generation_config, "to_dict") else dict(generation_config))
+        out = whisper_generate(self._runner(), _to_numpy(input_features), gen, max_new_tokens, language=language,
+                               task=task)
         return _as_torch(out) if as_torch else out
 
     def _encode_texts(self, prompts, chat: bool, system: str | None):

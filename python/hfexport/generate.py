@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sampler = Sampler(args.do_sample, args.temperature, args.top_k, args.top_p, args.seed)
         runner = open_runner(args.out_dir)
+        if hasattr(runner, "encode"):
+            raise GenerationError(f"{args.out_dir}: an encoder-decoder export: `hfexport transcribe OUT_DIR AUDIO` "
+                                  "runs a Whisper export")
         clock = StepClock()
         if args.prompt is not None:
             status = generate_text(runner, args, sampler, clock)

@@ -93,6 +93,9 @@ def shared_weights(paths: list[Path], skip: frozenset[str] | set[str] = frozense
 
 
 class OnnxRuntimeRunner(DecodeRunner):
+    # The component a decode loop repeats (an encoder-decoder's is its decoder).
+    STEP = DECODE
+
     def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
                  providers: list | None = None, share_weights: bool = True):
         """`share_weights`: with several components, hold their common weights once in memory for
@@ -107,7 +110,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.shared = bool(gen.get(SHARES_BUFFER)) and not self.static
         self.last_logits_only = gen.get(LOGITS) == "last"
         providers = providers or ["CPUExecutionProvider"]
-        names = [n for n in (PREFILL, DECODE) if manifest.has_component(n)]
+        names = [n for n in (PREFILL, self.STEP) if manifest.has_component(n)]
         self.weight_policy = "per-session"
         if share_weights and len(names) > 1:
             session_options = session_options or ort.SessionOptions()
@@ -116,7 +119,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         def session(name: str) -> ort.InferenceSession:
             return ort.InferenceSession(str(manifest.file_of(name)), session_options, providers=providers)
 
-        self.decode = session(DECODE)
+        self.decode = session(self.STEP)
         self.prefill_session = session(PREFILL) if manifest.has_component(PREFILL) else None
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         inputs = {i.name: i for i in self.decode.get_inputs()}
@@ -125,6 +128,12 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.max_cache_len = int(gen.get("max_cache_len", 0))
         self.buffers: dict[str, ort.OrtValue] = {}
         self.binding: ort.IOBinding | None = None
+        # Inputs every call of the step takes unchanged (an encoder's cross-attention state).
+        self.fixed_inputs: dict[str, ort.OrtValue] = {}
+
+    def _bind_fixed(self, binding: ort.IOBinding) -> None:
+        for name, value in self.fixed_inputs.items():
+            binding.bind_ortvalue_input(name, value)
 
     def _share_weights(self, session_options: ort.SessionOptions, paths: list[Path]) -> str:
         """Hands the sessions one copy of their common weights, as fast as each export allows:
@@ -146,6 +155,8 @@ class OnnxRuntimeRunner(DecodeRunner):
             binding.bind_cpu_input(name, value)
         for (name, _), value in zip(self.pairs, past or []):
             binding.bind_ortvalue_input(name, value)
+        if session is self.decode:
+            self._bind_fixed(binding)
         for out in session.get_outputs():
             binding.bind_output(out.name, "cpu")
         session.run_with_iobinding(binding)
@@ -169,6 +180,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         the decode binding that reuses them for every step, and the mask starting with the prompt's."""
         self.buffers = {}
         self.binding = self.decode.io_binding()
+        self._bind_fixed(self.binding)
         for i, (name, present) in enumerate(self.pairs):
             spec = self.cache_specs[name]
             buf = np.zeros([batch, spec.shape[1], capacity, spec.shape[3]], _NUMPY_TYPES[spec.type])
@@ -224,6 +236,7 @@ class OnnxRuntimeRunner(DecodeRunner):
     # -- static cache ---------------------------------------------------------------------------
     def _allocate_static(self, batch: int, length: int) -> None:
         self.binding = self.decode.io_binding()
+        self._bind_fixed(self.binding)
         self.buffers = {}
         for name, _ in self.pairs:
             spec = self.cache_specs[name]

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .manifest import CACHE_STATIC, REBUILD_CACHE_AT, ExportManifest, load_manifest
+from .manifest import CACHE_STATIC, ENCODER, REBUILD_CACHE_AT, ExportManifest, load_manifest
 from .sampling import Sampler
 
 
@@ -106,10 +106,23 @@ def register_runner(export_format: str, target: str) -> None:
     _RUNNERS[export_format] = target
 
 
+# The same for encoder-decoder exports (an `encoder` and a `decoder` component): DecodeRunners over
+# the decoder with `encode(**inputs)` (hfexport.seq2seq).
+_SEQ2SEQ_RUNNERS: dict[str, str] = {
+    "onnx": "hfexport.seq2seq:OnnxSeq2SeqRunner",
+}
+
+
 def open_runner(directory: str | Path, **options) -> DecodeRunner:
     manifest = load_manifest(directory)
     if not manifest.generation:
         raise GenerationError(f"{directory}: not exported with --for-generation")
+    if manifest.has_component(ENCODER):
+        target = _SEQ2SEQ_RUNNERS.get(manifest.format)
+        if target is None:
+            raise GenerationError(f"{directory}: no encoder-decoder runner for format '{manifest.format}' yet")
+        module, cls = target.split(":")
+        return getattr(importlib.import_module(module), cls)(manifest, **options)
     target = _RUNNERS.get(manifest.format)
     if target is None:
         raise GenerationError(f"{directory}: no runner for format '{manifest.format}'")
@@ -127,11 +140,13 @@ def generate(
     ignore_eos: bool = False,
     step_logits: list[np.ndarray] | None = None,
     on_tokens: Callable[[np.ndarray], None] | None = None,
+    processor: Callable[[np.ndarray, int], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Returns the new tokens [batch, n <= max_new_tokens]. Rows that produced an eos keep emitting
     the pad id (the manifest's pad_token_id, else the first eos id), as transformers does; the loop
     stops when every row has finished. Each step's logits are appended to `step_logits` if given;
-    `on_tokens` gets each step's tokens [batch] as they are chosen (streaming)."""
+    `on_tokens` gets each step's tokens [batch] as they are chosen (streaming); `processor(logits, i)`
+    adjusts step i's logits before the choice (a model's logits processors: Whisper's suppressed tokens)."""
     input_ids = np.asarray(input_ids, dtype=np.int64)
     if input_ids.ndim == 1:
         input_ids = input_ids[None]
@@ -154,7 +169,7 @@ def generate(
     for i in range(max_new_tokens):
         if step_logits is not None:
             step_logits.append(logits)
-        tokens = np.where(finished, pad, sampler(logits))
+        tokens = np.where(finished, pad, sampler(processor(logits, i) if processor is not None else logits))
         out.append(tokens)
         newly_done = np.isin(tokens, eos)
         if on_tokens is not None and not (finished | newly_done).all():

@@ -83,6 +83,14 @@ int run_texts(int argc, char** argv) {
   return 1;
 }
 
+// `hfexport transcribe OUT audio.wav` (Whisper): Python's hfexport.transcribe over the native log-mel features.
+int run_transcribe(int argc, char** argv) {
+  const std::string python = hfx::python_interpreter();
+  exec_with_subcommand_args({python, "-m", "hfexport.transcribe"}, argc, argv);
+  std::cerr << "hfexport: error: transcribe: cannot run " << python << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
 int run_generate(int argc, char** argv) {
   if (const std::string runner = native_runner(argc, argv); !runner.empty())
     exec_with_subcommand_args({runner}, argc, argv);  // falls through to Python if it cannot start
@@ -280,7 +288,9 @@ int main(int argc, char** argv) {
   // subcommand is handed, arguments untouched, to the runner in hfexport's Python package.
   if (argc > 1 && std::string_view(argv[1]) == "generate") return run_generate(argc, argv);
   if (argc > 1 && std::string_view(argv[1]) == "run") return run_texts(argc, argv);
+  if (argc > 1 && std::string_view(argv[1]) == "transcribe") return run_transcribe(argc, argv);
   app.add_subcommand("generate", "generate tokens from an export (runs python -m hfexport.generate)");
+  app.add_subcommand("transcribe", "transcribe a 16 kHz audio file with a Whisper export (runs python -m hfexport.transcribe)");
   app.add_subcommand("run", "run an encoder export on texts: embeddings, labels, filled masks (runs python -m hfexport.run)");
 
   try {

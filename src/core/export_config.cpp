@@ -178,7 +178,7 @@ void ExportConfig::validate(const FieldSpelling& spell) const {
   if (!task.empty()) {
     const auto t = task_named(task);
     if (!t) fail(spell("task"), ": '", task, "' is not a task (", task_names(), ")");
-    if (g.enabled && *t != Task::TextGeneration)
+    if (g.enabled && !is_generation_task(*t))
       fail(spell("generation.enabled"), " exports a decode loop, which task ", task, " does not have");
   }
   for (const auto& [name, r] : dims)

@@ -8,7 +8,7 @@
 namespace hfx {
 namespace {
 
-constexpr std::array<std::pair<Task, std::string_view>, 7> kNames = {{
+constexpr std::array<std::pair<Task, std::string_view>, 9> kNames = {{
     {Task::TextGeneration, "text-generation"},
     {Task::FeatureExtraction, "feature-extraction"},
     {Task::TextClassification, "text-classification"},
@@ -16,6 +16,8 @@ constexpr std::array<std::pair<Task, std::string_view>, 7> kNames = {{
     {Task::FillMask, "fill-mask"},
     {Task::QuestionAnswering, "question-answering"},
     {Task::SentenceSimilarity, "sentence-similarity"},
+    {Task::SpeechRecognition, "automatic-speech-recognition"},
+    {Task::Text2TextGeneration, "text2text-generation"},
 }};
 
 // transformers' class-name suffixes, longest first where one ends another ("Model").
@@ -49,6 +51,10 @@ std::string task_names() {
   std::string out;
   for (const auto& entry : kNames) out += (out.empty() ? "" : ", ") + std::string(entry.second);
   return out;
+}
+
+bool is_generation_task(Task task) {
+  return task == Task::TextGeneration || task == Task::SpeechRecognition || task == Task::Text2TextGeneration;
 }
 
 std::optional<Task> task_of_architecture(std::string_view architecture) {

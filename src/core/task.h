@@ -18,11 +18,15 @@ enum class Task {
   FillMask,             // a masked LM's logits
   QuestionAnswering,    // start and end logits
   SentenceSimilarity,   // pooled, normalised sentence embeddings
+  SpeechRecognition,    // automatic-speech-recognition: an audio encoder and a text decoder (Whisper)
+  Text2TextGeneration,  // an encoder-decoder's text in, text out (T5, BART)
 };
 
 std::string_view task_name(Task task);
 std::optional<Task> task_named(std::string_view name);
-std::string task_names();  // "text-generation, feature-extraction, ...", for errors
+std::string task_names();
+// Whether the task's export is a decode loop (--for-generation).
+bool is_generation_task(Task task);  // "text-generation, feature-extraction, ...", for errors
 // The task an `architectures` class name implies (its suffix), if any.
 std::optional<Task> task_of_architecture(std::string_view architecture);
 // The config's task if given, else the first architecture's, else `fallback`.

@@ -33,7 +33,8 @@ constexpr const char* kCompanionFiles[] = {
     "config.json",         "generation_config.json", "tokenizer.json", "tokenizer_config.json",
     "special_tokens_map.json", "tokenizer.model",    "vocab.json",     "merges.txt",
     "added_tokens.json",   "chat_template.jinja",    "chat_template.json",
-    "sentence_bert_config.json"};  // sentence-transformers' max_seq_length and do_lower_case
+    "sentence_bert_config.json",  // sentence-transformers' max_seq_length and do_lower_case
+    "preprocessor_config.json"};  // a feature extractor's settings (Whisper's log-mel)
 
 json shape_json(const Shape& shape) {
   json out = json::array();
@@ -167,6 +168,18 @@ void check_dim_names(const ExportConfig& config, const ExportModel& model, const
   }
 }
 
+// Write-once state one component computes for another (cross-attention) needs a backend that
+// can hand it over.
+void check_cross_component_state(const Backend& backend, const ExportModel& model) {
+  const BackendCapabilities caps = backend.capabilities();
+  if (caps.cross_component_state) return;
+  for (const Component& c : model.components)
+    for (const StateDecl& s : c.graph->states)
+      if (s.update == StateUpdatePolicy::WriteOnce)
+        fail("format: ", model.model_type, "'s ", task_name(model.task), " export (an encoder writing state its decoder reads) "
+             "is not supported by --format ", backend.format(), " yet: ", caps.cross_component_state_note, " (--format onnx exports it)");
+}
+
 }  // namespace
 
 void run_passes(const Backend& backend, const ExportConfig& config, const std::string& component, Graph& graph,
@@ -218,6 +231,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   const ExportConfig graph_config = backend->graph_config(config);
   ExportModel model = build(ckpt, graph_config);
   check_dim_names(config, model, run.spell);
+  check_cross_component_state(*backend, model);
   AtomicOutputDir out(out_dir, run.overwrite);
   // Errors name the output as the user gave it, not its staging directory.
   try {
@@ -264,7 +278,8 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
         components[name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
                                                       {"kept_float", report.quantization.kept_float},
                                                       {"embeddings", report.quantization.embeddings}};
-      if (c.role == Role::Decode) {  // the step a decode loop repeats carries the loop's cache
+      // The step a decode loop repeats (an encoder-decoder's decoder) carries the loop's cache.
+      if (c.role == Role::Decode || c.role == Role::Decoder) {
         shares_buffer = w.cache_shares_buffer;
         keys_by_slot = w.cache_keys_rotated_by_slot;
         for (const StatePair& state : c.graph->state_pairs) {

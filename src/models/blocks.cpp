@@ -66,41 +66,71 @@ Value* project_heads(ModelBuilder& m, const Projection& p, int64_t heads, int64_
   return b.transpose(y, {0, 2, 1, 3});
 }
 
+// Projection j (0 q, 1 k, 2 v) of attention `s` under prefix `p`: its own module, or rows of the fused one.
+Projection qkv_projection(ModelBuilder& m, const std::string& p, const AttentionSpec& s, int64_t j) {
+  const int64_t q_out = s.heads * s.head_dim, kv_out = s.kv_heads * s.head_dim;
+  const int64_t out = j == 0 ? q_out : kv_out, begin = j == 0 ? 0 : q_out + (j - 1) * kv_out;
+  const std::string& name = j == 0 ? s.q : j == 1 ? s.k : s.v;
+  if (s.qkv.empty()) return own(m, p + name, s.qkv_bias && (j != 1 || s.k_bias), out, s.hidden, s.conv1d);
+  if (s.qkv_layout == AttentionSpec::FusedLayout::PerHead)
+    return per_head_rows(m, p + s.qkv, s.qkv_bias, s.heads, s.head_dim, s.hidden, j);
+  return fused_rows(m, p + s.qkv, s.qkv_bias, q_out + 2 * kv_out, s.hidden, begin, begin + out, s.conv1d);
+}
+
+// Attention's result [B, heads, S, head_dim] back to [B, S, hidden] through the out projection.
+Value* attention_output(ModelBuilder& m, const std::string& p, const AttentionSpec& s, Value* x, Value* o) {
+  Builder& b = m.b();
+  const int64_t q_out = s.heads * s.head_dim;
+  o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {x->shape[0], x->shape[1], Dim(q_out)});
+  const Projection out = own(m, p + s.o, s.o_bias, s.hidden, q_out, s.conv1d);
+  return b.linear(o, out.weight, out.bias);
+}
+
+double attention_scale(const AttentionSpec& s) {
+  return s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+}
+
 }  // namespace
 
 Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpec& s, Value* x,
                        const AttentionContext& ctx) {
   Builder& b = m.b();
   b.set_scope(p.substr(0, p.size() - 1));
-  const int64_t q_out = s.heads * s.head_dim, kv_out = s.kv_heads * s.head_dim;
-  // Projection j (0 q, 1 k, 2 v): its own module, or rows of the fused one.
-  auto projection = [&](const std::string& name, int64_t out, int64_t begin, int64_t j) {
-    if (s.qkv.empty()) return own(m, p + name, s.qkv_bias && (j != 1 || s.k_bias), out, s.hidden, s.conv1d);
-    if (s.qkv_layout == AttentionSpec::FusedLayout::PerHead)
-      return per_head_rows(m, p + s.qkv, s.qkv_bias, s.heads, s.head_dim, s.hidden, j);
-    return fused_rows(m, p + s.qkv, s.qkv_bias, q_out + 2 * kv_out, s.hidden, begin, begin + out, s.conv1d);
-  };
   auto head_norm = [&](const char* name) {
     const bool any = s.qk_norm || s.qk_norm_whole;
     return HeadNorm{any ? p + name : "", s.qk_norm_whole, s.qk_norm_offset};
   };
   // Built one after another: each projection's weights are declared as it is built.
-  Value* q = project_heads(m, projection(s.q, q_out, 0, 0), s.heads, s.head_dim, x, head_norm("q_norm.weight"), s.norm_epsilon);
-  Value* k = project_heads(m, projection(s.k, kv_out, q_out, 1), s.kv_heads, s.head_dim, x, head_norm("k_norm.weight"),
+  Value* q = project_heads(m, qkv_projection(m, p, s, 0), s.heads, s.head_dim, x, head_norm("q_norm.weight"),
                            s.norm_epsilon);
-  Value* v = project_heads(m, projection(s.v, kv_out, q_out + kv_out, 2), s.kv_heads, s.head_dim, x, {}, 0);
+  Value* k = project_heads(m, qkv_projection(m, p, s, 1), s.kv_heads, s.head_dim, x, head_norm("k_norm.weight"),
+                           s.norm_epsilon);
+  Value* v = project_heads(m, qkv_projection(m, p, s, 2), s.kv_heads, s.head_dim, x, {}, 0);
   if (ctx.cos) {
     q = b.rope(q, ctx.cos, ctx.sin, false);
     k = b.rope(k, ctx.cos, ctx.sin, false);
   }
   std::tie(k, v) = ctx.cache(k, v);
-  const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   Value* sinks = m.weight_if(s.sinks, p + "sinks", {s.heads});
-  Value* o = b.attention(q, k, v, ctx.mask, {.scale = scale, .softcap = s.softcap, .causal = ctx.causal}, sinks,
-                         ctx.bias);
-  o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {x->shape[0], x->shape[1], Dim(q_out)});
-  const Projection out = own(m, p + s.o, s.o_bias, s.hidden, q_out, s.conv1d);
-  return b.linear(o, out.weight, out.bias);
+  Value* o = b.attention(q, k, v, ctx.mask, {.scale = attention_scale(s), .softcap = s.softcap, .causal = ctx.causal},
+                         sinks, ctx.bias);
+  return attention_output(m, p, s, x, o);
+}
+
+std::pair<Value*, Value*> cross_keys_values(ModelBuilder& m, const std::string& p, const AttentionSpec& s, Value* memory) {
+  m.b().set_scope(p.substr(0, p.size() - 1));
+  Value* k = project_heads(m, qkv_projection(m, p, s, 1), s.kv_heads, s.head_dim, memory, {}, 0);
+  return {k, project_heads(m, qkv_projection(m, p, s, 2), s.kv_heads, s.head_dim, memory, {}, 0)};
+}
+
+Value* cross_attention_block(ModelBuilder& m, const std::string& p, const AttentionSpec& s, Value* x, Value* keys,
+                             Value* values, Value* mask, Value* bias) {
+  Builder& b = m.b();
+  b.set_scope(p.substr(0, p.size() - 1));
+  Value* q = project_heads(m, qkv_projection(m, p, s, 0), s.heads, s.head_dim, x, {}, 0);
+  Value* o = b.attention(q, keys, values, mask, {.scale = attention_scale(s), .softcap = s.softcap, .causal = false},
+                         nullptr, bias);
+  return attention_output(m, p, s, x, o);
 }
 
 namespace {

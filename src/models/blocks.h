@@ -53,6 +53,15 @@ struct AttentionContext {
 Value* attention_block(ModelBuilder& m, const std::string& prefix, const AttentionSpec& spec, Value* x,
                        const AttentionContext& ctx);
 
+// Cross-attention (an encoder-decoder's decoder layer), in two parts: the keys and values
+// [B, kv_heads, T, head_dim] of the encoder's output `memory` through the k and v projections under
+// `prefix` (computed once per input, by the encoder's component), and the queries of `x` over them
+// (no RoPE, no causal rule; `mask` null or [B, 1, S, T]) through the out projection.
+std::pair<Value*, Value*> cross_keys_values(ModelBuilder& m, const std::string& prefix, const AttentionSpec& spec,
+                                            Value* memory);
+Value* cross_attention_block(ModelBuilder& m, const std::string& prefix, const AttentionSpec& spec, Value* x,
+                             Value* keys, Value* values, Value* mask, Value* bias = nullptr);
+
 struct MlpSpec {
   int64_t hidden, intermediate;
   bool bias = false;

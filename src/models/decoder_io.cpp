@@ -194,7 +194,7 @@ Value* DecoderIO::update_one(const std::string& name, Value* fresh) {
 }
 
 std::pair<Value*, Value*> DecoderIO::update_cache(int64_t layer, Value* k, Value* v) {
-  const std::string base = "past_key_values." + std::to_string(layer);
+  const std::string base = "past_key_values." + std::to_string(layer) + variant_.cache_group;
   return {update_one(base + ".key", k), update_one(base + ".value", v)};
 }
 

@@ -25,6 +25,9 @@ struct DecoderVariant {
   bool last_logits = false;   // logits for the last position only (prefill: all a loop needs)
   Task task = Task::TextGeneration;  // the head: logits, or the base model's last_hidden_state
   const SentencePooling* pooling = nullptr;  // sentence-similarity: a sentence-transformers checkpoint's
+  // Inserted in the cache's names, past_key_values.{i}<group>.key: ".decoder" for an
+  // encoder-decoder's self-attention (optimum's names; ".encoder" is the cross-attention's).
+  const char* cache_group = "";
 };
 
 // Which keys a query sees besides the padding: none later than itself (causal), optionally only

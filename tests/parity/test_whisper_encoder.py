@@ -1,8 +1,8 @@
 """Whisper's encoder (issue 31, its first component): audio in, through hfexport's own log-mel
 features, to WhisperEncoder's last_hidden_state on every backend, against transformers
 (WhisperFeatureExtractor, then the model's encoder) — WhisperForConditionalGeneration and
-WhisperModel checkpoints, 80 and 128 mel channels, a batch of two clips —; generation, which is
-not exported yet, refused by name; other tasks refused."""
+WhisperModel checkpoints, 80 and 128 mel channels, a batch of two clips —; the generation
+default without --for-generation, and other tasks, refused (generation: test_whisper_generation.py)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_whisper_model_checkpoint_with_128_mel_channels(tmp_path, export_model):
 
 
 @pytest.mark.parametrize("args,mentions", [
-    ([], ["speech recognition", "--task feature-extraction"]),
+    ([], ["automatic-speech-recognition", "--for-generation", "--task feature-extraction"]),
     (["--task", "text-classification"], ["task", "feature-extraction"]),
     (["--task", "feature-extraction", "--for-generation"], ["decode loop"]),
 ])

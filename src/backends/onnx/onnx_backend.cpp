@@ -223,7 +223,8 @@ class OnnxBackend final : public Backend {
             "onnxruntime's CPU provider has no bfloat16 MatMul kernels",
             {manifest::cache::kDynamic, manifest::cache::kStatic},
             "",
-            false};
+            false,
+            true};  // an output of one graph, an input of the other
   }
 
   std::string_view display_name() const override { return "ONNX"; }

@@ -84,7 +84,9 @@ class OpenVinoBackend final : public Backend {
             "",
             {manifest::cache::kStateful},
             "its generation model is stateful: the cache lives in the runtime",
-            true};
+            true,
+            false,
+            "its variables live in one compiled model, so the decoder cannot read what the encoder wrote"};
   }
 
   std::string_view runtime_package() const override { return "openvino"; }

@@ -1,0 +1,119 @@
+"""`hfexport transcribe OUT_DIR AUDIO [--language L] [--task transcribe|translate]
+[--max-new-tokens N]`: speech to text with a Whisper export (--for-generation). The audio (WAV
+through Python's wave module, or any format the soundfile package reads when it is installed) is
+turned into log-mel features by hfexport's C++ core exactly as WhisperFeatureExtractor computes
+them, the export's encoder and decoder generate greedily with Whisper's prompt and suppressed
+tokens, and the text (special tokens left out, as the ASR pipeline gives it) is printed. Audio of
+up to 30 s: longer audio (transformers' sequential long-form decoding) is refused."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from .manifest import DECODER, ManifestError
+from .runner import GenerationError, open_runner
+
+_PCM = {1: np.int8, 2: np.int16, 4: np.int32}
+
+
+class AudioError(ValueError):
+    pass
+
+
+def _read_wave(path: Path) -> tuple[np.ndarray, int]:
+    with wave.open(str(path), "rb") as w:
+        width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
+        raw = w.readframes(w.getnframes())
+    if width not in _PCM:
+        raise AudioError(f"{path}: {8 * width}-bit PCM is not supported (8, 16 or 32-bit)")
+    data = np.frombuffer(raw, _PCM[width]).astype(np.float32)
+    if width == 1:  # 8-bit WAV is unsigned
+        data = np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0
+    data /= float(2 ** (8 * width - 1))
+    return data.reshape(-1, channels), rate
+
+
+def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """Mono float32 samples in [-1, 1] and the sampling rate (channels averaged)."""
+    path = Path(path)
+    if not path.is_file():
+        raise AudioError(f"{path}: no such file")
+    try:
+        frames, rate = _read_wave(path)
+    except (wave.Error, EOFError) as e:
+        try:
+            import soundfile
+        except ImportError:
+            raise AudioError(f"{path}: not a PCM WAV file ({e}); other formats need the soundfile package") from None
+        try:
+            frames, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        except RuntimeError as e2:
+            raise AudioError(f"{path}: cannot read audio ({e2})") from None
+    return frames.mean(axis=1).astype(np.float32), int(rate)
+
+
+def features_for(out_dir: Path, samples: np.ndarray, rate: int) -> np.ndarray:
+    from .audio import whisper_features
+
+    config_path = out_dir / "preprocessor_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    expected = int(config.get("sampling_rate") or 16000)
+    if rate != expected:
+        raise AudioError(f"audio at {rate} Hz: the model takes {expected} Hz (resample it first)")
+    chunk = int(config.get("chunk_length") or 30)
+    if len(samples) > chunk * rate:
+        raise AudioError(f"audio of {len(samples) / rate:.1f} s: transcribe takes up to {chunk} s "
+                         "(long-form transcription is not supported yet)")
+    mels = _mel_bins(out_dir)
+    return whisper_features(samples, preprocessor_config=config or None, feature_size=mels)[None]
+
+
+def _mel_bins(out_dir: Path) -> int:
+    config = json.loads((out_dir / "config.json").read_text())
+    return int(config.get("num_mel_bins", 80))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        print(f"hfexport: error: transcribe: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="hfexport transcribe", description=__doc__)
+    p.add_argument("out_dir")
+    p.add_argument("audio")
+    p.add_argument("--language", help="the spoken language (a code or name); detected when not given")
+    p.add_argument("--task", choices=["transcribe", "translate"])
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    args = p.parse_args(argv)
+    out_dir = Path(args.out_dir)
+    try:
+        from .seq2seq import whisper_generate
+        from .text import TextCodec
+
+        runner = open_runner(out_dir)
+        if not hasattr(runner, "encode") or not runner.manifest.has_component(DECODER):
+            raise GenerationError(f"{out_dir}: not a speech recognition export (export a Whisper checkpoint "
+                                  "with --for-generation)")
+        samples, rate = read_audio(args.audio)
+        features = features_for(out_dir, samples, rate)
+        gen_path = out_dir / "generation_config.json"
+        gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+        codec = TextCodec(out_dir)
+        tokens = whisper_generate(runner, features, gen, args.max_new_tokens, language=args.language, task=args.task)
+    except (GenerationError, ManifestError, AudioError, ValueError) as e:
+        print(f"hfexport: error: {e}", file=sys.stderr)
+        return 1
+    print(codec.decode(tokens[0]).strip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Whisper speech recognition (issue 31): the `encoder` component (which also writes each decoder
+layer's cross-attention keys and values once) and the `decoder` component (its self-attention
+cache, reading that state unchanged every step), against transformers' WhisperForConditionalGeneration:
+encoder output and first-step logits within 1e-4, and greedy generation token-identical to
+`model.generate` — Whisper's prompt (decoder start, language given or detected, task,
+no-timestamps) and its suppressed tokens included — for a batch of two clips, in each ONNX cache
+mechanic (onnxruntime's GroupQueryAttention over one shared buffer, the default; past -> present
+with the standard op set; the ort op set without GQA). `hfexport transcribe` prints the text of a
+WAV file; the formats that cannot hand the encoder's state to the decoder yet refuse by name."""
+
+from __future__ import annotations
+
+import json
+import wave
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_clean_error
+
+RATE = 16000
+# Token ids of the tiny vocabulary's special tokens, at its end as in a real checkpoint (the ids
+# after no-timestamps are timestamps: none here).
+EOS, START, EN, FR, TRANSLATE, TRANSCRIBE, NO_TIMESTAMPS = 2, 94, 95, 96, 97, 98, 99
+WHISPER = dict(vocab_size=100, d_model=64, encoder_layers=2, encoder_attention_heads=4, decoder_layers=2,
+               decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_target_positions=48,
+               pad_token_id=0, bos_token_id=1, eos_token_id=EOS, decoder_start_token_id=START)
+MULTILINGUAL = dict(decoder_start_token_id=START, eos_token_id=EOS, pad_token_id=0, bos_token_id=1,
+                    lang_to_id={"<|en|>": EN, "<|fr|>": FR}, task_to_id={"translate": TRANSLATE, "transcribe": TRANSCRIBE},
+                    no_timestamps_token_id=NO_TIMESTAMPS, is_multilingual=True, suppress_tokens=[3, 7, 11],
+                    begin_suppress_tokens=[EOS, 13])
+ENGLISH = dict(decoder_start_token_id=START, eos_token_id=EOS, pad_token_id=0, bos_token_id=1,
+               forced_decoder_ids=[[1, NO_TIMESTAMPS]], no_timestamps_token_id=NO_TIMESTAMPS, suppress_tokens=[5],
+               begin_suppress_tokens=[EOS])
+
+
+def build(folder, generation: dict, mels: int = 80, tie: bool = True):
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(**WHISPER, num_mel_bins=mels, tie_word_embeddings=tie)
+    config._attn_implementation = "eager"
+    model = transformers.WhisperForConditionalGeneration(config)
+    with torch.no_grad():  # sharp cross-attention and positions: each clip gets its own varied tokens
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.5 if "embed_positions" in name or "encoder_attn" in name else 0.03)
+    model.generation_config = transformers.GenerationConfig(**generation)
+    model.eval().save_pretrained(folder)
+    write_tokenizer(folder)
+    return model
+
+
+def write_tokenizer(folder):
+    """A word-level tokenizer over the tiny vocabulary, its special tokens marked special."""
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"w{i}": i for i in range(WHISPER["vocab_size"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens([AddedToken(f"w{i}", special=True) for i in (0, 1, EOS, START, EN, FR, TRANSLATE,
+                                                                        TRANSCRIBE, NO_TIMESTAMPS)])
+    tok.save(str(folder / "tokenizer.json"))
+    return tok
+
+
+def clips(count: int = 2):
+    """A tone and noise, each nearly 30 s (so that most frames differ between them)."""
+    rng = np.random.default_rng(1)
+    t = np.arange(28 * RATE) / RATE
+    voiced = (0.3 * np.sin(2 * np.pi * 220 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))).astype(np.float32)
+    noisy = (0.3 * rng.standard_normal(27 * RATE)).astype(np.float32)
+    return [voiced, noisy][:count]
+
+
+def features(audio, mels: int = 80) -> np.ndarray:
+    from hfexport.audio import whisper_features
+
+    return np.stack([whisper_features(a, feature_size=mels) for a in audio])
+
+
+def reference_generate(model, feats, max_new_tokens: int, **kwargs) -> np.ndarray:
+    with torch.no_grad():
+        return model.generate(torch.from_numpy(feats), max_new_tokens=max_new_tokens, **kwargs).numpy()
+
+
+MODES = {"gqa-shared-buffer": [], "standard": ["--onnx-ops", "standard"], "ort": ["--onnx-ops", "ort"]}
+
+
+@pytest.fixture(scope="module")
+def multilingual(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("whisper") / "model"
+    return folder, build(folder, MULTILINGUAL)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_generation_matches_transformers(tmp_path, multilingual, export_model, support_matrix, mode):
+    from hfexport import ExportedModel
+    from hfexport.runner import open_runner
+    from hfexport.seq2seq import whisper_generate
+
+    folder, model = multilingual
+    out = export_model(folder, tmp_path / "out", "--for-generation", *MODES[mode])
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["task"] == "automatic-speech-recognition"
+    assert manifest["generation"]["components"] == ["encoder", "decoder"]
+    decoder_inputs = [i["name"] for i in manifest["components"]["decoder"]["inputs"]]
+    assert "past_key_values.0.encoder.key" in decoder_inputs  # read, never re-emitted by the decoder:
+    assert not any(o["name"].startswith("present.0.encoder") for o in manifest["components"]["decoder"]["outputs"])
+    feats = features(clips())
+
+    # The encoder's output, and the first step's logits over the cross-attention state it wrote.
+    runner = open_runner(out)
+    encoded = runner.encode(input_features=feats)
+    with torch.no_grad():
+        expected = model.get_encoder()(torch.from_numpy(feats)).last_hidden_state.numpy()
+        prompt = torch.tensor([[START, FR, TRANSCRIBE, NO_TIMESTAMPS]] * 2)
+        first = model(input_features=torch.from_numpy(feats), decoder_input_ids=prompt).logits[:, -1].numpy()
+    np.testing.assert_allclose(encoded["last_hidden_state"], expected, rtol=1e-4, atol=1e-4)
+    logits = runner.prefill(prompt.numpy(), np.ones((2, 4), np.int64), 1)
+    np.testing.assert_allclose(logits, first, rtol=1e-4, atol=1e-4)
+    err = float(np.abs(logits - first).max())
+
+    # Greedy generation: language detected, then given with a task; through the Python API too.
+    gen = json.loads((out / "generation_config.json").read_text())
+    for kwargs in ({}, {"language": "fr", "task": "translate"}, {"language": "en"}):
+        expected_ids = reference_generate(model, feats, 12, **kwargs)
+        ours = whisper_generate(open_runner(out), feats, gen, 12, **kwargs)
+        np.testing.assert_array_equal(ours, expected_ids)
+    api = ExportedModel(out).generate(input_features=torch.from_numpy(feats), max_new_tokens=12, language="fr")
+    np.testing.assert_array_equal(api.numpy(), reference_generate(model, feats, 12, language="fr"))
+    support_matrix.record("whisper", f"generation ({mode})", True, err, backend="onnx")
+
+
+def test_english_only_forced_prompt_128_mels_untied(tmp_path, export_model):
+    """forced_decoder_ids (an English-only checkpoint's prompt), large-v3's 128 channels, a stored proj_out."""
+    from hfexport.runner import open_runner
+    from hfexport.seq2seq import whisper_generate
+
+    model = build(tmp_path / "model", ENGLISH, mels=128, tie=False)
+    out = export_model(tmp_path / "model", tmp_path / "out", "--for-generation")
+    feats = features(clips(), mels=128)
+    gen = json.loads((out / "generation_config.json").read_text())
+    ours = whisper_generate(open_runner(out), feats, gen, 16)
+    np.testing.assert_array_equal(ours, reference_generate(model, feats, 16))
+
+
+def write_wav(path, samples: np.ndarray, rate: int = RATE) -> None:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+
+
+def test_transcribe_prints_the_text(tmp_path, multilingual, export_model, run_hfexport):
+    from transformers import WhisperFeatureExtractor
+
+    folder, model = multilingual
+    out = export_model(folder, tmp_path / "out", "--for-generation")
+    audio = clips(1)[0]
+    write_wav(tmp_path / "clip.wav", audio)
+    proc = run_hfexport("transcribe", out, tmp_path / "clip.wav", "--language", "fr", "--max-new-tokens", "10")
+    assert proc.returncode == 0, proc.stderr
+    # transformers from the same 16-bit samples, through its own feature extractor.
+    pcm = np.round(np.clip(audio, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32768
+    feats = WhisperFeatureExtractor()(pcm, sampling_rate=RATE, return_tensors="np").input_features
+    ids = reference_generate(model, feats, 10, language="fr")[0]
+    expected = write_tokenizer(tmp_path).decode([int(i) for i in ids], skip_special_tokens=True).strip()
+    assert proc.stdout.strip() == expected
+
+
+def test_transcribe_refuses_bad_audio(tmp_path, multilingual, export_model, run_hfexport):
+    folder, _ = multilingual
+    out = export_model(folder, tmp_path / "out", "--for-generation")
+    write_wav(tmp_path / "fast.wav", clips(1)[0], rate=44100)
+    write_wav(tmp_path / "long.wav", np.zeros(31 * RATE, np.float32))
+    (tmp_path / "junk.wav").write_bytes(b"RIFF\x00\x00")
+    for name, mention in (("fast.wav", "16000 Hz"), ("long.wav", "30 s"), ("junk.wav", "junk.wav"),
+                          ("missing.wav", "no such file")):
+        assert_clean_error(run_hfexport("transcribe", out, tmp_path / name), None, mention)
+    assert_clean_error(run_hfexport("generate", out, "--input-ids", "1"), None, "hfexport transcribe")
+
+
+@pytest.mark.parametrize("args,mentions", [
+    (["--for-generation", "--format", "openvino"], ["openvino", "--format onnx"]),
+    (["--for-generation", "--format", "pt2"], ["pt2", "--format onnx"]),
+    (["--for-generation", "--format", "executorch"], ["executorch", "--format onnx"]),
+    (["--for-generation", "--static-cache", "--max-cache-len", "16"], ["static"]),
+    ([], ["--for-generation", "--task feature-extraction"]),
+])
+def test_refusals(tmp_path, multilingual, run_hfexport, args, mentions):
+    folder, _ = multilingual
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", folder, "-o", out, *args), out, *mentions)
