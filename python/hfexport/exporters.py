@@ -521,6 +521,9 @@ class ExportedModel(Mapping):
             raise TypeError(f"generate() got unsupported arguments {unknown}")
         if input_features is not None or self.manifest.get("task") == "automatic-speech-recognition":
             return self._generate_speech(input_features, max_new_tokens, language, task, generation_config)
+        if self.manifest.get("task") == "text2text-generation":
+            return self._generate_text2text(input_ids, attention_mask, max_new_tokens, generation_config,
+                                            do_sample, temperature, top_k, top_p, seed, kwargs.get("eos_token_id"))
         prompts = input_ids
         text_in = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and len(prompts) > 0
                                                and all(isinstance(t, str) for t in prompts))
@@ -565,6 +568,35 @@ class ExportedModel(Mapping):
         out = whisper_generate(self._runner(), _to_numpy(input_features), gen, max_new_tokens, language=language,
                                task=task)
         return _as_torch(out) if as_torch else out
+
+    def _generate_text2text(self, inputs, attention_mask, max_new_tokens, generation_config, do_sample, temperature,
+                            top_k, top_p, seed, eos):
+        """An encoder-decoder's generate: ids in, the decoder's start token + new ids out; text
+        (a string or a list of them) in, the decoded texts out."""
+        from .sampling import Sampler
+        from .seq2seq import text2text_generate
+
+        if inputs is None:
+            raise ValueError("generate() needs input_ids or a text")
+        text_in = isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and len(inputs) > 0
+                                              and all(isinstance(t, str) for t in inputs))
+        if text_in:
+            batch = self.codec.encode_batch([inputs] if isinstance(inputs, str) else list(inputs))
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+        else:
+            ids = _to_numpy(inputs).astype(np.int64)
+            mask = None if attention_mask is None else _to_numpy(attention_mask).astype(np.int64)
+        settings = self._generation_settings(generation_config, max_new_tokens, do_sample, temperature, top_k, top_p)
+        sampler = Sampler(settings["do_sample"], settings["temperature"], settings["top_k"], settings["top_p"], seed)
+        gen_path = self.directory / "generation_config.json"
+        gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+        eos = [eos] if isinstance(eos, int) else eos
+        out = text2text_generate(self._runner(), ids, mask, gen, settings["max_new_tokens"], sampler=sampler,
+                                 eos_token_ids=eos)
+        if text_in:
+            texts = [self.codec.decode(row) for row in out]
+            return texts[0] if isinstance(inputs, str) else texts
+        return _as_torch(out) if hasattr(inputs, "detach") else out
 
     def _encode_texts(self, prompts, chat: bool, system: str | None):
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)

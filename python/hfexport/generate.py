@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler = Sampler(args.do_sample, args.temperature, args.top_k, args.top_p, args.seed)
         runner = open_runner(args.out_dir)
         if hasattr(runner, "encode"):
-            raise GenerationError(f"{args.out_dir}: an encoder-decoder export: `hfexport transcribe OUT_DIR AUDIO` "
-                                  "runs a Whisper export")
+            return generate_text2text(runner, args, sampler)
         clock = StepClock()
         if args.prompt is not None:
             status = generate_text(runner, args, sampler, clock)
@@ -98,6 +97,29 @@ class StepClock:
         rate = steps / decode if decode > 0 else 0.0
         return (f"prefill {self.prompt_tokens} tokens in {prefill * 1e3:.1f} ms; decode {steps} steps in "
                 f"{decode:.3f} s, {rate:.2f} tok/s")
+
+
+def generate_text2text(runner, args, sampler: Sampler) -> int:
+    """An encoder-decoder's generation (T5): the prompt (text or ids) is the encoder's input; the
+    decoder's new tokens are printed (their text with --prompt)."""
+    import json
+    from pathlib import Path
+
+    from .seq2seq import text2text_generate
+    from .text import TextCodec
+
+    if runner.manifest.data.get("task") != "text2text-generation":
+        raise GenerationError(f"{args.out_dir}: a speech recognition export: `hfexport transcribe OUT_DIR AUDIO` runs it")
+    if args.chat or args.system is not None:
+        raise GenerationError("--chat and --system apply to decoder-only chat models")
+    codec = TextCodec(args.out_dir) if args.prompt is not None else None
+    ids = np.array([codec.encode(args.prompt)], np.int64) if codec else parse_ids(args.input_ids)
+    gen_path = Path(args.out_dir) / "generation_config.json"
+    gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+    out = text2text_generate(runner, ids, None, gen, args.max_new_tokens, sampler=sampler,
+                             eos_token_ids=[] if args.ignore_eos else None)
+    print(codec.decode(out[0]) if codec else " ".join(str(int(t)) for t in out[0, 1:]))
+    return 0
 
 
 def generate_text(runner, args, sampler: Sampler, clock: StepClock) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .manifest import CACHE_STATIC, DECODE, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
+from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .runner import (DecodeRunner, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
                      park_padding)
 from .versions import check_runtime_versions
@@ -304,3 +304,39 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, feeds, self.past)
+
+
+class OnnxSeq2SeqRunner(OnnxRuntimeRunner):
+    """An encoder-decoder export (hfexport.seq2seq): the decoder is the step; `encode(**inputs)`
+    runs the encoder once, and its state outputs stay OrtValues bound as the decoder's inputs on
+    every call (never copied per step)."""
+
+    STEP = DECODER
+
+    def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
+                 providers: list | None = None, **options):
+        from .seq2seq import cross_state_names
+
+        super().__init__(manifest, session_options=session_options, providers=providers, **options)
+        self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), session_options,
+                                            providers=providers or ["CPUExecutionProvider"])
+        self.cross = cross_state_names(manifest)
+
+    def encode(self, **inputs) -> dict[str, np.ndarray]:
+        """Runs the encoder; returns its outputs other than the decoder's state (last_hidden_state)."""
+        binding = self.encoder.io_binding()
+        for name, value in inputs.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        names = [o.name for o in self.encoder.get_outputs()]
+        for name in names:
+            binding.bind_output(name, "cpu")
+        self.encoder.run_with_iobinding(binding)
+        outputs = dict(zip(names, binding.get_outputs()))
+        self.fixed_inputs = {decoder_input: outputs[output] for output, decoder_input in self.cross}
+        # The encoder's padding, which cross-attention applies (T5, BART: encoder_attention_mask).
+        decoder_inputs = {i.name for i in self.decode.get_inputs()}
+        for name, value in inputs.items():
+            if f"encoder_{name}" in decoder_inputs:
+                self.fixed_inputs[f"encoder_{name}"] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+        state_outputs = {output for output, _ in self.cross}
+        return {name: value.numpy() for name, value in outputs.items() if name not in state_outputs}

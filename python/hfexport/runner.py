@@ -109,7 +109,7 @@ def register_runner(export_format: str, target: str) -> None:
 # The same for encoder-decoder exports (an `encoder` and a `decoder` component): DecodeRunners over
 # the decoder with `encode(**inputs)` (hfexport.seq2seq).
 _SEQ2SEQ_RUNNERS: dict[str, str] = {
-    "onnx": "hfexport.seq2seq:OnnxSeq2SeqRunner",
+    "onnx": "hfexport.onnxruntime_runner:OnnxSeq2SeqRunner",
 }
 
 

@@ -1,4 +1,4 @@
-"""Encoder-decoder generation (Whisper). The `encoder` component runs once per input and also
+"""Encoder-decoder generation (Whisper; T5 and the text-to-text models). The `encoder` component runs once per input and also
 writes every decoder layer's cross-attention keys and values (write-once state: export.json lists
 it under each component's `states`); the `decoder` component is the step the decode loop repeats
 over its own self-attention cache, reading that state unchanged. A runner here is a DecodeRunner
@@ -31,43 +31,6 @@ def cross_state_names(manifest: ExportManifest) -> list[tuple[str, str]]:
     return [(written[s["name"]], s["input"]) for s in read if "input" in s]
 
 
-def _onnx_runner_class():
-    from .onnxruntime_runner import OnnxRuntimeRunner
-
-    import onnxruntime as ort
-
-    class OnnxSeq2SeqRunner(OnnxRuntimeRunner):
-        """onnxruntime: the encoder's state outputs stay OrtValues, bound as the decoder's inputs
-        on every call (never copied per step)."""
-
-        STEP = DECODER
-
-        def __init__(self, manifest: ExportManifest, session_options=None, providers=None, **options):
-            super().__init__(manifest, session_options=session_options, providers=providers, **options)
-            self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), session_options,
-                                                providers=providers or ["CPUExecutionProvider"])
-            self.cross = cross_state_names(manifest)
-
-        def encode(self, **inputs) -> dict[str, np.ndarray]:
-            binding = self.encoder.io_binding()
-            for name, value in inputs.items():
-                binding.bind_cpu_input(name, np.ascontiguousarray(value))
-            names = [o.name for o in self.encoder.get_outputs()]
-            for name in names:
-                binding.bind_output(name, "cpu")
-            self.encoder.run_with_iobinding(binding)
-            outputs = dict(zip(names, binding.get_outputs()))
-            self.fixed_inputs = {decoder_input: outputs[output] for output, decoder_input in self.cross}
-            state_outputs = {output for output, _ in self.cross}
-            return {name: value.numpy() for name, value in outputs.items() if name not in state_outputs}
-
-    return OnnxSeq2SeqRunner
-
-
-def OnnxSeq2SeqRunner(manifest: ExportManifest, **options):  # noqa: N802 (a class, imported lazily)
-    return _onnx_runner_class()(manifest, **options)
-
-
 # -- Whisper ---------------------------------------------------------------------------------------
 
 _TASKS = ("transcribe", "translate")
@@ -77,8 +40,10 @@ def _language_token(language: str, lang_to_id: dict[str, int]) -> int:
     for token in (language, f"<|{language.lower()}|>"):
         if token in lang_to_id:
             return int(lang_to_id[token])
-    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE  # names -> codes
-
+    try:  # language names ("french") -> codes, as transformers spells them
+        from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+    except ImportError:
+        TO_LANGUAGE_CODE = {}
     code = TO_LANGUAGE_CODE.get(language.lower())
     if code and f"<|{code}|>" in lang_to_id:
         return int(lang_to_id[f"<|{code}|>"])
@@ -129,8 +94,9 @@ def whisper_init_tokens(gen: dict[str, Any], language: str | None = None, task: 
     return [t for i, t in enumerate(tokens) if t is not None or (i == 1 and lang_to_id)]
 
 
-def suppressor(gen: dict[str, Any], begin_index: int, vocab: int):
-    """suppress_tokens at every step, begin_suppress_tokens at the first generated one."""
+def suppressor(gen: dict[str, Any], vocab: int):
+    """suppress_tokens at every step, begin_suppress_tokens at the first generated one (ids
+    outside the vocabulary ignored, as transformers' processors do)."""
     always = np.array([t for t in gen.get("suppress_tokens") or [] if 0 <= t < vocab], np.int64)
     begin = np.array([t for t in gen.get("begin_suppress_tokens") or [] if 0 <= t < vocab], np.int64)
 
@@ -139,7 +105,7 @@ def suppressor(gen: dict[str, Any], begin_index: int, vocab: int):
             return logits
         logits = logits.copy()
         logits[:, always] = -np.inf
-        if step == 0 and begin_index >= 0:
+        if step == 0:
             logits[:, begin] = -np.inf
         return logits
 
@@ -171,4 +137,41 @@ def whisper_generate(runner, input_features: np.ndarray, gen: dict[str, Any], ma
         max_new_tokens = runner.manifest.dim_bounds("total_sequence")[1] - rows.shape[1] + 1
     return generate(runner, rows, max_new_tokens=max_new_tokens, sampler=sampler, eos_token_ids=eos_token_ids,
                     step_logits=step_logits, on_tokens=on_tokens,
-                    processor=suppressor(gen, rows.shape[1], vocab))
+                    processor=suppressor(gen, vocab))
+
+
+# -- text to text (T5) ----------------------------------------------------------------------------
+
+def decoder_start_token(directory, gen: dict[str, Any]) -> int:
+    """generation_config's decoder_start_token_id, else config.json's (T5: the pad id)."""
+    import json
+    from pathlib import Path
+
+    start = gen.get("decoder_start_token_id")
+    if not isinstance(start, int):
+        config_path = Path(directory) / "config.json"
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        start = config.get("decoder_start_token_id")
+    if not isinstance(start, int):
+        raise GenerationError(f"{directory}: no decoder_start_token_id in generation_config.json or config.json")
+    return start
+
+
+def text2text_generate(runner, input_ids: np.ndarray, attention_mask: np.ndarray | None, gen: dict[str, Any],
+                       max_new_tokens: int | None, sampler=None, eos_token_ids: Sequence[int] | None = None,
+                       step_logits: list | None = None, on_tokens=None) -> np.ndarray:
+    """model.generate of an encoder-decoder over text: the decoder's start token and the new tokens
+    [batch, 1 + n] (rows that finished padded with the pad id)."""
+    from .runner import generate
+
+    ids = np.asarray(input_ids, np.int64)
+    if ids.ndim == 1:
+        ids = ids[None]
+    mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int64)
+    runner.encode(input_ids=ids, attention_mask=mask)
+    prompt = np.full((ids.shape[0], 1), decoder_start_token(runner.manifest.directory, gen), np.int64)
+    if max_new_tokens is None:
+        max_new_tokens = int(gen.get("max_new_tokens") or max(int(gen.get("max_length") or 20) - 1, 1))
+    new = generate(runner, prompt, max_new_tokens=max_new_tokens, sampler=sampler, eos_token_ids=eos_token_ids,
+                   step_logits=step_logits, on_tokens=on_tokens)
+    return np.concatenate([prompt, new], axis=1)

@@ -128,6 +128,11 @@ Value* cross_attention_block(ModelBuilder& m, const std::string& p, const Attent
   Builder& b = m.b();
   b.set_scope(p.substr(0, p.size() - 1));
   Value* q = project_heads(m, qkv_projection(m, p, s, 0), s.heads, s.head_dim, x, {}, 0);
+  if (mask && mask->shape[2] != q->shape[2]) {  // [B, 1, 1, T] over every query: kernels want the query dim
+    Value* queries = b.range(b.const_i64({0}), b.gather(b.shape_of(x), b.const_i64({1}), 0), b.const_i64({1}), x->shape[1]);
+    Value* every = b.compare(OpKind::LessOrEqual, b.const_i64({0}), queries);
+    mask = b.logical_and(mask, b.unsqueeze(every, {0, 1, 3}));
+  }
   Value* o = b.attention(q, keys, values, mask, {.scale = attention_scale(s), .softcap = s.softcap, .causal = false},
                          nullptr, bias);
   return attention_output(m, p, s, x, o);

@@ -38,15 +38,27 @@ Value* padding_mask(Builder& b, Value* input_ids, Value* attention_mask) {
   return b.logical_and(b.unsqueeze(every, {0, 1}), kept);
 }
 
-int64_t bidirectional_bucket(int64_t relative, int64_t buckets, int64_t max_distance) {
-  const int64_t half = buckets / 2, exact = half / 2;
-  const int64_t n = std::abs(relative);
-  const int64_t side = relative > 0 ? half : 0;  // n = -relative < 0: keys after the query
-  if (n < exact) return side + n;
+namespace {
+// The bucket of distance n >= 0 among `buckets` of one direction: exact below half of them, then
+// logarithmic up to max_distance (float32, as transformers computes it).
+int64_t one_sided_bucket(int64_t n, int64_t buckets, int64_t max_distance) {
+  const int64_t exact = buckets / 2;
+  if (n < exact) return n;
   const float scaled = std::log(static_cast<float>(n) / static_cast<float>(exact)) /
                        static_cast<float>(std::log(static_cast<double>(max_distance) / static_cast<double>(exact))) *
-                       static_cast<float>(half - exact);
-  return side + std::min<int64_t>(exact + static_cast<int64_t>(scaled), half - 1);
+                       static_cast<float>(buckets - exact);
+  return std::min<int64_t>(exact + static_cast<int64_t>(scaled), buckets - 1);
+}
+}  // namespace
+
+int64_t bidirectional_bucket(int64_t relative, int64_t buckets, int64_t max_distance) {
+  const int64_t half = buckets / 2;
+  const int64_t side = relative > 0 ? half : 0;  // n = -relative < 0: keys after the query
+  return side + one_sided_bucket(std::abs(relative), half, max_distance);
+}
+
+int64_t causal_bucket(int64_t distance, int64_t buckets, int64_t max_distance) {
+  return one_sided_bucket(std::max<int64_t>(distance, 0), buckets, max_distance);
 }
 
 Value* by_distance(Builder& b, const std::vector<int64_t>& table, Value* input_ids) {

@@ -49,6 +49,9 @@ Value* padding_mask(Builder& b, Value* input_ids, Value* attention_mask);
 // transformers computes it (T5, MPNet): half the buckets per direction, exact below a quarter of
 // them, logarithmic up to max_distance.
 int64_t bidirectional_bucket(int64_t relative, int64_t buckets, int64_t max_distance);
+// T5's decoder bucket of a key `distance` = query - key positions behind the query (keys after it,
+// distance < 0, share bucket 0): every bucket for one direction.
+int64_t causal_bucket(int64_t distance, int64_t buckets, int64_t max_distance);
 
 // [sequence, sequence] int64: table[key - query + longest - 1] for each (query, key) pair, where
 // `table` holds a value per distance -(longest - 1) ... longest - 1 (relative position buckets).

@@ -2,8 +2,8 @@
 last_hidden_state on every backend against transformers — ReLU and gated feed-forwards, a
 head size other than d_model / heads, relative buckets past max_distance, one bias table shared
 (t5, mt5) or one per layer (umt5), left- and right-padded batches —; the encoder of a
-T5ForConditionalGeneration checkpoint with --task feature-extraction (its generation is refused
-by name until it is exported); a sentence-T5-shaped sentence-transformers model (mean pooling,
+T5ForConditionalGeneration checkpoint with --task feature-extraction (its generation, without
+--for-generation, refused by name; generation: test_t5_generation.py); a sentence-T5-shaped sentence-transformers model (mean pooling,
 Dense, Normalize) against encode; refusals."""
 
 from __future__ import annotations
@@ -73,11 +73,11 @@ def test_encoder_matches_transformers(tmp_path, export_model, support_matrix, mo
 @pytest.mark.parametrize("model_type", ["t5", "umt5"])
 def test_encoder_of_a_conditional_generation_checkpoint(tmp_path, export_model, run_hfexport, model_type):
     """T5ForConditionalGeneration (decoder and LM head beside the encoder, tied embeddings): its
-    default task, generation, is refused by name; --task feature-extraction exports the encoder."""
+    default task, generation, is refused without --for-generation; --task feature-extraction exports the encoder."""
     encoder = build(tmp_path / "model", model_type, "gated-gelu", head="ForConditionalGeneration")
     refused = tmp_path / "refused"
     assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", refused), refused,
-                       "ForConditionalGeneration", "--task feature-extraction")
+                       "text2text-generation", "--for-generation", "--task feature-extraction")
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx", "--task", "feature-extraction")
     check(out, encoder, inputs_for("onnx", left=True))
 
