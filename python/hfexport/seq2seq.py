@@ -173,5 +173,25 @@ def text2text_generate(runner, input_ids: np.ndarray, attention_mask: np.ndarray
     if max_new_tokens is None:
         max_new_tokens = int(gen.get("max_new_tokens") or max(int(gen.get("max_length") or 20) - 1, 1))
     new = generate(runner, prompt, max_new_tokens=max_new_tokens, sampler=sampler, eos_token_ids=eos_token_ids,
-                   step_logits=step_logits, on_tokens=on_tokens)
+                   step_logits=step_logits, on_tokens=on_tokens, processor=forced_tokens(gen, max_new_tokens))
     return np.concatenate([prompt, new], axis=1)
+
+
+def forced_tokens(gen: dict[str, Any], max_new_tokens: int):
+    """The generation config's forced_bos_token_id (the first new token: mBART's target language,
+    BART's bos) and forced_eos_token_id (the last one, when the length limit ends the sequence), as
+    transformers' ForcedBOS / ForcedEOS logits processors force them; None when neither is set."""
+    bos, eos = gen.get("forced_bos_token_id"), gen.get("forced_eos_token_id")
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    if not isinstance(bos, int) and not eos:
+        return None
+
+    def process(logits: np.ndarray, step: int) -> np.ndarray:
+        forced = [bos] if step == 0 and isinstance(bos, int) else eos if step == max_new_tokens - 1 else []
+        if not forced:
+            return logits
+        out = np.full_like(logits, -np.inf)
+        out[:, forced] = 0
+        return out
+
+    return process

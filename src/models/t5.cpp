@@ -24,6 +24,7 @@
 #include "models/encoder.h"
 #include "models/model_builder.h"
 #include "models/registry.h"
+#include "models/seq2seq.h"
 #include "models/sentence_pooling.h"
 
 namespace hfx {
@@ -206,22 +207,6 @@ bool reads_cross_projection(const std::string& name) {
   return name.find(".EncDecAttention.k.") != std::string::npos || name.find(".EncDecAttention.v.") != std::string::npos;
 }
 
-// Decoder block `layer`'s cross-attention state: [batch, heads, encoder_sequence, d_kv].
-StateDecl cross_state(const T5Config& cfg, int64_t layer, const char* which, Dim batch, Dim encoder_sequence,
-                      DType dtype) {
-  return {"past_key_values." + std::to_string(layer) + ".encoder." + which, StateKind::CrossKeyValue,
-          StateUpdatePolicy::WriteOnce, dtype, {batch, Dim(cfg.heads), encoder_sequence, Dim(cfg.head_dim)}};
-}
-
-std::unique_ptr<Graph> finish_graph(ModelBuilder& m, const char* output_type, int64_t layers,
-                                    std::set<std::string>& dims) {
-  std::unique_ptr<Graph> graph = m.finish();
-  graph->output_type = std::string("transformers.modeling_outputs.") + output_type;
-  graph->num_layers = layers;
-  dims.insert(m.dim_names().begin(), m.dim_names().end());
-  return graph;
-}
-
 // The generation export's encoder: input_ids and attention_mask [batch, encoder_sequence] ->
 // last_hidden_state, and every decoder block's cross-attention keys and values of it.
 std::unique_ptr<Graph> generation_encoder(const Checkpoint& ckpt, const ExportConfig& config, const T5Config& cfg,
@@ -237,14 +222,11 @@ std::unique_ptr<Graph> generation_encoder(const Checkpoint& ckpt, const ExportCo
   const AttentionSpec cross = t5_attention(cfg, "EncDecAttention");
   for (int64_t i = 0; i < cfg.decoder_layers; ++i) {
     const auto [k, v] = cross_keys_values(m, "decoder.block." + std::to_string(i) + ".layer.1.", cross, x);
-    for (auto [which, value] : {std::pair{"key", k}, std::pair{"value", v}}) {
-      const int64_t state = b.declare_state(cross_state(cfg, i, which, batch, sequence, config.dtype));
-      b.state_update(state, nullptr, value, nullptr, value->shape);
-    }
+    write_cross_state(b, i, {batch, sequence, cfg.heads, cfg.head_dim, config.dtype}, k, v);
   }
   for (const TensorView* t : ckpt.tensors())
     if (!t->name.starts_with("encoder.") && !reads_cross_projection(t->name)) m.tolerate(t->name);
-  return finish_graph(m, "BaseModelOutput", cfg.layers, dims);
+  return finish_component(m, "BaseModelOutput", cfg.layers, dims);
 }
 
 // The generation export's decoder: input_ids / attention_mask / position_ids of the decoder tokens
@@ -263,7 +245,7 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
   if (!ids) fail("inputs: the decoder takes input_ids");
   const Dim batch = ids->shape[0], encoder_sequence = m.dim("encoder_sequence", 1, kLongestSequence);
   Value* encoder_mask = b.input("encoder_attention_mask", DType::I64, {batch, encoder_sequence});
-  Value* cross_mask = b.unsqueeze(b.compare(OpKind::Greater, encoder_mask, b.const_i64({0})), {1, 2});
+  Value* cross_mask = encoder_padding(b, encoder_mask);
   const std::string embeddings = m.has("decoder.embed_tokens.weight") ? "decoder.embed_tokens.weight" : "shared.weight";
   b.set_scope("decoder.embed_tokens");
   Value* x = b.embedding(m.weight(embeddings, {cfg.vocab, cfg.hidden}), ids);
@@ -277,8 +259,7 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
     const AttentionContext ctx{nullptr, nullptr, mask, [&](Value* k, Value* v) { return io.update_cache(i, k, v); },
                                true, bias};
     x = b.add(x, attention_block(m, p + "layer.0.", self, rms_norm(m, p + "layer.0.layer_norm", cfg, x), ctx));
-    Value* keys = b.state_read(b.declare_state(cross_state(cfg, i, "key", batch, encoder_sequence, config.dtype)));
-    Value* values = b.state_read(b.declare_state(cross_state(cfg, i, "value", batch, encoder_sequence, config.dtype)));
+    const auto [keys, values] = read_cross_state(b, i, {batch, encoder_sequence, cfg.heads, cfg.head_dim, config.dtype});
     Value* normed = rms_norm(m, p + "layer.1.layer_norm", cfg, x);
     x = b.add(x, cross_attention_block(m, p + "layer.1.", cross, normed, keys, values, cross_mask));
     x = feed_forward(m, p + "layer.2.", cfg, x);
@@ -293,7 +274,7 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
   io.finish(b.cast(b.linear(x, head), DType::F32));
   for (const TensorView* t : ckpt.tensors())
     if (!t->name.starts_with("decoder.") || reads_cross_projection(t->name)) m.tolerate(t->name);
-  return finish_graph(m, "Seq2SeqLMOutput", cfg.decoder_layers, dims);
+  return finish_component(m, "Seq2SeqLMOutput", cfg.decoder_layers, dims);
 }
 
 ExportModel build_t5(const Checkpoint& ckpt, const ExportConfig& config, const T5Variant& variant) {

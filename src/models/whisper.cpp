@@ -16,6 +16,7 @@
 #include "models/encoder.h"
 #include "models/model_builder.h"
 #include "models/registry.h"
+#include "models/seq2seq.h"
 
 namespace hfx {
 namespace {
@@ -105,11 +106,9 @@ Value* encoder_layer(ModelBuilder& m, const std::string& p, const WhisperConfig&
 // top (WhisperModel).
 std::string model_prefix(const Checkpoint& ckpt) { return ckpt.find("model.encoder.conv1.weight") ? "model." : ""; }
 
-// The cross-attention state of decoder layer `layer`: [batch, heads, max_source_positions, head_dim].
-StateDecl cross_state(const WhisperConfig& cfg, int64_t layer, const char* which, Dim batch, DType dtype) {
-  const int64_t heads = cfg.decoder_heads;
-  return {"past_key_values." + std::to_string(layer) + ".encoder." + which, StateKind::CrossKeyValue,
-          StateUpdatePolicy::WriteOnce, dtype, {batch, Dim(heads), Dim(cfg.positions), Dim(cfg.hidden / heads)}};
+// The cross-attention state of each decoder layer: [batch, heads, max_source_positions, head_dim].
+CrossStateShape cross_shape(const WhisperConfig& cfg, Dim batch, DType dtype) {
+  return {batch, Dim(cfg.positions), cfg.decoder_heads, cfg.hidden / cfg.decoder_heads, dtype};
 }
 
 // A decoder layer's cross-attention key or value projection (the encoder component computes them).
@@ -140,19 +139,12 @@ std::unique_ptr<Graph> encoder_graph(const Checkpoint& ckpt, const ExportConfig&
   const AttentionSpec cross = attention_spec(cfg.hidden, cfg.decoder_heads);
   for (int64_t i = 0; cross_states && i < cfg.decoder_layers; ++i) {
     const auto [k, v] = cross_keys_values(m, root + "decoder.layers." + std::to_string(i) + ".encoder_attn.", cross, x);
-    for (auto [which, value] : {std::pair{"key", k}, std::pair{"value", v}}) {
-      const int64_t state = b.declare_state(cross_state(cfg, i, which, batch, config.dtype));
-      b.state_update(state, nullptr, value, nullptr, value->shape);
-    }
+    write_cross_state(b, i, cross_shape(cfg, batch, config.dtype), k, v);
   }
   // The decoder's other weights, the projection heads and the LM head are not the encoder's.
   for (const TensorView* t : ckpt.tensors())
     if (!t->name.starts_with(p) && !(cross_states && reads_cross_projection(t->name))) m.tolerate(t->name);
-  std::unique_ptr<Graph> graph = m.finish();
-  graph->output_type = "transformers.modeling_outputs.BaseModelOutput";
-  graph->num_layers = cfg.layers;
-  dims.insert(m.dim_names().begin(), m.dim_names().end());
-  return graph;
+  return finish_component(m, "BaseModelOutput", cfg.layers, dims);
 }
 
 // One decoder layer: self-attention over the cache, cross-attention over the encoder's state, MLP.
@@ -163,8 +155,7 @@ Value* decoder_layer(ModelBuilder& m, DecoderIO& io, const WhisperConfig& cfg, c
   const AttentionSpec attention = attention_spec(cfg.hidden, cfg.decoder_heads);
   const AttentionContext ctx{nullptr, nullptr, mask, [&](Value* k, Value* v) { return io.update_cache(i, k, v); }, true};
   x = b.add(x, attention_block(m, p + "self_attn.", attention, encoder_layer_norm(m, p + "self_attn_layer_norm", x, kLayerNormEps), ctx));
-  Value* keys = b.state_read(b.declare_state(cross_state(cfg, i, "key", batch, m.config().dtype)));
-  Value* values = b.state_read(b.declare_state(cross_state(cfg, i, "value", batch, m.config().dtype)));
+  const auto [keys, values] = read_cross_state(b, i, cross_shape(cfg, batch, m.config().dtype));
   Value* normed = encoder_layer_norm(m, p + "encoder_attn_layer_norm", x, kLayerNormEps);
   x = b.add(x, cross_attention_block(m, p + "encoder_attn.", attention, normed, keys, values, nullptr));
   return feed_forward(m, p, cfg.hidden, cfg.decoder_ffn, cfg.activation, x);
@@ -202,11 +193,7 @@ std::unique_ptr<Graph> decoder_graph(const Checkpoint& ckpt, const ExportConfig&
   io.finish(b.cast(b.linear(x, head), DType::F32));
   for (const TensorView* t : ckpt.tensors())
     if (!t->name.starts_with(p) || reads_cross_projection(t->name)) m.tolerate(t->name);
-  std::unique_ptr<Graph> graph = m.finish();
-  graph->output_type = "transformers.modeling_outputs.Seq2SeqLMOutput";
-  graph->num_layers = cfg.decoder_layers;
-  dims.insert(m.dim_names().begin(), m.dim_names().end());
-  return graph;
+  return finish_component(m, "Seq2SeqLMOutput", cfg.decoder_layers, dims);
 }
 
 // Both components read the same batch dim: bounded alike unless configured.

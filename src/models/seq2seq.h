@@ -1,0 +1,35 @@
+// What the encoder-decoder families (whisper.cpp, t5.cpp, bart.cpp) share around their two
+// generation components: the cross-attention state the `encoder` writes once and the `decoder`
+// reads every step (past_key_values.{i}.encoder.key|value: optimum's names), the encoder's padding
+// over the decoder's queries, and handing a finished component graph over.
+#pragma once
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "ir/builder.h"
+#include "models/model_builder.h"
+
+namespace hfx {
+
+// The shape of one layer's cross-attention keys (or values): [batch, heads, encoder length, head_dim].
+struct CrossStateShape {
+  Dim batch, length;
+  int64_t heads, head_dim;
+  DType dtype;
+};
+
+// Encoder side: declares decoder layer `layer`'s cross-attention state and writes `keys` / `values` into it.
+void write_cross_state(Builder& b, int64_t layer, const CrossStateShape& shape, Value* keys, Value* values);
+// Decoder side: declares the same state and reads it (keys, values).
+std::pair<Value*, Value*> read_cross_state(Builder& b, int64_t layer, const CrossStateShape& shape);
+
+// [batch, 1, 1, encoder length] bool, true = attend: the encoder's attention_mask [batch, length].
+Value* encoder_padding(Builder& b, Value* encoder_attention_mask);
+
+// The graph `m` built, with the transformers output class and layer count the backends report.
+std::unique_ptr<Graph> finish_component(ModelBuilder& m, const char* output_type, int64_t layers,
+                                        std::set<std::string>& dims);
+
+}  // namespace hfx
