@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, PREFILL, SHARES_BUFFER, ExportManifest
+from .manifest import (CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, SHARES_BUFFER,
+                       ExportManifest)
 from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, static_cache_mask
 from .versions import check_runtime_versions
 
@@ -159,17 +160,22 @@ class ExecutorchDynamicRunner(DecodeRunner):
     """A dynamic cache: `prefill` (or, multi-token, `forward` over an empty past) returns the
     present keys and values, which each step feeds back as the past (and gets one row longer)."""
 
+    # The component a decode loop repeats (an encoder-decoder's is its decoder).
+    STEP = DECODE
+
     def __init__(self, manifest: ExportManifest, **options):
         self.manifest = manifest
         check_runtime_versions(manifest.data, ["executorch"])
-        self.path = manifest.file_of(DECODE)
+        self.path = manifest.file_of(self.STEP)
         self.pairs = [(p["input"], p["output"]) for p in manifest.generation["cache_pairs"]]
-        self.components = {c: manifest.component(c) for c in (PREFILL, DECODE) if manifest.has_component(c)}
+        self.components = {c: manifest.component(c) for c in (PREFILL, self.STEP) if manifest.has_component(c)}
         self.program = None
+        self.fixed: dict = {}  # inputs every decoder call takes unchanged (an encoder's state)
 
     def _call(self, component: str, feeds: dict) -> np.ndarray:
         entry = self.components[component]
         method = self.program.load_method(entry.get("program", "forward"))
+        feeds = {**feeds, **self.fixed} if component == self.STEP else feeds
         outputs = method.execute([as_tensor(feeds[i["name"]]) for i in entry["inputs"]])
         named = {o["name"]: v for o, v in zip(entry["outputs"], outputs)}
         self.past = {past: named[present] for past, present in self.pairs}  # tensors, fed back as they are
@@ -188,19 +194,46 @@ class ExecutorchDynamicRunner(DecodeRunner):
             return self._call(PREFILL, feeds)
         import torch
 
-        specs = {i["name"]: i for i in self.components[DECODE]["inputs"]}
+        specs = {i["name"]: i for i in self.components[self.STEP]["inputs"]}
         for past, _ in self.pairs:  # multi-token: the prompt over an empty past
             shape = specs[past]["shape"]
             feeds[past] = torch.zeros((input_ids.shape[0], shape[1], 0, shape[3]), dtype=getattr(torch, specs[past]["dtype"]))
-        return self._call(DECODE, feeds)
+        return self._call(self.STEP, feeds)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         ids = tokens.astype(np.int64)[:, None]
         positions = self.next_position[:, None].astype(np.int64)
         self.next_position = self.next_position + 1
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        return self._call(DECODE, {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions,
-                                   **self.past})
+        return self._call(self.STEP, {"input_ids": ids, "attention_mask": self.attention_mask,
+                                      "position_ids": positions, **self.past})
+
+
+class ExecutorchSeq2SeqRunner(ExecutorchDynamicRunner):
+    """An encoder-decoder export (hfexport.seq2seq): `encode(**inputs)` runs the `encoder` method;
+    its state outputs stay tensors every `text_decoder` call takes."""
+
+    STEP = DECODER
+
+    def __init__(self, manifest: ExportManifest, **options):
+        from .seq2seq import cross_state_names
+
+        super().__init__(manifest, **options)
+        self.cross = cross_state_names(manifest)
+        self.encoder_entry = manifest.component(ENCODER)
+
+    def encode(self, **inputs) -> dict[str, np.ndarray]:
+        from .seq2seq import decoder_feeds, encoder_results
+
+        if self.program is None:
+            self.program = load_program(self.path)
+        method = self.program.load_method(self.encoder_entry.get("program", "encoder"))
+        values = method.execute([as_tensor(np.ascontiguousarray(inputs[i["name"]])) for i in self.encoder_entry["inputs"]])
+        outputs = {o["name"]: v for o, v in zip(self.encoder_entry["outputs"], values)}
+        decoder_inputs = {i["name"] for i in self.components[self.STEP]["inputs"]}
+        self.fixed = decoder_feeds(self.cross, outputs, {k: as_tensor(np.ascontiguousarray(v)) for k, v in inputs.items()},
+                                   decoder_inputs)
+        return {k: as_array(v) for k, v in encoder_results(self.cross, outputs).items()}
 
 
 class ExecutorchStaticRunner(DecodeRunner):

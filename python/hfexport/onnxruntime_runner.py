@@ -18,6 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
+from .seq2seq import cross_state_names, decoder_feeds, encoder_results
 from .runner import (DecodeRunner, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
                      park_padding)
 from .versions import check_runtime_versions
@@ -315,8 +316,6 @@ class OnnxSeq2SeqRunner(OnnxRuntimeRunner):
 
     def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
                  providers: list | None = None, **options):
-        from .seq2seq import cross_state_names
-
         super().__init__(manifest, session_options=session_options, providers=providers, **options)
         self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), session_options,
                                             providers=providers or ["CPUExecutionProvider"])
@@ -332,11 +331,6 @@ class OnnxSeq2SeqRunner(OnnxRuntimeRunner):
             binding.bind_output(name, "cpu")
         self.encoder.run_with_iobinding(binding)
         outputs = dict(zip(names, binding.get_outputs()))
-        self.fixed_inputs = {decoder_input: outputs[output] for output, decoder_input in self.cross}
-        # The encoder's padding, which cross-attention applies (T5, BART: encoder_attention_mask).
-        decoder_inputs = {i.name for i in self.decode.get_inputs()}
-        for name, value in inputs.items():
-            if f"encoder_{name}" in decoder_inputs:
-                self.fixed_inputs[f"encoder_{name}"] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
-        state_outputs = {output for output, _ in self.cross}
-        return {name: value.numpy() for name, value in outputs.items() if name not in state_outputs}
+        given = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
+        self.fixed_inputs = decoder_feeds(self.cross, outputs, given, {i.name for i in self.decode.get_inputs()})
+        return {name: value.numpy() for name, value in encoder_results(self.cross, outputs).items()}

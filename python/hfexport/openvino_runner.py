@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 
-from .manifest import CACHE_STATEFUL, DECODE, ExportManifest
+from .manifest import CACHE_STATEFUL, DECODE, DECODER, ENCODER, ExportManifest
 from .runner import DecodeRunner, GenerationError, left_padded_positions
 from .versions import check_runtime_versions
 
@@ -18,20 +18,24 @@ F32_INFERENCE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
 
 class OpenVinoRunner(DecodeRunner):
+    # The component a decode loop repeats (an encoder-decoder's is its decoder).
+    STEP = DECODE
+
     def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
         self.manifest = manifest
         check_runtime_versions(manifest.data, ["openvino"])
         if manifest.cache != CACHE_STATEFUL:
             raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
-        path = manifest.file_of(DECODE)
+        path = manifest.file_of(self.STEP)
         config = F32_INFERENCE if config is None else config
         self.compiled = ov.Core().compile_model(str(path), device, config)
         self.request = self.compiled.create_infer_request()
+        self.fixed: dict[str, np.ndarray] = {}  # inputs every call takes unchanged (an encoder's state)
 
     def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         batch = ids.shape[0]
         self.request.infer({"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions,
-                            "beam_idx": np.arange(batch, dtype=np.int32)})
+                            "beam_idx": np.arange(batch, dtype=np.int32), **self.fixed})
         return self.request.get_tensor("logits").data[:, -1].copy()
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
@@ -51,3 +55,26 @@ class OpenVinoRunner(DecodeRunner):
         self.next_position = self.next_position + 1
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         return self._run(ids, positions)
+
+
+class OpenVinoSeq2SeqRunner(OpenVinoRunner):
+    """An encoder-decoder export (hfexport.seq2seq): the decoder's self-attention cache lives in its
+    variables; `encode(**inputs)` runs the encoder model, whose state outputs every decoder call takes."""
+
+    STEP = DECODER
+
+    def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
+        from .seq2seq import cross_state_names
+
+        super().__init__(manifest, device, config)
+        self.encoder = ov.Core().compile_model(str(manifest.file_of(ENCODER)), device,
+                                               F32_INFERENCE if config is None else config)
+        self.cross = cross_state_names(manifest)
+
+    def encode(self, **inputs) -> dict[str, np.ndarray]:
+        from .seq2seq import decoder_feeds, encoder_results
+
+        result = self.encoder(inputs)
+        outputs = {out.get_any_name(): np.asarray(value) for out, value in result.items()}
+        self.fixed = decoder_feeds(self.cross, outputs, inputs, {i.get_any_name() for i in self.compiled.inputs})
+        return encoder_results(self.cross, outputs)

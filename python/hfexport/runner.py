@@ -110,6 +110,9 @@ def register_runner(export_format: str, target: str) -> None:
 # the decoder with `encode(**inputs)` (hfexport.seq2seq).
 _SEQ2SEQ_RUNNERS: dict[str, str] = {
     "onnx": "hfexport.onnxruntime_runner:OnnxSeq2SeqRunner",
+    "openvino": "hfexport.openvino_runner:OpenVinoSeq2SeqRunner",
+    "pt2": "hfexport.torch_runner:TorchSeq2SeqRunner",
+    "executorch": "hfexport.executorch_runner:ExecutorchSeq2SeqRunner",
 }
 
 

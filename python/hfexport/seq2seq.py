@@ -31,6 +31,22 @@ def cross_state_names(manifest: ExportManifest) -> list[tuple[str, str]]:
     return [(written[s["name"]], s["input"]) for s in read if "input" in s]
 
 
+def decoder_feeds(cross: list[tuple[str, str]], outputs: dict, inputs: dict, decoder_inputs) -> dict:
+    """What every decoder call takes from the encoder's call: the state it wrote (by the decoder's
+    input names) and its padding (an encoder input `x` the decoder takes as `encoder_x`)."""
+    feeds = {decoder_input: outputs[output] for output, decoder_input in cross}
+    for name, value in inputs.items():
+        if f"encoder_{name}" in decoder_inputs:
+            feeds[f"encoder_{name}"] = value
+    return feeds
+
+
+def encoder_results(cross: list[tuple[str, str]], outputs: dict) -> dict:
+    """The encoder's outputs other than the decoder's state (last_hidden_state)."""
+    state = {output for output, _ in cross}
+    return {name: value for name, value in outputs.items() if name not in state}
+
+
 # -- Whisper ---------------------------------------------------------------------------------------
 
 _TASKS = ("transcribe", "translate")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import CACHE_STATIC, DECODE, PREFILL, ExportManifest
+from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, ExportManifest
 from .runner import (DecodeRunner, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
                      park_padding)
 from .versions import check_runtime_versions
@@ -162,6 +162,9 @@ class TorchProgramGraph:
 
 
 class TorchProgramRunner(DecodeRunner):
+    # The component a decode loop repeats (an encoder-decoder's is its decoder).
+    STEP = DECODE
+
     def __init__(self, manifest: ExportManifest, threads: int | None = None, **options):
         import torch
 
@@ -174,23 +177,24 @@ class TorchProgramRunner(DecodeRunner):
         # is called with one built over this runner's buffers.
         self.interface = manifest.data.get("pt2_interface")
         register_cache_pytrees()
-        programs = load_programs(manifest.file_of(DECODE))
-        decode_program = program_of(manifest, DECODE, programs)
+        self.programs = programs = load_programs(manifest.file_of(self.STEP))
+        decode_program = program_of(manifest, self.STEP, programs)
         self.in_spec = decode_program.call_spec.in_spec
-        self.decode = callable_of(manifest.directory, manifest.component(DECODE), decode_program)
+        self.decode = callable_of(manifest.directory, manifest.component(self.STEP), decode_program)
         self.prefill_module = (callable_of(manifest.directory, manifest.component(PREFILL),
                                            program_of(manifest, PREFILL, programs))
                                if manifest.has_component(PREFILL) else None)
         gen = manifest.generation
         self.static = manifest.cache == CACHE_STATIC
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
-        specs = {i["name"]: i for i in manifest.component(DECODE)["inputs"]}
+        specs = {i["name"]: i for i in manifest.component(self.STEP)["inputs"]}
         self.cache_specs = {name: specs[name] for name, _ in self.pairs}
         self.decode_input_names = set(specs)
-        self.decode_outputs = [o["name"] for o in manifest.component(DECODE)["outputs"]]
+        self.decode_outputs = [o["name"] for o in manifest.component(self.STEP)["outputs"]]
         self.prefill_outputs = ([o["name"] for o in manifest.component(PREFILL)["outputs"]]
                                 if self.prefill_module else [])
         self.max_cache_len = int(gen.get("max_cache_len", 0))
+        self.fixed: dict = {}  # inputs every call takes unchanged (an encoder's state)
 
     def _cache_tensor(self, name: str, batch: int, length: int):
         spec = self.cache_specs[name]
@@ -215,11 +219,11 @@ class TorchProgramRunner(DecodeRunner):
             feeds = {"input_ids": input_ids, "cache_position": positions[0], **self.buffers}
         else:
             feeds = {"input_ids": input_ids, "attention_mask": static_cache_mask(positions, self.cache_len, real),
-                     "position_ids": positions, **self.buffers}
+                     "position_ids": positions, **self.buffers, **self.fixed}
         if self.interface:  # the program's own pytree over the same tensors (a StaticCache)
             torch = self.torch
             leaves = [torch.from_numpy(np.ascontiguousarray(feeds[i["name"]])) if isinstance(feeds[i["name"]], np.ndarray)
-                      else feeds[i["name"]] for i in self.manifest.component(DECODE)["inputs"]]
+                      else feeds[i["name"]] for i in self.manifest.component(self.STEP)["inputs"]]
             args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.in_spec)
             with torch.no_grad():
                 return output_leaves(self.decode(*args, **kwargs))[0][:, -1].float().numpy()
@@ -228,7 +232,7 @@ class TorchProgramRunner(DecodeRunner):
 
     # -- dynamic cache --------------------------------------------------------------------------
     def _run_dynamic(self, module, outputs: list[str], feeds: dict, past: dict) -> np.ndarray:
-        out = self._call(module, outputs, **feeds, **past)
+        out = self._call(module, outputs, **feeds, **past, **(self.fixed if module is self.decode else {}))
         self.past = {name: out[present] for name, present in self.pairs}
         return self._last_logits(out)
 
@@ -245,7 +249,7 @@ class TorchProgramRunner(DecodeRunner):
             fixed = self.interface or "cache_position" in self.decode_input_names  # buffers of max_cache_len
             self.cache_len = self.max_cache_len if fixed else min(self.max_cache_len, needed)
             self.buffers = {name: self._cache_tensor(name, batch, self.cache_len) for name, _ in self.pairs}
-            for i in self.manifest.component(DECODE)["inputs"]:  # transformers' StaticLayer.cumulative_length
+            for i in self.manifest.component(self.STEP)["inputs"]:  # transformers' StaticLayer.cumulative_length
                 if i["name"].startswith("cumulative_length_"):
                     self.buffers[i["name"]] = self.torch.zeros((), dtype=self.torch.int64)
             return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
@@ -266,3 +270,27 @@ class TorchProgramRunner(DecodeRunner):
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, self.decode_outputs, feeds, self.past)
+
+
+class TorchSeq2SeqRunner(TorchProgramRunner):
+    """An encoder-decoder export (hfexport.seq2seq): `encode(**inputs)` runs the `encoder` program;
+    its state outputs stay tensors every decoder call takes."""
+
+    STEP = DECODER
+
+    def __init__(self, manifest: ExportManifest, threads: int | None = None, **options):
+        from .seq2seq import cross_state_names
+
+        super().__init__(manifest, threads, **options)
+        self.encoder = callable_of(manifest.directory, manifest.component(ENCODER),
+                                   program_of(manifest, ENCODER, self.programs))
+        self.encoder_outputs = [o["name"] for o in manifest.component(ENCODER)["outputs"]]
+        self.cross = cross_state_names(manifest)
+
+    def encode(self, **inputs) -> dict[str, np.ndarray]:
+        from .seq2seq import decoder_feeds, encoder_results
+
+        outputs = self._call(self.encoder, self.encoder_outputs, **inputs)
+        given = {k: self.torch.from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
+        self.fixed = decoder_feeds(self.cross, outputs, given, self.decode_input_names)
+        return {k: v.float().numpy() for k, v in encoder_results(self.cross, outputs).items()}

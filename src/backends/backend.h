@@ -27,10 +27,6 @@ struct BackendCapabilities {
   std::string cache_note;
   // Generation is one graph whose cache lives inside the runtime (serves prefill and decode).
   bool stateful_generation = false;
-  // State one component writes once and another reads (an encoder-decoder's cross-attention
-  // keys and values) reaches the runtime; else why not, for the error.
-  bool cross_component_state = false;
-  std::string cross_component_state_note;
 };
 
 // A fused kernel a backend prefers that a graph fails a runtime precondition of, why, and the

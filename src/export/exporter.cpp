@@ -168,18 +168,6 @@ void check_dim_names(const ExportConfig& config, const ExportModel& model, const
   }
 }
 
-// Write-once state one component computes for another (cross-attention) needs a backend that
-// can hand it over.
-void check_cross_component_state(const Backend& backend, const ExportModel& model) {
-  const BackendCapabilities caps = backend.capabilities();
-  if (caps.cross_component_state) return;
-  for (const Component& c : model.components)
-    for (const StateDecl& s : c.graph->states)
-      if (s.update == StateUpdatePolicy::WriteOnce)
-        fail("format: ", model.model_type, "'s ", task_name(model.task), " export (an encoder writing state its decoder reads) "
-             "is not supported by --format ", backend.format(), " yet: ", caps.cross_component_state_note, " (--format onnx exports it)");
-}
-
 }  // namespace
 
 void run_passes(const Backend& backend, const ExportConfig& config, const std::string& component, Graph& graph,
@@ -231,7 +219,6 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   const ExportConfig graph_config = backend->graph_config(config);
   ExportModel model = build(ckpt, graph_config);
   check_dim_names(config, model, run.spell);
-  check_cross_component_state(*backend, model);
   AtomicOutputDir out(out_dir, run.overwrite);
   // Errors name the output as the user gave it, not its staging directory.
   try {

@@ -3,7 +3,8 @@ offset, layernorm_embedding), mbart (pre-norm, scaled embeddings, closing LayerN
 (sinusoidal positions computed as transformers does, no embedding norm), against transformers'
 *ForConditionalGeneration: the encoder's output and first-step logits within 1e-4 (final_logits_bias
 included), greedy generation token-identical to `model.generate` — forced BOS / EOS tokens of the
-generation config included — for a right-padded batch, in each ONNX cache mechanic; the refusals."""
+generation config included — for a right-padded batch, in each ONNX cache mechanic, and in
+OpenVINO, .pt2 and ExecuTorch; the refusals."""
 
 from __future__ import annotations
 
@@ -106,8 +107,32 @@ def test_generation_matches_transformers(tmp_path, models, export_model, support
                           backend="onnx")
 
 
+@pytest.mark.parametrize("variant", ["mbart", "marian"])
+@pytest.mark.parametrize("fmt", ["openvino", "pt2", "executorch"])
+def test_every_format_matches_transformers(tmp_path, models, export_model, support_matrix, variant, fmt):
+    from hfexport.runner import open_runner
+    from hfexport.seq2seq import text2text_generate
+
+    folder, model = models[variant]
+    out = export_model(folder, tmp_path / "out", "--for-generation", "--format", fmt)
+    ids, mask = batch()
+    if fmt == "executorch":  # its programs serve batch 1
+        ids, mask = ids[1:], mask[1:]
+    start = model.config.decoder_start_token_id
+    prompt = np.array([[start, 17, 33, 40]] * len(ids), np.int64)
+    runner = open_runner(out)
+    runner.encode(input_ids=ids, attention_mask=mask)
+    with torch.no_grad():
+        first = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                      decoder_input_ids=torch.from_numpy(prompt)).logits[:, -1].numpy()
+    logits = runner.prefill(prompt, np.ones_like(prompt), 1)
+    np.testing.assert_allclose(logits, first, rtol=1e-4, atol=1e-4)
+    gen = json.loads((out / "generation_config.json").read_text())
+    np.testing.assert_array_equal(text2text_generate(open_runner(out), ids, mask, gen, 12), reference(model, ids, mask, 12))
+    support_matrix.record(variant, "text2text-generation", True, float(np.abs(logits - first).max()), backend=fmt)
+
+
 @pytest.mark.parametrize("args,mentions", [
-    (["--for-generation", "--format", "pt2"], ["pt2", "--format onnx"]),
     ([], ["text2text-generation", "--for-generation"]),
     (["--for-generation", "--task", "feature-extraction"], ["decode loop"]),
 ])

@@ -5,8 +5,8 @@ cross-attention over the encoder's state under encoder_attention_mask), against 
 T5ForConditionalGeneration / MT5 / UMT5: encoder output and first-step logits within 1e-4, greedy
 generation token-identical to `model.generate` for a padded batch, in each ONNX cache mechanic —
 t5 (ReLU, tied embeddings: outputs scaled by d_model^-0.5), T5 v1.1 / flan (gated-GELU, an own
-lm_head, no scaling), mt5 and umt5 (a bias table per block); the Python API and
-`hfexport generate` over it."""
+lm_head, no scaling), mt5 and umt5 (a bias table per block) —, and in OpenVINO, .pt2 and
+ExecuTorch; the Python API and `hfexport generate` over it."""
 
 from __future__ import annotations
 
@@ -127,8 +127,31 @@ def test_python_api_and_cli(tmp_path, models, export_model, run_hfexport):
     assert proc.stdout.split() == [str(t) for t in single]
 
 
+@pytest.mark.parametrize("variant", ["t5-relu-tied", "umt5"])
+@pytest.mark.parametrize("fmt", ["openvino", "pt2", "executorch"])
+def test_every_format_matches_transformers(tmp_path, models, export_model, support_matrix, variant, fmt):
+    from hfexport.runner import open_runner
+    from hfexport.seq2seq import text2text_generate
+
+    folder, model = models[variant]
+    out = export_model(folder, tmp_path / "out", "--for-generation", "--format", fmt)
+    ids, mask = batch()
+    if fmt == "executorch":  # its programs serve batch 1
+        ids, mask = ids[1:], mask[1:]
+    prompt = np.array([[0, 17, 33]] * len(ids), np.int64)
+    runner = open_runner(out)
+    runner.encode(input_ids=ids, attention_mask=mask)
+    with torch.no_grad():
+        first = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                      decoder_input_ids=torch.from_numpy(prompt), use_cache=False).logits[:, -1].numpy()
+    logits = runner.prefill(prompt, np.ones_like(prompt), 1)
+    np.testing.assert_allclose(logits, first, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(text2text_generate(open_runner(out), ids, mask, {}, 14), reference(model, ids, mask, 14))
+    support_matrix.record(VARIANTS[variant][0], f"text2text-generation ({variant})", True,
+                          float(np.abs(logits - first).max()), backend=fmt)
+
+
 @pytest.mark.parametrize("args,mentions", [
-    (["--for-generation", "--format", "openvino"], ["openvino", "--format onnx"]),
     (["--for-generation", "--static-cache", "--max-cache-len", "16"], ["static"]),
     ([], ["text2text-generation", "--for-generation"]),
     (["--task", "text2text-generation"], ["--for-generation"]),

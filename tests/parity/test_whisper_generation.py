@@ -5,8 +5,8 @@ encoder output and first-step logits within 1e-4, and greedy generation token-id
 `model.generate` — Whisper's prompt (decoder start, language given or detected, task,
 no-timestamps) and its suppressed tokens included — for a batch of two clips, in each ONNX cache
 mechanic (onnxruntime's GroupQueryAttention over one shared buffer, the default; past -> present
-with the standard op set; the ort op set without GQA). `hfexport transcribe` prints the text of a
-WAV file; the formats that cannot hand the encoder's state to the decoder yet refuse by name."""
+with the standard op set; the ort op set without GQA), and in OpenVINO, .pt2 and ExecuTorch.
+`hfexport transcribe` prints the text of a WAV file."""
 
 from __future__ import annotations
 
@@ -186,10 +186,33 @@ def test_transcribe_refuses_bad_audio(tmp_path, multilingual, export_model, run_
     assert_clean_error(run_hfexport("generate", out, "--input-ids", "1"), None, "hfexport transcribe")
 
 
+@pytest.mark.parametrize("fmt", ["openvino", "pt2", "executorch"])
+def test_every_format_matches_transformers(tmp_path, multilingual, export_model, support_matrix, fmt):
+    """The same two components in OpenVINO (the decoder's self-attention cache in its variables),
+    .pt2 programs and an ExecuTorch program (methods `encoder` and `text_decoder`, batch 1)."""
+    from hfexport.runner import open_runner
+    from hfexport.seq2seq import whisper_generate
+
+    folder, model = multilingual
+    out = export_model(folder, tmp_path / "out", "--for-generation", "--format", fmt)
+    feats = features(clips(1 if fmt == "executorch" else 2))
+    runner = open_runner(out)
+    encoded = runner.encode(input_features=feats)
+    prompt = np.array([[START, FR, TRANSCRIBE, NO_TIMESTAMPS]] * len(feats), np.int64)
+    with torch.no_grad():
+        expected = model.get_encoder()(torch.from_numpy(feats)).last_hidden_state.numpy()
+        first = model(input_features=torch.from_numpy(feats), decoder_input_ids=torch.from_numpy(prompt)).logits[:, -1].numpy()
+    np.testing.assert_allclose(encoded["last_hidden_state"], expected, rtol=1e-4, atol=1e-4)
+    logits = runner.prefill(prompt, np.ones_like(prompt), 1)
+    np.testing.assert_allclose(logits, first, rtol=1e-4, atol=1e-4)
+    gen = json.loads((out / "generation_config.json").read_text())
+    for kwargs in ({}, {"language": "fr", "task": "translate"}):
+        np.testing.assert_array_equal(whisper_generate(open_runner(out), feats, gen, 12, **kwargs),
+                                      reference_generate(model, feats, 12, **kwargs))
+    support_matrix.record("whisper", "generation", True, float(np.abs(logits - first).max()), backend=fmt)
+
+
 @pytest.mark.parametrize("args,mentions", [
-    (["--for-generation", "--format", "openvino"], ["openvino", "--format onnx"]),
-    (["--for-generation", "--format", "pt2"], ["pt2", "--format onnx"]),
-    (["--for-generation", "--format", "executorch"], ["executorch", "--format onnx"]),
     (["--for-generation", "--static-cache", "--max-cache-len", "16"], ["static"]),
     ([], ["--for-generation", "--task feature-extraction"]),
 ])

@@ -276,8 +276,7 @@ class ExecutorchBackend final : public Backend {
 
   BackendCapabilities capabilities() const override {
     return {{DType::F32, DType::F16, DType::BF16}, "",
-            {manifest::cache::kStatic, manifest::cache::kDynamic}, "", false,
-            false, "the methods do not yet pass an encoder's state to the decoder"};
+            {manifest::cache::kStatic, manifest::cache::kDynamic}, "", false};
   }
 
   std::string_view runtime_package() const override { return "executorch"; }

@@ -223,8 +223,7 @@ class OnnxBackend final : public Backend {
             "onnxruntime's CPU provider has no bfloat16 MatMul kernels",
             {manifest::cache::kDynamic, manifest::cache::kStatic},
             "",
-            false,
-            true};  // an output of one graph, an input of the other
+            false};
   }
 
   std::string_view display_name() const override { return "ONNX"; }

@@ -84,9 +84,7 @@ class OpenVinoBackend final : public Backend {
             "",
             {manifest::cache::kStateful},
             "its generation model is stateful: the cache lives in the runtime",
-            true,
-            false,
-            "its variables live in one compiled model, so the decoder cannot read what the encoder wrote"};
+            true};
   }
 
   std::string_view runtime_package() const override { return "openvino"; }

@@ -168,8 +168,7 @@ class Pt2Backend final : public Backend {
   std::string_view format() const override { return "pt2"; }
 
   BackendCapabilities capabilities() const override {
-    return {{DType::F32, DType::F16, DType::BF16}, "", {manifest::cache::kDynamic, manifest::cache::kStatic}, "", false,
-            false, "the programs do not yet pass an encoder's state to the decoder"};
+    return {{DType::F32, DType::F16, DType::BF16}, "", {manifest::cache::kDynamic, manifest::cache::kStatic}, "", false};
   }
 
   std::string_view runtime_package() const override { return "torch"; }
