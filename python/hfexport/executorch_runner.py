@@ -209,34 +209,42 @@ class ExecutorchDynamicRunner(DecodeRunner):
                                       "position_ids": positions, **self.past})
 
 
-class ExecutorchSeq2SeqRunner(ExecutorchDynamicRunner):
-    """An encoder-decoder export (hfexport.seq2seq): `encode(**inputs)` runs the `encoder` method;
-    its state outputs stay tensors every `text_decoder` call takes."""
+class _EncoderMethod:
+    """An encoder-decoder export's `encoder` method (hfexport.seq2seq): `encode(**inputs)` runs it;
+    its state outputs stay tensors every `text_decoder` call takes (self.fixed)."""
 
-    STEP = DECODER
-
-    def __init__(self, manifest: ExportManifest, **options):
+    def _init_encoder(self, manifest: ExportManifest) -> None:
         from .seq2seq import cross_state_names
 
-        super().__init__(manifest, **options)
         self.cross = cross_state_names(manifest)
         self.encoder_entry = manifest.component(ENCODER)
+        self.decoder_inputs = {i["name"] for i in manifest.component(DECODER)["inputs"]}
+        self.encoder_program = None
 
     def encode(self, **inputs) -> dict[str, np.ndarray]:
         from .seq2seq import decoder_feeds, encoder_results
 
-        if self.program is None:
-            self.program = load_program(self.path)
-        method = self.program.load_method(self.encoder_entry.get("program", "encoder"))
+        if self.encoder_program is None:
+            self.encoder_program = load_program(self.path)
+        method = self.encoder_program.load_method(self.encoder_entry.get("program", "encoder"))
         values = method.execute([as_tensor(np.ascontiguousarray(inputs[i["name"]])) for i in self.encoder_entry["inputs"]])
         outputs = {o["name"]: v for o, v in zip(self.encoder_entry["outputs"], values)}
-        decoder_inputs = {i["name"] for i in self.components[self.STEP]["inputs"]}
-        self.fixed = decoder_feeds(self.cross, outputs, {k: as_tensor(np.ascontiguousarray(v)) for k, v in inputs.items()},
-                                   decoder_inputs)
+        given = {k: as_tensor(np.ascontiguousarray(v)) for k, v in inputs.items()}
+        self.fixed = decoder_feeds(self.cross, outputs, given, self.decoder_inputs)
         return {k: as_array(v) for k, v in encoder_results(self.cross, outputs).items()}
 
 
+def ExecutorchSeq2SeqRunner(manifest: ExportManifest, **options) -> DecodeRunner:  # noqa: N802 (a factory)
+    """The runner of a .pte encoder-decoder export: its decoder's cache dynamic or static."""
+    if manifest.cache == CACHE_DYNAMIC:
+        return ExecutorchDynamicSeq2SeqRunner(manifest, **options)
+    return ExecutorchStaticSeq2SeqRunner(manifest, **options)
+
+
 class ExecutorchStaticRunner(DecodeRunner):
+    # The component a decode loop repeats (an encoder-decoder's is its decoder).
+    STEP = DECODE
+
     def __init__(self, manifest: ExportManifest, **options):
         self.manifest = manifest
         check_runtime_versions(manifest.data, ["executorch"])
@@ -244,17 +252,22 @@ class ExecutorchStaticRunner(DecodeRunner):
         if (manifest.cache != CACHE_STATEFUL and not callers_cache(gen)) or not gen.get("max_cache_len"):
             raise GenerationError(f"{manifest.directory}: not an ExecuTorch export with a static cache")
         self.max_cache_len = int(gen["max_cache_len"])
-        self.path = manifest.file_of(DECODE)
-        component = manifest.component(DECODE)
+        self.path = manifest.file_of(self.STEP)
+        component = manifest.component(self.STEP)
+        self.input_names = [i["name"] for i in component["inputs"]]
         self.method_name = component.get("program", "forward")
         self.method = None
+        self.fixed: dict = {}  # inputs every call takes unchanged (an encoder's state)
         # The zero-copy interface's cache inputs (after ids, mask, positions): the same tensors
         # every call; the logits come after the N returned caches.
-        self.caches = []
+        self.caches, self.cache_names = [], []
         if callers_cache(gen):
             import torch
 
-            self.caches = [torch.zeros(i["shape"], dtype=getattr(torch, i["dtype"])) for i in component["inputs"][3:]]
+            cache_inputs = {p["input"] for p in gen["cache_pairs"]}
+            self.cache_names = [i["name"] for i in component["inputs"] if i["name"] in cache_inputs]
+            self.caches = [torch.zeros(i["shape"], dtype=getattr(torch, i["dtype"])) for i in component["inputs"]
+                           if i["name"] in cache_inputs]
         self.logits_index = len(self.caches)
         # forward(tokens, cache_position), as ExecuTorch's LLM runner calls it: the program builds
         # the mask and positions itself.
@@ -269,6 +282,10 @@ class ExecutorchStaticRunner(DecodeRunner):
             mask = static_cache_mask(positions, self.max_cache_len)
             feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
                      torch.from_numpy(np.ascontiguousarray(positions)), *self.caches]
+            if self.fixed:  # by name: the encoder's state among the method's inputs
+                named = {**dict(zip(["input_ids", "attention_mask", "position_ids"], feeds[:3])),
+                         **dict(zip(self.cache_names, self.caches)), **self.fixed}
+                feeds = [named[n] for n in self.input_names]
         outputs = execute_without_clones(self.method, feeds)
         # The outputs are the method's memory, rewritten by the next call: the last row is copied.
         return np.array(outputs[self.logits_index][:, -1].float().numpy())
@@ -305,3 +322,19 @@ class ExecutorchStaticRunner(DecodeRunner):
         positions = np.array([[self.next_position]], dtype=np.int64)
         self.next_position += 1
         return self._run(tokens.astype(np.int64)[:, None], positions)
+
+
+class ExecutorchDynamicSeq2SeqRunner(_EncoderMethod, ExecutorchDynamicRunner):
+    STEP = DECODER
+
+    def __init__(self, manifest: ExportManifest, **options):
+        super().__init__(manifest, **options)
+        self._init_encoder(manifest)
+
+
+class ExecutorchStaticSeq2SeqRunner(_EncoderMethod, ExecutorchStaticRunner):
+    STEP = DECODER
+
+    def __init__(self, manifest: ExportManifest, **options):
+        super().__init__(manifest, **options)
+        self._init_encoder(manifest)

@@ -73,8 +73,6 @@ Task bart_task(const std::string& model_type, const ExportConfig& config) {
   if (!config.generation.enabled)
     fail("task: ", model_type, "'s text2text-generation is a decode loop: export it with --for-generation (the "
          "encoder and the decoder with its caches)");
-  if (config.generation.static_cache())
-    fail("generation.cache_implementation: ", model_type, " exports a dynamic cache (--static-cache is not supported yet)");
   return Task::Text2TextGeneration;
 }
 
@@ -200,8 +198,7 @@ std::unique_ptr<Graph> BartBuilder::encoder(const ExportConfig& config, std::set
 std::unique_ptr<Graph> BartBuilder::decoder(const ExportConfig& config, std::set<std::string>& dims) const {
   ModelBuilder m(ckpt_, config);
   Builder& b = m.b();
-  DecoderVariant variant{CacheKind::Dynamic, true, false};
-  variant.cache_group = ".decoder";
+  const DecoderVariant variant = decoder_variant(config.generation);
   const int64_t head_dim = cfg_.hidden / cfg_.decoder_heads;
   b.set_scope("inputs");
   DecoderIO io(m, variant, cfg_.positions, {cfg_.decoder_layers, cfg_.decoder_heads, head_dim, config.dtype},
@@ -210,11 +207,8 @@ std::unique_ptr<Graph> BartBuilder::decoder(const ExportConfig& config, std::set
   if (!ids) fail("inputs: the decoder takes input_ids");
   const Dim batch = ids->shape[0], encoder_sequence = m.dim("encoder_sequence", 1, cfg_.positions);
   Value* cross_mask = encoder_padding(b, b.input("encoder_attention_mask", DType::I64, {batch, encoder_sequence}));
-  // Query i sits at cache position past + i, past = keys - queries (the mask's length less this call's).
-  Value* one = b.const_i64({1});
-  Value* past = b.sub(b.gather(b.shape_of(io.attention_mask()), one, 0), b.gather(b.shape_of(ids), one, 0));
   const std::string p = stack("decoder");
-  Value* x = embed(m, p, ids, b.add(token_positions(b, ids), past));
+  Value* x = embed(m, p, ids, decoder_positions(b, io, variant, ids).positions);
   Value* mask = io.mask({});
   const AttentionSpec spec = attention(cfg_.decoder_heads);
   const CrossStateShape cross_shape{batch, encoder_sequence, cfg_.decoder_heads, head_dim, config.dtype};

@@ -1,5 +1,7 @@
 #include "models/seq2seq.h"
 
+#include "core/error.h"
+
 namespace hfx {
 namespace {
 
@@ -24,6 +26,25 @@ std::pair<Value*, Value*> read_cross_state(Builder& b, int64_t layer, const Cros
 
 Value* encoder_padding(Builder& b, Value* encoder_attention_mask) {
   return b.unsqueeze(b.compare(OpKind::Greater, encoder_attention_mask, b.const_i64({0})), {1, 2});
+}
+
+DecoderVariant decoder_variant(const GenerationConfig& g) {
+  DecoderVariant v = g.static_cache() ? DecoderVariant{CacheKind::Static, true, false, g.batch_size, g.max_cache_len}
+                                      : DecoderVariant{CacheKind::Dynamic, true, false};
+  v.cache_group = ".decoder";
+  return v;
+}
+
+QueryPositions decoder_positions(Builder& b, DecoderIO& io, const DecoderVariant& variant, Value* input_ids) {
+  if (variant.cache == CacheKind::Static) {
+    Value* mask = io.mask({});  // [batch, 1, query, cache]: the caller's
+    return {io.position_ids(), b.gather(b.shape_of(mask), b.const_i64({3}), 0), mask->shape[3]};
+  }
+  Value* one = b.const_i64({1});
+  Value* mask = io.attention_mask();
+  Value* keys = b.gather(b.shape_of(mask), one, 0);
+  Value* past = b.sub(keys, b.gather(b.shape_of(input_ids), one, 0));
+  return {b.unsqueeze(b.range(past, keys, one, input_ids->shape[1]), {0}), keys, mask->shape[1]};
 }
 
 std::unique_ptr<Graph> finish_component(ModelBuilder& m, const char* output_type, int64_t layers,

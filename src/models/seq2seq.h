@@ -8,7 +8,9 @@
 #include <string>
 #include <utility>
 
+#include "core/export_config.h"
 #include "ir/builder.h"
+#include "models/decoder_io.h"
 #include "models/model_builder.h"
 
 namespace hfx {
@@ -27,6 +29,21 @@ std::pair<Value*, Value*> read_cross_state(Builder& b, int64_t layer, const Cros
 
 // [batch, 1, 1, encoder length] bool, true = attend: the encoder's attention_mask [batch, length].
 Value* encoder_padding(Builder& b, Value* encoder_attention_mask);
+
+// The decoder component's cache: dynamic (past -> present, from empty: one graph for the prompt and
+// the steps) or static (in place, --static-cache), under optimum's past_key_values.{i}.decoder.* names.
+DecoderVariant decoder_variant(const GenerationConfig& generation);
+
+// This call's decoder positions and the keys attention sees: query i sits at cache position
+// past + i (dynamic: past = the mask's length less this call's, as transformers counts them; a
+// [1, query] row) or at its position_ids (static: [batch, query] slots); `keys` is the mask's key
+// count (a 0-d int64), `total` its dim.
+struct QueryPositions {
+  Value* positions;
+  Value* keys;
+  Dim total;
+};
+QueryPositions decoder_positions(Builder& b, DecoderIO& io, const DecoderVariant& variant, Value* input_ids);
 
 // The graph `m` built, with the transformers output class and layer count the backends report.
 std::unique_ptr<Graph> finish_component(ModelBuilder& m, const char* output_type, int64_t layers,

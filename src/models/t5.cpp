@@ -108,8 +108,6 @@ Task t5_task(const std::string& model_type, const ExportConfig& config, const T5
   if (!config.generation.enabled)
     fail("task: ", model_type, "'s text2text-generation is a decode loop: export it with --for-generation (the encoder "
          "and the decoder with its caches), or the encoder alone with --task feature-extraction");
-  if (config.generation.static_cache())
-    fail("generation.cache_implementation: ", model_type, " exports a dynamic cache (--static-cache is not supported yet)");
   return Task::Text2TextGeneration;
 }
 
@@ -134,24 +132,19 @@ Value* position_bias(ModelBuilder& m, const std::string& module, const T5Config&
   return bias_of_buckets(m, module, cfg, by_distance(b, table, input_ids));
 }
 
-// The decoder's [1, heads, query, keys] bias: query i sits at cache position keys - query + i (as
-// transformers counts past tokens), key j at j; buckets by how far the key is behind the query.
-Value* causal_position_bias(ModelBuilder& m, const std::string& module, const T5Config& cfg, Value* input_ids,
-                            Value* attention_mask) {
+// The decoder's [1 or batch, heads, query, keys] bias: buckets by how far each key is behind its
+// query's position.
+Value* causal_position_bias(ModelBuilder& m, const std::string& module, const T5Config& cfg, const QueryPositions& q) {
   Builder& b = m.b();
   b.set_scope(module);
-  const Dim total = attention_mask->shape[1];
   std::vector<int64_t> table;
-  for (int64_t distance = 0; distance < dim_bound(total); ++distance)
+  for (int64_t distance = 0; distance < dim_bound(q.total); ++distance)
     table.push_back(causal_bucket(distance, cfg.buckets, cfg.max_distance));
-  Value* one = b.const_i64({1});
-  Value* keys = b.gather(b.shape_of(attention_mask), one, 0);
-  Value* queries = b.gather(b.shape_of(input_ids), one, 0);
-  Value* rows = b.unsqueeze(b.range(b.sub(keys, queries), keys, one, input_ids->shape[1]), {1});
-  Value* cols = b.unsqueeze(b.range(b.const_i64({0}), keys, one, total), {0});
-  Value* distance = b.max(b.sub(rows, cols), b.const_i64({0}));
+  Value* cols = b.unsqueeze(b.range(b.const_i64({0}), q.keys, b.const_i64({1}), q.total), {0, 1});
+  Value* distance = b.max(b.sub(b.unsqueeze(q.positions, {2}), cols), b.const_i64({0}));  // [P, S, T]
   Value* buckets = b.gather(b.const_i64(table, {static_cast<int64_t>(table.size())}), distance, 0);
-  return bias_of_buckets(m, module, cfg, buckets);
+  Value* bias = b.embedding(m.weight(module + ".weight", {cfg.buckets, cfg.heads}), buckets);  // [P, S, T, heads]
+  return b.transpose(bias, {0, 3, 1, 2});
 }
 
 Value* rms_norm(ModelBuilder& m, const std::string& module, const T5Config& cfg, Value* x) {
@@ -236,8 +229,7 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
                                           std::set<std::string>& dims) {
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
-  DecoderVariant variant{CacheKind::Dynamic, true, false};
-  variant.cache_group = ".decoder";
+  const DecoderVariant variant = decoder_variant(config.generation);
   b.set_scope("inputs");
   DecoderIO io(m, variant, kLongestSequence, {cfg.decoder_layers, cfg.heads, cfg.head_dim, config.dtype},
                {cfg.hidden, config.dtype});
@@ -250,12 +242,13 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
   b.set_scope("decoder.embed_tokens");
   Value* x = b.embedding(m.weight(embeddings, {cfg.vocab, cfg.hidden}), ids);
   Value* mask = io.mask({});
+  const QueryPositions positions = decoder_positions(b, io, variant, ids);
   const AttentionSpec self = t5_attention(cfg, "SelfAttention"), cross = t5_attention(cfg, "EncDecAttention");
   Value* bias = nullptr;
   for (int64_t i = 0; i < cfg.decoder_layers; ++i) {
     const std::string p = "decoder.block." + std::to_string(i) + ".";
     if (i == 0 || cfg.bias_per_layer)
-      bias = causal_position_bias(m, p + "layer.0.SelfAttention.relative_attention_bias", cfg, ids, io.attention_mask());
+      bias = causal_position_bias(m, p + "layer.0.SelfAttention.relative_attention_bias", cfg, positions);
     const AttentionContext ctx{nullptr, nullptr, mask, [&](Value* k, Value* v) { return io.update_cache(i, k, v); },
                                true, bias};
     x = b.add(x, attention_block(m, p + "layer.0.", self, rms_norm(m, p + "layer.0.layer_norm", cfg, x), ctx));

@@ -67,8 +67,6 @@ Task whisper_task(const ExportConfig& config, const WhisperConfig& cfg) {
   if (task == Task::SpeechRecognition && !config.generation.enabled)
     fail("task: whisper's automatic-speech-recognition is a decode loop: export it with --for-generation "
          "(the encoder and the decoder with its caches), or the encoder alone with --task feature-extraction");
-  if (config.generation.static_cache())
-    fail("generation.cache_implementation: whisper exports a dynamic cache (--static-cache is not supported yet)");
   return task;
 }
 
@@ -169,8 +167,7 @@ std::unique_ptr<Graph> decoder_graph(const Checkpoint& ckpt, const ExportConfig&
   const std::string root = model_prefix(ckpt), p = root + "decoder.";
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
-  DecoderVariant variant{CacheKind::Dynamic, true, false};
-  variant.cache_group = ".decoder";
+  const DecoderVariant variant = decoder_variant(config.generation);
   const int64_t head_dim = cfg.hidden / cfg.decoder_heads;
   b.set_scope("inputs");
   DecoderIO io(m, variant, cfg.target_positions, {cfg.decoder_layers, cfg.decoder_heads, head_dim, config.dtype},

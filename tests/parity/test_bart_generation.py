@@ -26,7 +26,12 @@ VARIANTS = {
     "mbart": ("MBart", dict(scale_embedding=True), dict(forced_bos_token_id=7), (0.4, 0.6)),
     "marian": ("Marian", dict(scale_embedding=True, decoder_start_token_id=1), dict(), (0.1, 1.5)),
 }
-MODES = {"gqa-shared-buffer": [], "standard": ["--onnx-ops", "standard"], "ort": ["--onnx-ops", "ort"]}
+MODES = {"gqa-shared-buffer": [], "standard": ["--onnx-ops", "standard"], "ort": ["--onnx-ops", "ort"],
+         "static": ["--static-cache", "--max-cache-len", "32", "--batch-size", "2"]}
+# The other formats, with their static caches (ExecuTorch's programs serve batch 1).
+FORMATS = {"openvino": ["--format", "openvino"], "pt2": ["--format", "pt2"], "executorch": ["--format", "executorch"],
+           "pt2-static": ["--format", "pt2", "--static-cache", "--max-cache-len", "32", "--batch-size", "2"],
+           "executorch-static": ["--format", "executorch", "--static-cache", "--max-cache-len", "32"]}
 
 
 def build(folder, cls: str, overrides: dict, generation: dict, init: tuple[float, float]):
@@ -108,15 +113,15 @@ def test_generation_matches_transformers(tmp_path, models, export_model, support
 
 
 @pytest.mark.parametrize("variant", ["mbart", "marian"])
-@pytest.mark.parametrize("fmt", ["openvino", "pt2", "executorch"])
+@pytest.mark.parametrize("fmt", list(FORMATS))
 def test_every_format_matches_transformers(tmp_path, models, export_model, support_matrix, variant, fmt):
     from hfexport.runner import open_runner
     from hfexport.seq2seq import text2text_generate
 
     folder, model = models[variant]
-    out = export_model(folder, tmp_path / "out", "--for-generation", "--format", fmt)
+    out = export_model(folder, tmp_path / "out", "--for-generation", *FORMATS[fmt])
     ids, mask = batch()
-    if fmt == "executorch":  # its programs serve batch 1
+    if fmt.startswith("executorch"):  # its programs serve batch 1
         ids, mask = ids[1:], mask[1:]
     start = model.config.decoder_start_token_id
     prompt = np.array([[start, 17, 33, 40]] * len(ids), np.int64)
@@ -129,7 +134,8 @@ def test_every_format_matches_transformers(tmp_path, models, export_model, suppo
     np.testing.assert_allclose(logits, first, rtol=1e-4, atol=1e-4)
     gen = json.loads((out / "generation_config.json").read_text())
     np.testing.assert_array_equal(text2text_generate(open_runner(out), ids, mask, gen, 12), reference(model, ids, mask, 12))
-    support_matrix.record(variant, "text2text-generation", True, float(np.abs(logits - first).max()), backend=fmt)
+    support_matrix.record(variant, f"text2text-generation ({fmt})", True, float(np.abs(logits - first).max()),
+                          backend=fmt.split("-")[0])
 
 
 @pytest.mark.parametrize("args,mentions", [

@@ -30,7 +30,12 @@ VARIANTS = {
     "mt5": ("mt5", dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
     "umt5": ("umt5", dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
 }
-MODES = {"gqa-shared-buffer": [], "standard": ["--onnx-ops", "standard"], "ort": ["--onnx-ops", "ort"]}
+MODES = {"gqa-shared-buffer": [], "standard": ["--onnx-ops", "standard"], "ort": ["--onnx-ops", "ort"],
+         "static": ["--static-cache", "--max-cache-len", "32", "--batch-size", "2"]}
+# The other formats, with their static caches (ExecuTorch's programs serve batch 1).
+FORMATS = {"openvino": ["--format", "openvino"], "pt2": ["--format", "pt2"], "executorch": ["--format", "executorch"],
+           "pt2-static": ["--format", "pt2", "--static-cache", "--max-cache-len", "32", "--batch-size", "2"],
+           "executorch-static": ["--format", "executorch", "--static-cache", "--max-cache-len", "32"]}
 
 
 def build(folder, model_type: str, overrides: dict):
@@ -128,15 +133,15 @@ def test_python_api_and_cli(tmp_path, models, export_model, run_hfexport):
 
 
 @pytest.mark.parametrize("variant", ["t5-relu-tied", "umt5"])
-@pytest.mark.parametrize("fmt", ["openvino", "pt2", "executorch"])
+@pytest.mark.parametrize("fmt", list(FORMATS))
 def test_every_format_matches_transformers(tmp_path, models, export_model, support_matrix, variant, fmt):
     from hfexport.runner import open_runner
     from hfexport.seq2seq import text2text_generate
 
     folder, model = models[variant]
-    out = export_model(folder, tmp_path / "out", "--for-generation", "--format", fmt)
+    out = export_model(folder, tmp_path / "out", "--for-generation", *FORMATS[fmt])
     ids, mask = batch()
-    if fmt == "executorch":  # its programs serve batch 1
+    if fmt.startswith("executorch"):  # its programs serve batch 1
         ids, mask = ids[1:], mask[1:]
     prompt = np.array([[0, 17, 33]] * len(ids), np.int64)
     runner = open_runner(out)
@@ -147,12 +152,11 @@ def test_every_format_matches_transformers(tmp_path, models, export_model, suppo
     logits = runner.prefill(prompt, np.ones_like(prompt), 1)
     np.testing.assert_allclose(logits, first, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(text2text_generate(open_runner(out), ids, mask, {}, 14), reference(model, ids, mask, 14))
-    support_matrix.record(VARIANTS[variant][0], f"text2text-generation ({variant})", True,
-                          float(np.abs(logits - first).max()), backend=fmt)
+    support_matrix.record(VARIANTS[variant][0], f"text2text-generation ({variant}, {fmt})", True,
+                          float(np.abs(logits - first).max()), backend=fmt.split("-")[0])
 
 
 @pytest.mark.parametrize("args,mentions", [
-    (["--for-generation", "--static-cache", "--max-cache-len", "16"], ["static"]),
     ([], ["text2text-generation", "--for-generation"]),
     (["--task", "text2text-generation"], ["--for-generation"]),
 ])

@@ -88,7 +88,12 @@ def reference_generate(model, feats, max_new_tokens: int, **kwargs) -> np.ndarra
         return model.generate(torch.from_numpy(feats), max_new_tokens=max_new_tokens, **kwargs).numpy()
 
 
-MODES = {"gqa-shared-buffer": [], "standard": ["--onnx-ops", "standard"], "ort": ["--onnx-ops", "ort"]}
+MODES = {"gqa-shared-buffer": [], "standard": ["--onnx-ops", "standard"], "ort": ["--onnx-ops", "ort"],
+         "static": ["--static-cache", "--max-cache-len", "32", "--batch-size", "2"]}
+# The other formats, with their static caches (ExecuTorch's programs serve batch 1).
+FORMATS = {"openvino": ["--format", "openvino"], "pt2": ["--format", "pt2"], "executorch": ["--format", "executorch"],
+           "pt2-static": ["--format", "pt2", "--static-cache", "--max-cache-len", "32", "--batch-size", "2"],
+           "executorch-static": ["--format", "executorch", "--static-cache", "--max-cache-len", "32"]}
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +191,7 @@ def test_transcribe_refuses_bad_audio(tmp_path, multilingual, export_model, run_
     assert_clean_error(run_hfexport("generate", out, "--input-ids", "1"), None, "hfexport transcribe")
 
 
-@pytest.mark.parametrize("fmt", ["openvino", "pt2", "executorch"])
+@pytest.mark.parametrize("fmt", list(FORMATS))
 def test_every_format_matches_transformers(tmp_path, multilingual, export_model, support_matrix, fmt):
     """The same two components in OpenVINO (the decoder's self-attention cache in its variables),
     .pt2 programs and an ExecuTorch program (methods `encoder` and `text_decoder`, batch 1)."""
@@ -194,8 +199,8 @@ def test_every_format_matches_transformers(tmp_path, multilingual, export_model,
     from hfexport.seq2seq import whisper_generate
 
     folder, model = multilingual
-    out = export_model(folder, tmp_path / "out", "--for-generation", "--format", fmt)
-    feats = features(clips(1 if fmt == "executorch" else 2))
+    out = export_model(folder, tmp_path / "out", "--for-generation", *FORMATS[fmt])
+    feats = features(clips(1 if fmt.startswith("executorch") else 2))
     runner = open_runner(out)
     encoded = runner.encode(input_features=feats)
     prompt = np.array([[START, FR, TRANSCRIBE, NO_TIMESTAMPS]] * len(feats), np.int64)
@@ -209,11 +214,11 @@ def test_every_format_matches_transformers(tmp_path, multilingual, export_model,
     for kwargs in ({}, {"language": "fr", "task": "translate"}):
         np.testing.assert_array_equal(whisper_generate(open_runner(out), feats, gen, 12, **kwargs),
                                       reference_generate(model, feats, 12, **kwargs))
-    support_matrix.record("whisper", "generation", True, float(np.abs(logits - first).max()), backend=fmt)
+    support_matrix.record("whisper", f"generation ({fmt})", True, float(np.abs(logits - first).max()),
+                          backend=fmt.split("-")[0])
 
 
 @pytest.mark.parametrize("args,mentions", [
-    (["--for-generation", "--static-cache", "--max-cache-len", "16"], ["static"]),
     ([], ["--for-generation", "--task feature-extraction"]),
 ])
 def test_refusals(tmp_path, multilingual, run_hfexport, args, mentions):
