@@ -1,10 +1,12 @@
 """`hfexport transcribe OUT_DIR AUDIO [--language L] [--task transcribe|translate]
-[--max-new-tokens N]`: speech to text with a Whisper export (--for-generation). The audio (WAV
-through Python's wave module, or any format the soundfile package reads when it is installed) is
-turned into log-mel features by hfexport's C++ core exactly as WhisperFeatureExtractor computes
-them, the export's encoder and decoder generate greedily with Whisper's prompt and suppressed
-tokens, and the text (special tokens left out, as the ASR pipeline gives it) is printed. Audio of
-up to 30 s: longer audio (transformers' sequential long-form decoding) is refused."""
+[--max-new-tokens N]`: speech to text. The audio: WAV through Python's wave module, or any format
+the soundfile package reads when it is installed. A Whisper export (--for-generation): log-mel
+features computed by hfexport's C++ core exactly as WhisperFeatureExtractor computes them, the
+export's encoder and decoder generating greedily with Whisper's prompt and suppressed tokens, the
+text printed with its special tokens left out (as the ASR pipeline gives it); audio of up to 30 s
+(transformers' sequential long-form decoding is not done). A wav2vec2 CTC export: the samples
+normalised as Wav2Vec2FeatureExtractor does, the forward's logits' argmax per frame decoded as
+Wav2Vec2CTCTokenizer.decode does (repeats merged, blanks dropped, word delimiters as spaces)."""
 
 from __future__ import annotations
 
@@ -74,6 +76,43 @@ def features_for(out_dir: Path, samples: np.ndarray, rate: int) -> np.ndarray:
     return whisper_features(samples, preprocessor_config=config or None, feature_size=mels)[None]
 
 
+def ctc_transcribe(out_dir: Path, samples: np.ndarray, rate: int) -> str:
+    """A CTC model's text: the forward's logits [1, frames, vocab] decoded with the export's vocab.json."""
+    from .exporters import ExportedModel
+
+    config_path = out_dir / "preprocessor_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    expected = int(config.get("sampling_rate") or 16000)
+    if rate != expected:
+        raise AudioError(f"audio at {rate} Hz: the model takes {expected} Hz (resample it first)")
+    values = samples.astype(np.float32)
+    if config.get("do_normalize", True):  # Wav2Vec2FeatureExtractor: zero mean, unit variance
+        values = (values - values.mean()) / np.sqrt(values.var() + 1e-7)
+    low, high = ExportedModel(out_dir)._manifest.dim_bounds("samples")
+    if not low <= len(values) <= high:
+        raise AudioError(f"audio of {len(values)} samples: the export takes {low} to {high} (--dim samples=MIN:MAX)")
+    logits = np.asarray(ExportedModel(out_dir)(input_values=values[None])["logits"])
+    return ctc_decode(out_dir, logits[0].argmax(-1))
+
+
+def ctc_decode(out_dir: Path, ids) -> str:
+    """Wav2Vec2CTCTokenizer.decode(ids): repeats merged, the pad (blank) token dropped, the word
+    delimiter as a space."""
+    from itertools import groupby
+
+    vocab_path = out_dir / "vocab.json"
+    if not vocab_path.is_file():
+        raise AudioError(f"{out_dir}: no vocab.json (export a checkpoint with its CTC tokenizer)")
+    tokens = {int(i): t for t, i in json.loads(vocab_path.read_text()).items()}
+    tok_config_path = out_dir / "tokenizer_config.json"
+    tok_config = json.loads(tok_config_path.read_text()) if tok_config_path.is_file() else {}
+    pad, delimiter = tok_config.get("pad_token", "<pad>"), tok_config.get("word_delimiter_token", "|")
+    for added in tok_config.get("added_tokens_decoder", {}).items():
+        tokens.setdefault(int(added[0]), added[1].get("content", ""))
+    chars = [t for t, _ in groupby(tokens.get(int(i), "") for i in ids)]
+    return "".join(" " if c == delimiter else c for c in chars if c != pad).strip()
+
+
 def _mel_bins(out_dir: Path) -> int:
     config = json.loads((out_dir / "config.json").read_text())
     return int(config.get("num_mel_bins", 80))
@@ -95,9 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out_dir = Path(args.out_dir)
     try:
+        from .manifest import MODEL, load_manifest
         from .seq2seq import whisper_generate
         from .text import TextCodec
 
+        manifest = load_manifest(out_dir)
+        if manifest.data.get("task") != "automatic-speech-recognition":
+            raise GenerationError(f"{out_dir}: not a speech recognition export (its task is {manifest.data.get('task')!r}: "
+                                  "export a Whisper checkpoint with --for-generation, or a wav2vec2 CTC checkpoint)")
+        if manifest.has_component(MODEL):  # one forward: a CTC model
+            samples, rate = read_audio(args.audio)
+            print(ctc_transcribe(out_dir, samples, rate))
+            return 0
         runner = open_runner(out_dir)
         if not hasattr(runner, "encode") or not runner.manifest.has_component(DECODER):
             raise GenerationError(f"{out_dir}: not a speech recognition export (export a Whisper checkpoint "
