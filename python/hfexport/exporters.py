@@ -24,7 +24,7 @@ import numpy as np
 from .configs import (AutoExportConfig, ConfigError, DynamoConfig, ExecutorchConfig, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
                       config_class_for, dims_from_dynamic_shapes, static_dims)
 from .forward import open_graph
-from .manifest import CACHE_STATEFUL, DECODE, FILE_NAME, MODEL, PREFILL, load_manifest
+from .manifest import CACHE_STATEFUL, DECODE, ENCODER, FILE_NAME, MODEL, PREFILL, load_manifest
 from .versions import check_runtime_versions
 
 logger = logging.getLogger("hfexport")
@@ -300,8 +300,8 @@ class ExportedModel(Mapping):
         self.directory = Path(directory)
         self._manifest = load_manifest(self.directory)
         self.manifest = self._manifest.data
-        # prefill before decode: the order a loop runs them
-        names = components or sorted(self.manifest["components"], key=lambda n: (n != PREFILL, n))
+        # prefill before decode, the encoder before the decoder: the order a loop runs them
+        names = components or sorted(self.manifest["components"], key=lambda n: (n not in (PREFILL, ENCODER), n))
         self.components = {name: ExportedComponent(self, name) for name in names}
         self.runner_options = runner_options
         self._decode_runner = None
@@ -1049,13 +1049,13 @@ def _record(exported: ExportedModel, reference: np.ndarray, ours: np.ndarray, wh
                        what, diff, tolerance, scale)
 
 
-def _eager(model):
-    """The eager model for a checkpoint path (loaded in float32), else the model itself."""
+def _eager(model, auto_class: str = "AutoModelForCausalLM"):
+    """The eager model for a checkpoint path (loaded in float32 with `auto_class`), else the model itself."""
     if not _is_model_path(model):
         return model
-    from transformers import AutoModelForCausalLM
+    import transformers
 
-    return AutoModelForCausalLM.from_pretrained(str(model), dtype="float32").eval()
+    return getattr(transformers, auto_class).from_pretrained(str(model), dtype="float32").eval()
 
 
 def _verify_forward(exported: ExportedModel, model, inputs) -> None:
@@ -1074,6 +1074,8 @@ def _verify_generation(exported: ExportedModel, model, inputs) -> None:
     import torch
 
     tensors = {k: _to_numpy(v) for k, v in _tensor_inputs(inputs).items()}
+    if exported._manifest.has_component(ENCODER):
+        return _verify_encoder_decoder(exported, model, tensors)
     ids = tensors["input_ids"].astype(np.int64)
     mask = tensors.get("attention_mask", np.ones_like(ids)).astype(np.int64)
     with torch.no_grad():
@@ -1084,6 +1086,32 @@ def _verify_generation(exported: ExportedModel, model, inputs) -> None:
     reference = _to_numpy(logits[:, -1]).astype(np.float32)
     ours = exported._runner().prefill(ids, mask, 1)  # the next prefill starts the loop afresh
     _record(exported, reference, ours, "first-step logits", inputs)
+
+
+def _verify_encoder_decoder(exported: ExportedModel, model, tensors: dict) -> None:
+    """The first step's logits of an encoder-decoder: the eager forward over the encoder inputs and
+    the decoder prompt (decoder_input_ids, else the decoder's start token) vs the runner's."""
+    import torch
+
+    from .seq2seq import decoder_start_token
+
+    encoder_inputs = {k: v for k, v in tensors.items() if k in ("input_features", "input_ids", "attention_mask")}
+    batch = next(iter(encoder_inputs.values())).shape[0]
+    prompt = tensors.get("decoder_input_ids")
+    if prompt is None:
+        gen_path = exported.directory / "generation_config.json"
+        gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+        prompt = np.full((batch, 1), decoder_start_token(exported.directory, gen), np.int64)
+    prompt = prompt.astype(np.int64)
+    with torch.no_grad():
+        feeds = {k: torch.from_numpy(v) for k, v in encoder_inputs.items()}
+        auto = "AutoModelForSpeechSeq2Seq" if "input_features" in feeds else "AutoModelForSeq2SeqLM"
+        logits = _eager(model, auto)(**feeds, decoder_input_ids=torch.from_numpy(prompt)).logits
+    reference = _to_numpy(logits[:, -1]).astype(np.float32)
+    runner = exported._runner()
+    runner.encode(**{k: v.astype(np.int64) if v.dtype.kind in "iu" else v.astype(np.float32) for k, v in encoder_inputs.items()})
+    ours = runner.prefill(prompt, np.ones_like(prompt), 1)
+    _record(exported, reference, ours, "first-step logits", tensors)
 
 
 def _verify_stage(exported: ExportedModel, name: str, stage, inputs) -> None:

@@ -156,6 +156,19 @@ def test_every_format_matches_transformers(tmp_path, models, export_model, suppo
                           float(np.abs(logits - first).max()), backend=fmt.split("-")[0])
 
 
+def test_python_api_export_for_generation(models):
+    """export_for_generation(model, inputs) on the live model: verified, and generating as it does."""
+    from hfexport.exporters import OnnxExporter
+
+    _, model = models["umt5"]
+    ids, mask = batch()
+    exported = OnnxExporter().export_for_generation(model, {"input_ids": torch.from_numpy(ids),
+                                                            "attention_mask": torch.from_numpy(mask)})
+    assert list(exported) == ["encoder", "decoder"]
+    assert exported.manifest["verification"]["passed"] is True
+    np.testing.assert_array_equal(exported.generate(ids, attention_mask=mask, max_new_tokens=8), reference(model, ids, mask, 8))
+
+
 @pytest.mark.parametrize("args,mentions", [
     ([], ["text2text-generation", "--for-generation"]),
     (["--task", "text2text-generation"], ["--for-generation"]),

@@ -141,6 +141,20 @@ def test_generation_matches_transformers(tmp_path, multilingual, export_model, s
     support_matrix.record("whisper", f"generation ({mode})", True, err, backend="onnx")
 
 
+def test_python_api_export_for_generation(multilingual):
+    """The seeds' API on the live model: `export_for_generation(model, inputs)` returns the encoder and
+    decoder, verified against the model on `inputs`, and generates as the model does."""
+    from hfexport.exporters import OnnxExporter
+
+    _, model = multilingual
+    feats = features(clips())
+    exported = OnnxExporter().export_for_generation(model, {"input_features": torch.from_numpy(feats)})
+    assert list(exported) == ["encoder", "decoder"]
+    assert exported.manifest["verification"]["passed"] is True
+    np.testing.assert_array_equal(exported.generate(input_features=feats, max_new_tokens=8, language="fr"),
+                                  reference_generate(model, feats, 8, language="fr"))
+
+
 def test_english_only_forced_prompt_128_mels_untied(tmp_path, export_model):
     """forced_decoder_ids (an English-only checkpoint's prompt), large-v3's 128 channels, a stored proj_out."""
     from hfexport.runner import open_runner
