@@ -146,3 +146,18 @@ def test_refusals(tmp_path, models, run_hfexport, args, mentions):
     folder, _ = models["bart"]
     out = tmp_path / "out"
     assert_clean_error(run_hfexport("export", folder, "-o", out, *args), out, *mentions)
+
+
+def test_unsupported_config_keys(tmp_path, models, run_hfexport):
+    """Marian's separate decoder vocabulary is refused by its key; so is an attention head count
+    that does not divide d_model."""
+    import shutil
+
+    folder, _ = models["marian"]
+    for key, value in (("decoder_vocab_size", 77), ("decoder_attention_heads", 5)):
+        broken = tmp_path / key
+        shutil.copytree(folder, broken)
+        config = json.loads((broken / "config.json").read_text())
+        (broken / "config.json").write_text(json.dumps({**config, key: value}))
+        out = tmp_path / f"out-{key}"
+        assert_clean_error(run_hfexport("export", broken, "-o", out, "--for-generation"), out, key)

@@ -122,6 +122,18 @@ def test_transcribe_prints_the_ctc_text(tmp_path, export_model, run_hfexport):
     assert proc.stdout.strip() == expected
 
 
+def test_bad_config_and_transcribe_refusals(tmp_path, export_model, run_hfexport):
+    build(tmp_path / "model", "base")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    (tmp_path / "model" / "config.json").write_text(json.dumps({**config, "conv_kernel": [10, 3]}))
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "conv_kernel")
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    base = export_model(tmp_path / "model", tmp_path / "base", "--task", "feature-extraction")
+    (tmp_path / "clip.wav").write_bytes(b"")
+    assert_clean_error(run_hfexport("transcribe", base, tmp_path / "clip.wav"), None, "not a speech recognition export")
+
+
 @pytest.mark.parametrize("args,mentions", [
     (["--for-generation"], ["decode loop"]),
     (["--task", "text-classification"], ["task", "automatic-speech-recognition"]),

@@ -239,3 +239,21 @@ def test_refusals(tmp_path, multilingual, run_hfexport, args, mentions):
     folder, _ = multilingual
     out = tmp_path / "out"
     assert_clean_error(run_hfexport("export", folder, "-o", out, *args), out, *mentions)
+
+
+def test_missing_cross_attention_weight(tmp_path, multilingual, run_hfexport):
+    """A decoder layer's cross-attention projection (which the encoder component reads) missing:
+    one line naming it, nothing written."""
+    import shutil
+
+    import safetensors.torch as st
+
+    folder, _ = multilingual
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    tensors = st.load_file(broken / "model.safetensors")
+    del tensors["model.decoder.layers.1.encoder_attn.k_proj.weight"]
+    st.save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", broken, "-o", out, "--for-generation"), out,
+                       "model.decoder.layers.1.encoder_attn.k_proj.weight")
