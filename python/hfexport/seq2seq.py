@@ -47,6 +47,16 @@ def encoder_results(cross: list[tuple[str, str]], outputs: dict) -> dict:
     return {name: value for name, value in outputs.items() if name not in state}
 
 
+def _input_dtype(manifest: ExportManifest, name: str):
+    """The numpy dtype the encoder's input `name` takes (the export's float dtype)."""
+    spec = next((i for i in manifest.component(ENCODER)["inputs"] if i["name"] == name), {"dtype": "float32"})
+    if spec["dtype"] == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(spec["dtype"])
+
+
 # -- Whisper ---------------------------------------------------------------------------------------
 
 _TASKS = ("transcribe", "translate")
@@ -137,7 +147,7 @@ def whisper_generate(runner, input_features: np.ndarray, gen: dict[str, Any], ma
     length (max_target_positions, what Whisper's generation config allows)."""
     from .runner import generate
 
-    features = np.asarray(input_features, np.float32)
+    features = np.asarray(input_features, _input_dtype(runner.manifest, "input_features"))
     batch = features.shape[0]
     runner.encode(input_features=features)
     tokens = whisper_init_tokens(gen, language, task)

@@ -287,10 +287,17 @@ class TorchSeq2SeqRunner(TorchProgramRunner):
         self.encoder_outputs = [o["name"] for o in manifest.component(ENCODER)["outputs"]]
         self.cross = cross_state_names(manifest)
 
+    def _tensor(self, value):
+        """A tensor of an array; bfloat16 (ml_dtypes') keeps its bits."""
+        a = np.ascontiguousarray(value)
+        if a.dtype.name == "bfloat16":
+            return self.torch.from_numpy(a.view(np.int16)).view(self.torch.bfloat16)
+        return self.torch.from_numpy(a)
+
     def encode(self, **inputs) -> dict[str, np.ndarray]:
         from .seq2seq import decoder_feeds, encoder_results
 
-        outputs = self._call(self.encoder, self.encoder_outputs, **inputs)
-        given = {k: self.torch.from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
+        given = {k: self._tensor(v) for k, v in inputs.items()}
+        outputs = self._call(self.encoder, self.encoder_outputs, **given)
         self.fixed = decoder_feeds(self.cross, outputs, given, self.decode_input_names)
         return {k: v.float().numpy() for k, v in encoder_results(self.cross, outputs).items()}

@@ -217,9 +217,9 @@ std::unique_ptr<Graph> BartBuilder::decoder(const ExportConfig& config, std::set
     const AttentionContext ctx{nullptr, nullptr, mask, [&](Value* k, Value* v) { return io.update_cache(i, k, v); }, true};
     x = residual(m, lp + "self_attn_layer_norm", x,
                  [&](Value* y) { return attention_block(m, lp + "self_attn.", spec, y, ctx); });
-    const auto [keys, values] = read_cross_state(b, i, cross_shape);
+    const std::pair<Value*, Value*> cross = read_cross_state(b, i, cross_shape);
     x = residual(m, lp + "encoder_attn_layer_norm", x, [&](Value* y) {
-      return cross_attention_block(m, lp + "encoder_attn.", spec, y, keys, values, cross_mask);
+      return cross_attention_block(m, lp + "encoder_attn.", spec, y, cross.first, cross.second, cross_mask);
     });
     x = feed_forward(m, lp, cfg_.decoder_ffn, x);
   }

@@ -155,6 +155,27 @@ def test_python_api_export_for_generation(multilingual):
                                   reference_generate(model, feats, 8, language="fr"))
 
 
+@pytest.mark.parametrize("args", [["--dtype", "float16"], ["--format", "openvino", "--dtype", "float16"],
+                                  ["--format", "pt2", "--dtype", "bfloat16"]], ids=["onnx-fp16", "openvino-fp16", "pt2-bf16"])
+def test_half_precision(tmp_path, multilingual, export_model, args):
+    """Half-precision exports take float32 features through the same API (cast to the export's
+    dtype) and keep the first step's logits within half precision of transformers'."""
+    from hfexport.runner import open_runner
+    from hfexport.seq2seq import whisper_generate
+
+    folder, model = multilingual
+    out = export_model(folder, tmp_path / "out", "--for-generation", *args)
+    feats = features(clips())
+    gen = json.loads((out / "generation_config.json").read_text())
+    logs = []
+    whisper_generate(open_runner(out), feats, gen, 4, language="fr", step_logits=logs)
+    prompt = torch.tensor([[START, FR, TRANSCRIBE, NO_TIMESTAMPS]] * 2)
+    with torch.no_grad():
+        first = model(input_features=torch.from_numpy(feats), decoder_input_ids=prompt).logits[:, -1].numpy()
+    scale = float(np.abs(first).max())
+    assert float(np.abs(np.asarray(logs[0], np.float32) - first).max()) <= (0.02 if "float16" in args else 0.05) * scale
+
+
 def test_english_only_forced_prompt_128_mels_untied(tmp_path, export_model):
     """forced_decoder_ids (an English-only checkpoint's prompt), large-v3's 128 channels, a stored proj_out."""
     from hfexport.runner import open_runner
