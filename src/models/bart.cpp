@@ -160,11 +160,6 @@ Value* BartBuilder::feed_forward(ModelBuilder& m, const std::string& p, int64_t 
 // [S] 0..S-1 of input_ids [batch, S], as [1, S].
 Value* token_positions(Builder& b, Value* ids) { return b.unsqueeze(arange_tokens(b, ids), {0}); }
 
-// The cross-attention projections the encoder component computes.
-bool reads_cross_projection(const std::string& name) {
-  return name.find(".encoder_attn.k_proj.") != std::string::npos || name.find(".encoder_attn.v_proj.") != std::string::npos;
-}
-
 std::unique_ptr<Graph> BartBuilder::encoder(const ExportConfig& config, std::set<std::string>& dims) const {
   ModelBuilder m(ckpt_, config);
   Builder& b = m.b();
@@ -191,7 +186,7 @@ std::unique_ptr<Graph> BartBuilder::encoder(const ExportConfig& config, std::set
     write_cross_state(b, i, {batch, sequence, cfg_.decoder_heads, cfg_.hidden / cfg_.decoder_heads, config.dtype}, k, v);
   }
   for (const TensorView* t : ckpt_.tensors())
-    if (!t->name.starts_with(p) && !reads_cross_projection(t->name)) m.tolerate(t->name);
+    if (!t->name.starts_with(p) && !is_cross_key_value(t->name, ".encoder_attn.", cross)) m.tolerate(t->name);
   return finish_component(m, "BaseModelOutput", cfg_.encoder_layers, dims);
 }
 
@@ -233,7 +228,7 @@ std::unique_ptr<Graph> BartBuilder::decoder(const ExportConfig& config, std::set
   if (m.has("final_logits_bias")) logits = b.add(logits, m.weight("final_logits_bias", {1, cfg_.vocab}));
   io.finish(b.cast(logits, DType::F32));
   for (const TensorView* t : ckpt_.tensors())
-    if (!t->name.starts_with(p) || reads_cross_projection(t->name)) m.tolerate(t->name);
+    if (!t->name.starts_with(p) || is_cross_key_value(t->name, ".encoder_attn.", spec)) m.tolerate(t->name);
   return finish_component(m, "Seq2SeqLMOutput", cfg_.decoder_layers, dims);
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "models/seq2seq.h"
 
 namespace hfx {
 
@@ -110,11 +111,7 @@ void finish_encoder(ModelBuilder& m, ExportModel& out, const Checkpoint& ckpt, c
   if (base_outputs && !prefix.empty())
     for (const TensorView* t : ckpt.tensors())
       if (!t->name.starts_with(prefix)) m.tolerate(t->name);
-  std::unique_ptr<Graph> graph = m.finish();
-  graph->output_type = std::string("transformers.modeling_outputs.") + output_type;
-  graph->num_layers = layers;
-  out.dims.insert(m.dim_names().begin(), m.dim_names().end());
-  out.components.push_back({Role::Forward, std::move(graph)});
+  out.components.push_back({Role::Forward, finish_component(m, output_type, layers, out.dims)});
 }
 
 }  // namespace hfx

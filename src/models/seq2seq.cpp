@@ -24,6 +24,10 @@ std::pair<Value*, Value*> read_cross_state(Builder& b, int64_t layer, const Cros
   return {keys, b.state_read(b.declare_state(cross_state(layer, "value", shape)))};
 }
 
+bool is_cross_key_value(const std::string& name, const std::string& module, const AttentionSpec& spec) {
+  return name.find(module + spec.k + ".") != std::string::npos || name.find(module + spec.v + ".") != std::string::npos;
+}
+
 Value* encoder_padding(Builder& b, Value* encoder_attention_mask) {
   return b.unsqueeze(b.compare(OpKind::Greater, encoder_attention_mask, b.const_i64({0})), {1, 2});
 }

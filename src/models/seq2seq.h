@@ -10,6 +10,7 @@
 
 #include "core/export_config.h"
 #include "ir/builder.h"
+#include "models/blocks.h"
 #include "models/decoder_io.h"
 #include "models/model_builder.h"
 
@@ -26,6 +27,10 @@ struct CrossStateShape {
 void write_cross_state(Builder& b, int64_t layer, const CrossStateShape& shape, Value* keys, Value* values);
 // Decoder side: declares the same state and reads it (keys, values).
 std::pair<Value*, Value*> read_cross_state(Builder& b, int64_t layer, const CrossStateShape& shape);
+
+// Whether checkpoint tensor `name` is a decoder layer's cross-attention key or value projection
+// (`module` + spec.k / spec.v, e.g. ".encoder_attn.k_proj."): the encoder component reads those.
+bool is_cross_key_value(const std::string& name, const std::string& module, const AttentionSpec& spec);
 
 // [batch, 1, 1, encoder length] bool, true = attend: the encoder's attention_mask [batch, length].
 Value* encoder_padding(Builder& b, Value* encoder_attention_mask);

@@ -195,11 +195,6 @@ Value* encoder_stack(ModelBuilder& m, const T5Config& cfg, Value* input_ids, Val
   return rms_norm(m, "encoder.final_layer_norm", cfg, x);
 }
 
-// A decoder block's cross-attention key or value projection (the encoder component computes them).
-bool reads_cross_projection(const std::string& name) {
-  return name.find(".EncDecAttention.k.") != std::string::npos || name.find(".EncDecAttention.v.") != std::string::npos;
-}
-
 // The generation export's encoder: input_ids and attention_mask [batch, encoder_sequence] ->
 // last_hidden_state, and every decoder block's cross-attention keys and values of it.
 std::unique_ptr<Graph> generation_encoder(const Checkpoint& ckpt, const ExportConfig& config, const T5Config& cfg,
@@ -218,7 +213,7 @@ std::unique_ptr<Graph> generation_encoder(const Checkpoint& ckpt, const ExportCo
     write_cross_state(b, i, {batch, sequence, cfg.heads, cfg.head_dim, config.dtype}, k, v);
   }
   for (const TensorView* t : ckpt.tensors())
-    if (!t->name.starts_with("encoder.") && !reads_cross_projection(t->name)) m.tolerate(t->name);
+    if (!t->name.starts_with("encoder.") && !is_cross_key_value(t->name, ".layer.1.", cross)) m.tolerate(t->name);
   return finish_component(m, "BaseModelOutput", cfg.layers, dims);
 }
 
@@ -266,7 +261,7 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
   Value* head = m.weight(m.has("lm_head.weight") ? "lm_head.weight" : "shared.weight", {cfg.vocab, cfg.hidden});
   io.finish(b.cast(b.linear(x, head), DType::F32));
   for (const TensorView* t : ckpt.tensors())
-    if (!t->name.starts_with("decoder.") || reads_cross_projection(t->name)) m.tolerate(t->name);
+    if (!t->name.starts_with("decoder.") || is_cross_key_value(t->name, ".layer.1.", cross)) m.tolerate(t->name);
   return finish_component(m, "Seq2SeqLMOutput", cfg.decoder_layers, dims);
 }
 

@@ -109,11 +109,6 @@ CrossStateShape cross_shape(const WhisperConfig& cfg, Dim batch, DType dtype) {
   return {batch, Dim(cfg.positions), cfg.decoder_heads, cfg.hidden / cfg.decoder_heads, dtype};
 }
 
-// A decoder layer's cross-attention key or value projection (the encoder component computes them).
-bool reads_cross_projection(const std::string& name) {
-  return name.find(".encoder_attn.k_proj.") != std::string::npos || name.find(".encoder_attn.v_proj.") != std::string::npos;
-}
-
 // The encoder's graph: last_hidden_state, and with `cross_states` each decoder layer's
 // cross-attention keys and values of it, written once for the decoder's steps.
 std::unique_ptr<Graph> encoder_graph(const Checkpoint& ckpt, const ExportConfig& config, const WhisperConfig& cfg,
@@ -141,7 +136,8 @@ std::unique_ptr<Graph> encoder_graph(const Checkpoint& ckpt, const ExportConfig&
   }
   // The decoder's other weights, the projection heads and the LM head are not the encoder's.
   for (const TensorView* t : ckpt.tensors())
-    if (!t->name.starts_with(p) && !(cross_states && reads_cross_projection(t->name))) m.tolerate(t->name);
+    if (!t->name.starts_with(p) && !(cross_states && is_cross_key_value(t->name, ".encoder_attn.", cross)))
+      m.tolerate(t->name);
   return finish_component(m, "BaseModelOutput", cfg.layers, dims);
 }
 
@@ -188,8 +184,9 @@ std::unique_ptr<Graph> decoder_graph(const Checkpoint& ckpt, const ExportConfig&
   // proj_out is tied to the token embeddings: a checkpoint may store it or leave it out.
   Value* head = m.has("proj_out.weight") ? m.weight("proj_out.weight", {cfg.vocab, cfg.hidden}) : table;
   io.finish(b.cast(b.linear(x, head), DType::F32));
+  const AttentionSpec cross = attention_spec(cfg.hidden, cfg.decoder_heads);
   for (const TensorView* t : ckpt.tensors())
-    if (!t->name.starts_with(p) || reads_cross_projection(t->name)) m.tolerate(t->name);
+    if (!t->name.starts_with(p) || is_cross_key_value(t->name, ".encoder_attn.", cross)) m.tolerate(t->name);
   return finish_component(m, "Seq2SeqLMOutput", cfg.decoder_layers, dims);
 }
 
