@@ -129,8 +129,11 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.max_cache_len = int(gen.get("max_cache_len", 0))
         self.buffers: dict[str, ort.OrtValue] = {}
         self.binding: ort.IOBinding | None = None
-        # Inputs every call of the step takes unchanged (an encoder's cross-attention state).
+        # Inputs every call of the step takes unchanged (an encoder's cross-attention state), and
+        # those the prefill graph takes besides the tokens (an encoder's output).
         self.fixed_inputs: dict[str, ort.OrtValue] = {}
+        self.prefill_fixed: dict[str, ort.OrtValue] = {}
+        self.input_names = {s: {i.name for i in s.get_inputs()} for s in (self.decode, self.prefill_session) if s}
 
     def _bind_fixed(self, binding: ort.IOBinding) -> None:
         for name, value in self.fixed_inputs.items():
@@ -153,18 +156,27 @@ class OnnxRuntimeRunner(DecodeRunner):
                      past: list[ort.OrtValue] | None) -> np.ndarray:
         binding = session.io_binding()
         for name, value in feeds.items():
-            binding.bind_cpu_input(name, value)
+            if name in self.input_names[session]:  # a graph may count its positions itself
+                binding.bind_cpu_input(name, value)
         for (name, _), value in zip(self.pairs, past or []):
             binding.bind_ortvalue_input(name, value)
         if session is self.decode:
             self._bind_fixed(binding)
+        else:
+            for name, value in self.prefill_fixed.items():
+                binding.bind_ortvalue_input(name, value)
         for out in session.get_outputs():
             binding.bind_output(out.name, "cpu")
         session.run_with_iobinding(binding)
         outputs = binding.get_outputs()
         names = [o.name for o in session.get_outputs()]
         self.past = [outputs[names.index(present)] for _, present in self.pairs]
+        if session is not self.decode:
+            self._prefilled(dict(zip(names, outputs)))
         return outputs[names.index("logits")].numpy()[:, -1]
+
+    def _prefilled(self, outputs: dict[str, ort.OrtValue]) -> None:
+        """What the prefill graph's outputs other than the cache give the steps (none here)."""
 
     def _empty_past(self, batch: int) -> list[ort.OrtValue]:
         values = []
@@ -227,10 +239,12 @@ class OnnxRuntimeRunner(DecodeRunner):
         else:  # the prompt through the decode graph
             self._allocate_shared(batch, capacity, attention_mask, None)
             self.binding.bind_cpu_input("input_ids", input_ids)
-            self.binding.bind_cpu_input("position_ids", positions)
+            if "position_ids" in self.decode_input_names:
+                self.binding.bind_cpu_input("position_ids", positions)
             logits = self._run_shared(length, length)
         self.binding.bind_cpu_input("input_ids", self.step_ids)
-        self.binding.bind_cpu_input("position_ids", self.step_positions)
+        if "position_ids" in self.decode_input_names:  # else the graph counts them
+            self.binding.bind_cpu_input("position_ids", self.step_positions)
         self.length = length
         return logits
 
@@ -319,7 +333,12 @@ class OnnxSeq2SeqRunner(OnnxRuntimeRunner):
         super().__init__(manifest, session_options=session_options, providers=providers, **options)
         self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), session_options,
                                             providers=providers or ["CPUExecutionProvider"])
-        self.cross = cross_state_names(manifest)
+        # optimum's layout: the decoder's first step (prefill) projects the cross-attention state
+        # from encoder_hidden_states; else the encoder computes it.
+        self.cross = cross_state_names(manifest, PREFILL if self.prefill_session is not None else ENCODER)
+
+    def _prefilled(self, outputs: dict[str, ort.OrtValue]) -> None:
+        self.fixed_inputs.update({decoder_input: outputs[output] for output, decoder_input in self.cross})
 
     def encode(self, **inputs) -> dict[str, np.ndarray]:
         """Runs the encoder; returns its outputs other than the decoder's state (last_hidden_state)."""
@@ -332,5 +351,10 @@ class OnnxSeq2SeqRunner(OnnxRuntimeRunner):
         self.encoder.run_with_iobinding(binding)
         outputs = dict(zip(names, binding.get_outputs()))
         given = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
-        self.fixed_inputs = decoder_feeds(self.cross, outputs, given, {i.name for i in self.decode.get_inputs()})
+        if self.prefill_session is not None:  # the first step reads the encoder's output and padding
+            self.prefill_fixed = decoder_feeds([], outputs, given, self.input_names[self.prefill_session])
+            self.prefill_fixed["encoder_hidden_states"] = outputs["last_hidden_state"]
+            self.fixed_inputs = decoder_feeds([], outputs, given, self.decode_input_names)
+            return {name: value.numpy() for name, value in outputs.items()}
+        self.fixed_inputs = decoder_feeds(self.cross, outputs, given, self.decode_input_names)
         return {name: value.numpy() for name, value in encoder_results(self.cross, outputs).items()}

@@ -30,12 +30,15 @@ class OpenVinoRunner(DecodeRunner):
         config = F32_INFERENCE if config is None else config
         self.compiled = ov.Core().compile_model(str(path), device, config)
         self.request = self.compiled.create_infer_request()
-        self.fixed: dict[str, np.ndarray] = {}  # inputs every call takes unchanged (an encoder's state)
+        self.fixed: dict[str, np.ndarray] = {}  # inputs every call takes unchanged (an encoder's output)
+        self.input_names = {i.get_any_name() for i in self.compiled.inputs}
 
     def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         batch = ids.shape[0]
-        self.request.infer({"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions,
-                            "beam_idx": np.arange(batch, dtype=np.int32), **self.fixed})
+        feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions,
+                 "beam_idx": np.arange(batch, dtype=np.int32), **self.fixed}
+        # An encoder-decoder's stateful decoder counts its positions and masks nothing.
+        self.request.infer({name: value for name, value in feeds.items() if name in self.input_names})
         return self.request.get_tensor("logits").data[:, -1].copy()
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
@@ -58,8 +61,11 @@ class OpenVinoRunner(DecodeRunner):
 
 
 class OpenVinoSeq2SeqRunner(OpenVinoRunner):
-    """An encoder-decoder export (hfexport.seq2seq): the decoder's self-attention cache lives in its
-    variables; `encode(**inputs)` runs the encoder model, whose state outputs every decoder call takes."""
+    """An encoder-decoder export (hfexport.seq2seq), laid out as optimum-intel writes it and
+    OpenVINO GenAI's WhisperPipeline runs it: `encode(**inputs)` runs the encoder model; every
+    decoder call takes its last_hidden_state (and padding), from which the decoder's first call
+    after a reset projects the cross-attention state into its variables, beside the self-attention
+    cache. (An older export's decoder reads the encoder's state outputs instead.)"""
 
     STEP = DECODER
 
@@ -69,12 +75,15 @@ class OpenVinoSeq2SeqRunner(OpenVinoRunner):
         super().__init__(manifest, device, config)
         self.encoder = ov.Core().compile_model(str(manifest.file_of(ENCODER)), device,
                                                F32_INFERENCE if config is None else config)
-        self.cross = cross_state_names(manifest)
+        self.projects_cross_state = "encoder_hidden_states" in self.input_names
+        self.cross = [] if self.projects_cross_state else cross_state_names(manifest)
 
     def encode(self, **inputs) -> dict[str, np.ndarray]:
         from .seq2seq import decoder_feeds, encoder_results
 
         result = self.encoder(inputs)
         outputs = {out.get_any_name(): np.asarray(value) for out, value in result.items()}
-        self.fixed = decoder_feeds(self.cross, outputs, inputs, {i.get_any_name() for i in self.compiled.inputs})
+        self.fixed = decoder_feeds(self.cross, outputs, inputs, self.input_names)
+        if self.projects_cross_state:
+            self.fixed["encoder_hidden_states"] = outputs["last_hidden_state"]
         return encoder_results(self.cross, outputs)

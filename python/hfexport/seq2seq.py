@@ -21,13 +21,14 @@ from .manifest import DECODER, ENCODER, STATES, ExportManifest
 from .runner import GenerationError
 
 
-def cross_state_names(manifest: ExportManifest) -> list[tuple[str, str]]:
-    """(encoder output, decoder input) of each write-once state the encoder computes and the decoder reads."""
-    written = {s["name"]: s["output"] for s in manifest.component(ENCODER).get(STATES, []) if "output" in s}
+def cross_state_names(manifest: ExportManifest, writer: str = ENCODER) -> list[tuple[str, str]]:
+    """(output, decoder input) of each write-once state the `writer` component computes and the
+    decoder reads: the encoder, or the decoder's first step in optimum's layout (its `prefill`)."""
+    written = {s["name"]: s["output"] for s in manifest.component(writer).get(STATES, []) if "output" in s}
     read = [s for s in manifest.component(DECODER).get(STATES, []) if s.get("policy") == "write_once"]
     missing = [s["name"] for s in read if s["name"] not in written]
     if missing:
-        raise GenerationError(f"{manifest.directory}: the encoder does not compute the decoder's state {missing[0]}")
+        raise GenerationError(f"{manifest.directory}: the {writer} does not compute the decoder's state {missing[0]}")
     return [(written[s["name"]], s["input"]) for s in read if "input" in s]
 
 

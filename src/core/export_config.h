@@ -30,6 +30,14 @@ struct GenerationConfig {
   // Not a user field: a backend's graph_config sets it with multi_token_decode for one decode
   // graph that serves the prompt and the steps and returns only the last position's logits.
   bool last_logits_only = false;
+  // Not user fields. Where an encoder-decoder's cross-attention state is projected (a backend's
+  // graph_config picks): by the encoder (hfexport's layout); by the decoder's first step from
+  // encoder_hidden_states, returned for the later steps to read (optimum's ONNX files); or by the
+  // one stateful decoder on its first call, kept in a variable (optimum-intel, OpenVINO GenAI).
+  // decoder_first_step marks the config that first step is built under.
+  enum class CrossState { Encoder, FirstDecoderStep, DecoderVariable };
+  CrossState cross_state = CrossState::Encoder;
+  bool decoder_first_step = false;
 
   bool static_cache() const { return cache_implementation == "static"; }
 };

@@ -63,7 +63,7 @@ json states_json(const Graph& graph, const WrittenComponent& written) {
     if (output) s["output"] = pair.output->name;
     // Carried without an input: the runtime keeps it (an OpenVINO variable, a .pte method buffer);
     // an input without its output: the caller's tensor, updated in place.
-    if (pair.carried() && !input) s["variable"] = pair.name;
+    if ((pair.carried() || pair.self_initialised()) && !input) s["variable"] = pair.name;
     if (pair.carried() && input && !output) s["in_place"] = true;
     out.push_back(std::move(s));
   }

@@ -206,6 +206,9 @@ struct StatePair {
   // The runtime can keep it between calls (a variable, a method buffer, the caller's tensor
   // updated in place): the graph both reads and writes it, and it is not computed once elsewhere.
   bool carried() const { return input && output && update != StateUpdatePolicy::WriteOnce; }
+  // Written once by the graph that reads it: the runtime keeps what the first call wrote (a
+  // stateful decoder's cross-attention state, projected from the encoder's output on its first call).
+  bool self_initialised() const { return input && output && update == StateUpdatePolicy::WriteOnce; }
 };
 
 class Graph {

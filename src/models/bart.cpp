@@ -181,12 +181,13 @@ std::unique_ptr<Graph> BartBuilder::encoder(const ExportConfig& config, std::set
   if (v_.pre_norm) x = norm(m, p + "layer_norm", x);
   b.output(x, "last_hidden_state");
   const AttentionSpec cross = attention(cfg_.decoder_heads);
-  for (int64_t i = 0; i < cfg_.decoder_layers; ++i) {
+  const bool writes = encoder_writes_cross_state(config.generation);
+  for (int64_t i = 0; writes && i < cfg_.decoder_layers; ++i) {
     const auto [k, v] = cross_keys_values(m, stack("decoder") + "layers." + std::to_string(i) + ".encoder_attn.", cross, x);
     write_cross_state(b, i, {batch, sequence, cfg_.decoder_heads, cfg_.hidden / cfg_.decoder_heads, config.dtype}, k, v);
   }
   for (const TensorView* t : ckpt_.tensors())
-    if (!t->name.starts_with(p) && !is_cross_key_value(t->name, ".encoder_attn.", cross)) m.tolerate(t->name);
+    if (!t->name.starts_with(p) && !(writes && is_cross_key_value(t->name, ".encoder_attn.", cross))) m.tolerate(t->name);
   return finish_component(m, "BaseModelOutput", cfg_.encoder_layers, dims);
 }
 
@@ -202,6 +203,8 @@ std::unique_ptr<Graph> BartBuilder::decoder(const ExportConfig& config, std::set
   if (!ids) fail("inputs: the decoder takes input_ids");
   const Dim batch = ids->shape[0], encoder_sequence = m.dim("encoder_sequence", 1, cfg_.positions);
   Value* cross_mask = encoder_padding(b, b.input("encoder_attention_mask", DType::I64, {batch, encoder_sequence}));
+  Value* encoder_hidden_states =
+      first_step_hidden_states(b, config.generation, batch, encoder_sequence, cfg_.hidden, config.dtype);
   const std::string p = stack("decoder");
   Value* x = embed(m, p, ids, decoder_positions(b, io, variant, ids).positions);
   Value* mask = io.mask({});
@@ -212,7 +215,8 @@ std::unique_ptr<Graph> BartBuilder::decoder(const ExportConfig& config, std::set
     const AttentionContext ctx{nullptr, nullptr, mask, [&](Value* k, Value* v) { return io.update_cache(i, k, v); }, true};
     x = residual(m, lp + "self_attn_layer_norm", x,
                  [&](Value* y) { return attention_block(m, lp + "self_attn.", spec, y, ctx); });
-    const std::pair<Value*, Value*> cross = read_cross_state(b, i, cross_shape);
+    const std::pair<Value*, Value*> cross =
+        decoder_cross_state(m, i, cross_shape, encoder_hidden_states, lp + "encoder_attn.", spec);
     x = residual(m, lp + "encoder_attn_layer_norm", x, [&](Value* y) {
       return cross_attention_block(m, lp + "encoder_attn.", spec, y, cross.first, cross.second, cross_mask);
     });
@@ -241,8 +245,9 @@ ExportModel build_bart(const Checkpoint& ckpt, const ExportConfig& config, const
     fail("task: ", model_type, " checkpoint without an LM head (", cfg.architectures.empty() ? "no architectures" : cfg.architectures.front(),
          "): text2text-generation needs the conditional-generation class's weights");
   const BartBuilder builder(ckpt, cfg, variant);
-  out.components.push_back({Role::Encoder, builder.encoder(config, out.dims)});
-  out.components.push_back({Role::Decoder, builder.decoder(config, out.dims)});
+  add_generation_components(
+      out, config, [&](const ExportConfig& c) { return builder.encoder(c, out.dims); },
+      [&](const ExportConfig& c) { return builder.decoder(c, out.dims); });
   return out;
 }
 

@@ -79,12 +79,23 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   } else if (v.has_past) {
     past_ = m.dim("past_sequence", 0, max_positions - 1);
     total_ = m.dim("total_sequence", 1, max_positions);
-    attention_mask_ = b.input("attention_mask", DType::I64, {batch_, *total_});
+    if (v.attention_mask) {
+      attention_mask_ = b.input("attention_mask", DType::I64, {batch_, *total_});
+    } else {
+      attention_mask_ = nullptr;
+      first_state_ = b.declare_state({"past_key_values.0" + std::string(v.cache_group) + ".key", StateKind::KeyValue,
+                                      StateUpdatePolicy::Append, cache.dtype,
+                                      {batch_, Dim(cache.kv_heads), *past_, Dim(cache.head_dim)}});
+      first_read_ = b.state_read(*first_state_);
+    }
+  } else if (!v.attention_mask) {
+    attention_mask_ = nullptr;
   } else {
     attention_mask_ = b.input("attention_mask", DType::I64, {batch_, query_});
   }
   const bool derive_positions = v.cache == CacheKind::None && !taken.position_ids;
-  position_ids_ = derive_positions ? arange_positions() : b.input("position_ids", DType::I64, {batch_, query_});
+  if (v.positions_from_past && v.cache == CacheKind::Dynamic) position_ids_ = positions_after_past();
+  else position_ids_ = derive_positions ? arange_positions() : b.input("position_ids", DType::I64, {batch_, query_});
 }
 
 // [batch, query] of this call's tokens, given as ids or as embeddings.
@@ -113,6 +124,25 @@ Value* DecoderIO::arange_positions() {
   return b_.expand(row, tokens_shape(), {batch_, query_});
 }
 
+// The keys this call's queries see ([1] int64): the mask's length, or without one the cached
+// length plus this call's (this call's alone without a past).
+Value* DecoderIO::key_count() {
+  Value* one = b_.const_i64({1});
+  Value* queries = b_.gather(tokens_shape(), one, 0);
+  if (attention_mask_) return b_.gather(b_.shape_of(attention_mask_), one, 0);
+  if (first_read_) return b_.add(b_.gather(b_.shape_of(first_read_), b_.const_i64({2}), 0), queries);
+  return queries;
+}
+
+// past..past+query-1 in every row, past being the keys less this call's (0 without a past).
+Value* DecoderIO::positions_after_past() {
+  if (!variant_.has_past) return arange_positions();
+  Value* one = b_.const_i64({1});
+  Value* keys = key_count();
+  Value* past = b_.sub(keys, b_.gather(tokens_shape(), one, 0));
+  return b_.expand(b_.unsqueeze(b_.range(past, keys, one, query_), {0}), tokens_shape(), {batch_, query_});
+}
+
 Value* DecoderIO::mask(const MaskPattern& pattern) {
   Value*& cached = masks_[pattern];
   if (!cached) {
@@ -137,9 +167,11 @@ Value* DecoderIO::computed_mask(const MaskPattern& pattern) {
   Value* zero = b_.const_i64({0});
   Value* one = b_.const_i64({1});
   Value* queries = b_.gather(tokens_shape(), one, 0);
-  Value* keys = attention_mask_ ? b_.gather(b_.shape_of(attention_mask_), one, 0) : queries;
+  Value* keys = attention_mask_ ? b_.gather(b_.shape_of(attention_mask_), one, 0)
+                : first_read_   ? b_.add(b_.gather(b_.shape_of(first_read_), b_.const_i64({2}), 0), queries)
+                                : queries;
   Value* rows = b_.unsqueeze(b_.range(b_.sub(keys, queries), keys, one, query_), {1});
-  Value* cols = b_.unsqueeze(b_.range(zero, keys, one, attention_mask_ ? attention_mask_->shape[1] : query_), {0});
+  Value* cols = b_.unsqueeze(b_.range(zero, keys, one, total_ ? *total_ : query_), {0});
   const std::optional<int64_t> window = pattern.window;
   Value* keep = nullptr;
   if (pattern.bidirectional) {
@@ -175,10 +207,12 @@ Value* DecoderIO::update_one(const std::string& name, Value* fresh) {
       return fresh;
     case CacheKind::Dynamic: {
       const Dim past = variant_.has_past ? *past_ : Dim(int64_t{0});
-      const int64_t state = b_.declare_state({name, StateKind::KeyValue, StateUpdatePolicy::Append, cache_.dtype,
-                                              {batch_, kv, past, head}});
+      const bool read_up_front = first_state_ && b_.graph().states.at(static_cast<size_t>(*first_state_)).name == name;
+      const int64_t state = read_up_front ? *first_state_
+                                          : b_.declare_state({name, StateKind::KeyValue, StateUpdatePolicy::Append,
+                                                              cache_.dtype, {batch_, kv, past, head}});
       if (!variant_.has_past) return b_.state_update(state, nullptr, fresh, nullptr, fresh->shape);
-      Value* current = b_.state_read(state);
+      Value* current = read_up_front ? first_read_ : b_.state_read(state);
       return b_.state_update(state, current, fresh, nullptr, {batch_, kv, *total_, head});
     }
     case CacheKind::Static: {

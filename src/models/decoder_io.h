@@ -28,6 +28,11 @@ struct DecoderVariant {
   // Inserted in the cache's names, past_key_values.{i}<group>.key: ".decoder" for an
   // encoder-decoder's self-attention (optimum's names; ".encoder" is the cross-attention's).
   const char* cache_group = "";
+  // Dynamic cache: the graph counts its positions, past + i (as transformers' encoder-decoders
+  // do), and takes no position_ids.
+  bool positions_from_past = false;
+  // Dynamic cache: false takes no attention_mask (every token is real; the cache's length is the past).
+  bool attention_mask = true;
 };
 
 // Which keys a query sees besides the padding: none later than itself (causal), optionally only
@@ -68,6 +73,10 @@ class DecoderIO {
   // Stores this step's keys/values ([batch, kv_heads, query, head_dim]) in the cache (graph state
   // past_key_values.{layer}.key / .value) and returns the keys/values attention reads.
   std::pair<Value*, Value*> update_cache(int64_t layer, Value* k, Value* v);
+  // The keys this call's queries see ([1] int64: the mask's length, or the cached length plus this
+  // call's) and their dim (dynamic cache).
+  Value* key_count();
+  Dim key_dim() const { return total_ ? *total_ : query_; }
   // Registers the logits as the graph output (state outputs are the backend's state pass's).
   void finish(Value* logits);
 
@@ -76,6 +85,7 @@ class DecoderIO {
   Value* static_mask(std::optional<int64_t> window);
   Value* update_one(const std::string& name, Value* fresh);
   Value* arange_positions();
+  Value* positions_after_past();
   Value* tokens_shape();
   void cache_position_inputs(int64_t max_cache_len);
 
@@ -89,6 +99,9 @@ class DecoderIO {
   Value* attention_mask_;  // null when the graph does not take one (or computes it)
   Value* position_ids_;
   std::map<MaskPattern, Value*> masks_;
+  // Without a mask, layer 0's cached keys, read up front: their length is the past.
+  std::optional<int64_t> first_state_;
+  Value* first_read_ = nullptr;
 };
 
 }  // namespace hfx

@@ -1,5 +1,7 @@
 #include "models/seq2seq.h"
 
+#include <tuple>
+
 #include "core/error.h"
 
 namespace hfx {
@@ -24,6 +26,46 @@ std::pair<Value*, Value*> read_cross_state(Builder& b, int64_t layer, const Cros
   return {keys, b.state_read(b.declare_state(cross_state(layer, "value", shape)))};
 }
 
+bool encoder_writes_cross_state(const GenerationConfig& g) { return g.cross_state == GenerationConfig::CrossState::Encoder; }
+
+Value* first_step_hidden_states(Builder& b, const GenerationConfig& g, Dim batch, Dim length, int64_t hidden,
+                                DType dtype) {
+  if (!g.decoder_first_step && g.cross_state != GenerationConfig::CrossState::DecoderVariable) return nullptr;
+  return b.input("encoder_hidden_states", dtype, {batch, length, Dim(hidden)});
+}
+
+std::pair<Value*, Value*> decoder_cross_state(ModelBuilder& m, int64_t layer, const CrossStateShape& shape,
+                                              Value* encoder_hidden_states, const std::string& module,
+                                              const AttentionSpec& spec) {
+  if (!encoder_hidden_states) return read_cross_state(m.b(), layer, shape);
+  Builder& b = m.b();
+  const auto [keys, values] = cross_keys_values(m, module, spec, encoder_hidden_states);
+  if (m.config().generation.cross_state != GenerationConfig::CrossState::DecoderVariable) {
+    write_cross_state(b, layer, shape, keys, values);  // the first step returns it
+    return {keys, values};
+  }
+  // Projected into the state on the first call, read from it after (the backend initialises the
+  // variable from the projection only while it is empty).
+  std::pair<Value*, Value*> read;
+  for (auto [which, value, into] : {std::tuple{"key", keys, &read.first}, std::tuple{"value", values, &read.second}}) {
+    const int64_t state = b.declare_state(cross_state(layer, which, shape));
+    b.state_update(state, nullptr, value, nullptr, value->shape);
+    *into = b.state_read(state);
+  }
+  return read;
+}
+
+void add_generation_components(ExportModel& out, const ExportConfig& config, const ComponentBuilder& encoder,
+                               const ComponentBuilder& decoder) {
+  out.components.push_back({Role::Encoder, encoder(config)});
+  if (config.generation.cross_state == GenerationConfig::CrossState::FirstDecoderStep) {
+    ExportConfig first = config;
+    first.generation.decoder_first_step = true;
+    out.components.push_back({Role::Prefill, decoder(first)});
+  }
+  out.components.push_back({Role::Decoder, decoder(config)});
+}
+
 bool is_cross_key_value(const std::string& name, const std::string& module, const AttentionSpec& spec) {
   return name.find(module + spec.k + ".") != std::string::npos || name.find(module + spec.v + ".") != std::string::npos;
 }
@@ -34,8 +76,12 @@ Value* encoder_padding(Builder& b, Value* encoder_attention_mask) {
 
 DecoderVariant decoder_variant(const GenerationConfig& g) {
   DecoderVariant v = g.static_cache() ? DecoderVariant{CacheKind::Static, true, false, g.batch_size, g.max_cache_len}
-                                      : DecoderVariant{CacheKind::Dynamic, true, false};
+                                      : DecoderVariant{CacheKind::Dynamic, !g.decoder_first_step, false};
   v.cache_group = ".decoder";
+  v.positions_from_past = g.cross_state != GenerationConfig::CrossState::Encoder;
+  // A stateful decoder's callers (OpenVINO GenAI's WhisperPipeline, optimum-intel) pass no mask:
+  // every decoder token is real, and the cache's length counts the past.
+  v.attention_mask = g.cross_state != GenerationConfig::CrossState::DecoderVariable;
   return v;
 }
 
@@ -46,9 +92,9 @@ QueryPositions decoder_positions(Builder& b, DecoderIO& io, const DecoderVariant
   }
   Value* one = b.const_i64({1});
   Value* mask = io.attention_mask();
-  Value* keys = b.gather(b.shape_of(mask), one, 0);
+  Value* keys = mask ? b.gather(b.shape_of(mask), one, 0) : io.key_count();
   Value* past = b.sub(keys, b.gather(b.shape_of(input_ids), one, 0));
-  return {b.unsqueeze(b.range(past, keys, one, input_ids->shape[1]), {0}), keys, mask->shape[1]};
+  return {b.unsqueeze(b.range(past, keys, one, input_ids->shape[1]), {0}), keys, io.key_dim()};
 }
 
 std::unique_ptr<Graph> finish_component(ModelBuilder& m, const char* output_type, int64_t layers,

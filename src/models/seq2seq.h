@@ -3,6 +3,7 @@
 // reads every step (past_key_values.{i}.encoder.key|value: optimum's names), the encoder's padding
 // over the decoder's queries, and handing a finished component graph over.
 #pragma once
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -13,6 +14,7 @@
 #include "models/blocks.h"
 #include "models/decoder_io.h"
 #include "models/model_builder.h"
+#include "models/registry.h"
 
 namespace hfx {
 
@@ -28,6 +30,26 @@ void write_cross_state(Builder& b, int64_t layer, const CrossStateShape& shape, 
 // Decoder side: declares the same state and reads it (keys, values).
 std::pair<Value*, Value*> read_cross_state(Builder& b, int64_t layer, const CrossStateShape& shape);
 
+// Whether the encoder component computes the decoder's cross-attention state (else the decoder
+// does, from encoder_hidden_states: generation.cross_state).
+bool encoder_writes_cross_state(const GenerationConfig& generation);
+// The decoder's encoder_hidden_states input [batch, encoder length, hidden] when it projects the
+// cross-attention state itself; null for a decoder that reads the encoder's state.
+Value* first_step_hidden_states(Builder& b, const GenerationConfig& generation, Dim batch, Dim length, int64_t hidden,
+                                DType dtype);
+// A decoder's layer `layer` cross-attention keys and values: read from the encoder's state, or,
+// given `encoder_hidden_states`, projected from them (`module` + spec's k / v) and written as that
+// state (a first step returns it; a stateful decoder keeps it, projected on its first call only).
+std::pair<Value*, Value*> decoder_cross_state(ModelBuilder& m, int64_t layer, const CrossStateShape& shape,
+                                              Value* encoder_hidden_states, const std::string& module,
+                                              const AttentionSpec& spec);
+
+// An encoder-decoder's generation components from its two builders: [encoder, decoder], or with
+// generation.cross_state FirstDecoderStep [encoder, prefill (the decoder's first step), decoder].
+using ComponentBuilder = std::function<std::unique_ptr<Graph>(const ExportConfig&)>;
+void add_generation_components(ExportModel& out, const ExportConfig& config, const ComponentBuilder& encoder,
+                               const ComponentBuilder& decoder);
+
 // Whether checkpoint tensor `name` is a decoder layer's cross-attention key or value projection
 // (`module` + spec.k / spec.v, e.g. ".encoder_attn.k_proj."): the encoder component reads those.
 bool is_cross_key_value(const std::string& name, const std::string& module, const AttentionSpec& spec);
@@ -36,7 +58,8 @@ bool is_cross_key_value(const std::string& name, const std::string& module, cons
 Value* encoder_padding(Builder& b, Value* encoder_attention_mask);
 
 // The decoder component's cache: dynamic (past -> present, from empty: one graph for the prompt and
-// the steps) or static (in place, --static-cache), under optimum's past_key_values.{i}.decoder.* names.
+// the steps; none for a first step, which returns a fresh one) or static (in place, --static-cache),
+// under optimum's past_key_values.{i}.decoder.* names.
 DecoderVariant decoder_variant(const GenerationConfig& generation);
 
 // This call's decoder positions and the keys attention sees: query i sits at cache position

@@ -208,12 +208,14 @@ std::unique_ptr<Graph> generation_encoder(const Checkpoint& ckpt, const ExportCo
   Value* x = encoder_stack(m, cfg, input_ids, attention_mask);
   b.output(x, "last_hidden_state");
   const AttentionSpec cross = t5_attention(cfg, "EncDecAttention");
-  for (int64_t i = 0; i < cfg.decoder_layers; ++i) {
+  const bool writes = encoder_writes_cross_state(config.generation);
+  for (int64_t i = 0; writes && i < cfg.decoder_layers; ++i) {
     const auto [k, v] = cross_keys_values(m, "decoder.block." + std::to_string(i) + ".layer.1.", cross, x);
     write_cross_state(b, i, {batch, sequence, cfg.heads, cfg.head_dim, config.dtype}, k, v);
   }
   for (const TensorView* t : ckpt.tensors())
-    if (!t->name.starts_with("encoder.") && !is_cross_key_value(t->name, ".layer.1.", cross)) m.tolerate(t->name);
+    if (!t->name.starts_with("encoder.") && !(writes && is_cross_key_value(t->name, ".layer.1.", cross)))
+      m.tolerate(t->name);
   return finish_component(m, "BaseModelOutput", cfg.layers, dims);
 }
 
@@ -233,6 +235,7 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
   const Dim batch = ids->shape[0], encoder_sequence = m.dim("encoder_sequence", 1, kLongestSequence);
   Value* encoder_mask = b.input("encoder_attention_mask", DType::I64, {batch, encoder_sequence});
   Value* cross_mask = encoder_padding(b, encoder_mask);
+  Value* encoder_hidden_states = first_step_hidden_states(b, config.generation, batch, encoder_sequence, cfg.hidden, config.dtype);
   const std::string embeddings = m.has("decoder.embed_tokens.weight") ? "decoder.embed_tokens.weight" : "shared.weight";
   b.set_scope("decoder.embed_tokens");
   Value* x = b.embedding(m.weight(embeddings, {cfg.vocab, cfg.hidden}), ids);
@@ -247,7 +250,8 @@ std::unique_ptr<Graph> generation_decoder(const Checkpoint& ckpt, const ExportCo
     const AttentionContext ctx{nullptr, nullptr, mask, [&](Value* k, Value* v) { return io.update_cache(i, k, v); },
                                true, bias};
     x = b.add(x, attention_block(m, p + "layer.0.", self, rms_norm(m, p + "layer.0.layer_norm", cfg, x), ctx));
-    const auto [keys, values] = read_cross_state(b, i, {batch, encoder_sequence, cfg.heads, cfg.head_dim, config.dtype});
+    const auto [keys, values] = decoder_cross_state(m, i, {batch, encoder_sequence, cfg.heads, cfg.head_dim, config.dtype},
+                                                    encoder_hidden_states, p + "layer.1.", cross);
     Value* normed = rms_norm(m, p + "layer.1.layer_norm", cfg, x);
     x = b.add(x, cross_attention_block(m, p + "layer.1.", cross, normed, keys, values, cross_mask));
     x = feed_forward(m, p + "layer.2.", cfg, x);
@@ -272,8 +276,9 @@ ExportModel build_t5(const Checkpoint& ckpt, const ExportConfig& config, const T
   const std::optional<SentencePooling> pooling = read_sentence_pooling(ckpt);
   out.task = t5_task(model_type, config, cfg, pooling, ckpt);
   if (out.task == Task::Text2TextGeneration) {
-    out.components.push_back({Role::Encoder, generation_encoder(ckpt, config, cfg, out.dims)});
-    out.components.push_back({Role::Decoder, generation_decoder(ckpt, config, cfg, out.dims)});
+    add_generation_components(
+        out, config, [&](const ExportConfig& c) { return generation_encoder(ckpt, c, cfg, out.dims); },
+        [&](const ExportConfig& c) { return generation_decoder(ckpt, c, cfg, out.dims); });
     return out;
   }
   ModelBuilder m(ckpt, config);

@@ -130,6 +130,7 @@ std::unique_ptr<Graph> encoder_graph(const Checkpoint& ckpt, const ExportConfig&
   x = encoder_layer_norm(m, p + "layer_norm", x, kLayerNormEps);
   b.output(x, "last_hidden_state");
   const AttentionSpec cross = attention_spec(cfg.hidden, cfg.decoder_heads);
+  cross_states = cross_states && encoder_writes_cross_state(config.generation);
   for (int64_t i = 0; cross_states && i < cfg.decoder_layers; ++i) {
     const auto [k, v] = cross_keys_values(m, root + "decoder.layers." + std::to_string(i) + ".encoder_attn.", cross, x);
     write_cross_state(b, i, cross_shape(cfg, batch, config.dtype), k, v);
@@ -143,13 +144,14 @@ std::unique_ptr<Graph> encoder_graph(const Checkpoint& ckpt, const ExportConfig&
 
 // One decoder layer: self-attention over the cache, cross-attention over the encoder's state, MLP.
 Value* decoder_layer(ModelBuilder& m, DecoderIO& io, const WhisperConfig& cfg, const std::string& root, int64_t i,
-                     Value* mask, Dim batch, Value* x) {
+                     Value* mask, Dim batch, Value* encoder_hidden_states, Value* x) {
   Builder& b = m.b();
   const std::string p = root + "decoder.layers." + std::to_string(i) + ".";
   const AttentionSpec attention = attention_spec(cfg.hidden, cfg.decoder_heads);
   const AttentionContext ctx{nullptr, nullptr, mask, [&](Value* k, Value* v) { return io.update_cache(i, k, v); }, true};
   x = b.add(x, attention_block(m, p + "self_attn.", attention, encoder_layer_norm(m, p + "self_attn_layer_norm", x, kLayerNormEps), ctx));
-  const auto [keys, values] = read_cross_state(b, i, cross_shape(cfg, batch, m.config().dtype));
+  const auto [keys, values] = decoder_cross_state(m, i, cross_shape(cfg, batch, m.config().dtype), encoder_hidden_states,
+                                                  p + "encoder_attn.", attention);
   Value* normed = encoder_layer_norm(m, p + "encoder_attn_layer_norm", x, kLayerNormEps);
   x = b.add(x, cross_attention_block(m, p + "encoder_attn.", attention, normed, keys, values, nullptr));
   return feed_forward(m, p, cfg.hidden, cfg.decoder_ffn, cfg.activation, x);
@@ -176,7 +178,11 @@ std::unique_ptr<Graph> decoder_graph(const Checkpoint& ckpt, const ExportConfig&
   b.set_scope(p + "embed_positions");
   x = b.add(x, b.embedding(m.weight(p + "embed_positions.weight", {cfg.target_positions, cfg.hidden}), io.position_ids()));
   Value* mask = io.mask({});
-  for (int64_t i = 0; i < cfg.decoder_layers; ++i) x = decoder_layer(m, io, cfg, root, i, mask, ids->shape[0], x);
+  const Dim batch = ids->shape[0];
+  Value* encoder_hidden_states =
+      first_step_hidden_states(b, config.generation, batch, Dim(cfg.positions), cfg.hidden, config.dtype);
+  for (int64_t i = 0; i < cfg.decoder_layers; ++i)
+    x = decoder_layer(m, io, cfg, root, i, mask, batch, encoder_hidden_states, x);
   // A loop needs only the last position's logits (the backend asks when one graph serves prompt and steps).
   if (config.generation.last_logits_only) x = b.slice(x, 1, -1, INT64_MAX);
   x = encoder_layer_norm(m, p + "layer_norm", x, kLayerNormEps);
@@ -206,8 +212,9 @@ ExportModel build_whisper(const Checkpoint& ckpt, const ExportConfig& config) {
     return out;
   }
   const ExportConfig graphs = with_batch_bound(config);
-  out.components.push_back({Role::Encoder, encoder_graph(ckpt, graphs, cfg, true, out.dims)});
-  out.components.push_back({Role::Decoder, decoder_graph(ckpt, graphs, cfg, out.dims)});
+  add_generation_components(
+      out, graphs, [&](const ExportConfig& c) { return encoder_graph(ckpt, c, cfg, true, out.dims); },
+      [&](const ExportConfig& c) { return decoder_graph(ckpt, c, cfg, out.dims); });
   return out;
 }
 

@@ -245,9 +245,12 @@ def test_optimum_layout_refuses_what_optimum_cannot_run(family_model, tmp_path, 
     path, _ = family_model("llama")
     base = ["export", str(path), "-o", str(tmp_path / "out"), "--onnx-layout"]
     for extra, mentions in [
-        (["optimum", "--for-generation", "--onnx-ops", "standard"], ["--onnx-layout", "--multi-token-decode"]),
         (["optimum", "--for-generation", "--static-cache", "--max-cache-len", "16"], ["--onnx-layout", "--static-cache"]),
         (["transformers.js", "--for-generation"], ["--onnx-layout", "optimum"]),
         (["optimum", "--format", "openvino"], ["--onnx-layout", "onnx"]),
     ]:
         assert_clean_error(run_hfexport(*base, *extra), tmp_path / "out", *mentions)
+    # The layout's one graph for prompt and steps, with any op profile (multi-token decode implied).
+    assert run_hfexport(*base, "optimum", "--for-generation", "--onnx-ops", "standard").returncode == 0
+    manifest = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert list(manifest["components"]) == ["decode"] and manifest["components"]["decode"]["file"] == "onnx/model.onnx"

@@ -32,8 +32,11 @@ WeightQuantization resolve_compute(WeightQuantization q, OnnxOpProfile profile) 
 }
 
 constexpr const char* kProfileKey = "op_profile";
-// "optimum": the export's one graph is onnx/model.onnx with its data in onnx/model.onnx_data, as
-// optimum writes a decoder (its ORTModelForCausalLM and transformers.js find it there).
+// "optimum": the files under onnx/ with their data in onnx/model.onnx_data, named as optimum writes
+// them: a decoder's one graph is model.onnx (its ORTModelForCausalLM and transformers.js find it
+// there); an encoder-decoder is encoder_model.onnx, decoder_model.onnx (the first step: it projects
+// the cross-attention state from encoder_hidden_states) and decoder_with_past_model.onnx
+// (ORTModelForSeq2SeqLM, ORTModelForSpeechSeq2Seq).
 constexpr const char* kLayoutKey = "layout";
 constexpr const char* kOptimumLayout = "optimum";
 
@@ -54,10 +57,13 @@ using StoredKey = std::tuple<std::string, DType, bool>;
 
 StoredKey stored_key(const Value& v, bool transposed) { return {v.constant->key(), v.dtype, transposed}; }
 
-// A component's file name without `.onnx`: its role's name, or in optimum's layout the one file
-// optimum's ORTModel classes load for a single-graph model.
+// A component's file name without `.onnx`: its role's name, or in optimum's layout the file
+// optimum's ORTModel classes load for it.
 std::string onnx_file_stem(Role role, bool optimum) {
   if (optimum && is_main_role(role)) return "model";
+  if (optimum && role == Role::Encoder) return "encoder_model";
+  if (optimum && role == Role::Prefill) return "decoder_model";  // only an encoder-decoder's (one graph otherwise)
+  if (optimum && role == Role::Decoder) return "decoder_with_past_model";
   return std::string(role_name(role));
 }
 
@@ -234,8 +240,9 @@ class OnnxBackend final : public Backend {
              "ops) | ort-gqa (ort with GroupQueryAttention owning the cache; the default with --for-generation)",
              true, "standard: ai.onnx ops only; ort: onnxruntime contrib ops; ort-gqa: ort with GroupQueryAttention"},
             {kLayoutKey, BackendOption::Type::Choice, {kOptimumLayout}, "--onnx-layout",
-             "optimum: the one graph as onnx/model.onnx + onnx/model.onnx_data, the files optimum's ORTModel classes "
-             "and transformers.js look for (config and tokenizer files stay beside onnx/)"},
+             "optimum: the files optimum's ORTModel classes and transformers.js look for, under onnx/ (model.onnx, or "
+             "encoder_model / decoder_model / decoder_with_past_model.onnx for an encoder-decoder; config and tokenizer "
+             "files stay beside onnx/)"},
             decompose_option()};
   }
 
@@ -250,27 +257,27 @@ class OnnxBackend final : public Backend {
            " ort (onnxruntime's MatMulNBits); the standard op set dequantizes the weights and computes in float");
   }
 
-  // The optimum layout holds one graph that serves the prompt and the steps (or a plain forward):
-  // optimum's decoder classes run a dynamic cache, past -> present, in one session.
+  // optimum's decoder classes run a dynamic cache, past -> present.
   static void check_layout(const ExportConfig& config, const FieldSpelling& spell) {
     if (!config.backend.contains(kLayoutKey)) return;
-    const GenerationConfig& g = config.generation;
-    if (g.static_cache())
+    if (config.generation.static_cache())
       fail(spell("backend.layout"), " optimum: optimum's decoders run a dynamic cache, not ", spell("generation.cache_implementation"));
-    if (g.enabled && !g.multi_token_decode && profile_of(config, spell) != OnnxOpProfile::OrtGqa)
-      fail(spell("backend.layout"), " optimum holds one graph for the prompt and the steps: add ",
-           spell("generation.multi_token_decode"), " (or keep the default op profile)");
   }
 
   // ort-gqa's dynamic cache is one decode graph for the prompt and the steps: one session, so
   // onnxruntime prepacks each weight once (two sessions would prepack twice, or not at all when
   // sharing weights: -20 % decode, measured), and last-position logits keep the prompt's lm_head
-  // to one row.
+  // to one row. optimum's layout has one graph for a decoder's prompt and steps, and splits an
+  // encoder-decoder's decoder as optimum does.
   ExportConfig graph_config(const ExportConfig& config) const override {
     ExportConfig graph = config;
     GenerationConfig& g = graph.generation;
-    if (g.enabled && !g.static_cache() && !g.multi_token_decode && profile_of(config) == OnnxOpProfile::OrtGqa)
-      g.multi_token_decode = g.last_logits_only = true;
+    if (!g.enabled || g.static_cache()) return graph;
+    if (!g.multi_token_decode && profile_of(config) == OnnxOpProfile::OrtGqa) g.multi_token_decode = g.last_logits_only = true;
+    if (optimum_layout(config)) {
+      g.multi_token_decode = true;
+      g.cross_state = GenerationConfig::CrossState::FirstDecoderStep;
+    }
     return graph;
   }
 

@@ -125,19 +125,27 @@ void OvLowering::lower(const Node& n) {
 
 void OvLowering::lower_graph() {
   std::map<const Value*, const StatePair*> state_of;
-  for (const StatePair& s : graph_.state_pairs)
-    if (s.carried()) state_of[s.input] = state_of[s.output] = &s;
+  for (const StatePair& s : graph_.state_pairs) {
+    if (s.carried() || s.self_initialised()) state_of[s.input] = state_of[s.output] = &s;
+    if (s.self_initialised()) initialised_by_[s.output] = &s;
+  }
   for (const Value* v : graph_.inputs)
     if (!state_of.count(v)) ports_[v] = parameter(v->name, v->dtype, v->shape);
   if (!state_of.empty()) lower_state_reads();
-  for (const Node* n : graph_.order) lower(*n);
+  for (const Node* n : graph_.order) {
+    lower(*n);
+    if (const auto it = initialised_by_.find(n->outputs[0]); it != initialised_by_.end()) lower_self_initialised(*it->second);
+  }
   for (const Value* v : graph_.outputs) {
-    const OvPort p = port(v);
     if (const auto it = state_of.find(v); it != state_of.end()) {
+      // A self-initialised variable keeps what it read (the first call's projection): the
+      // projection then runs only while the variable is empty.
+      const OvPort p = port(it->second->self_initialised() ? it->second->input : v);
       net_.add("Assign", "opset6", it->second->name + "/assign", {{"variable_id", it->second->name}}, {p},
                {net_.output(p)});
       continue;
     }
+    const OvPort p = port(v);
     net_.set_names(p, v->name);
     net_.add("Result", "opset1", v->name + "/sink_port_0", {}, {p}, {});
   }
@@ -162,7 +170,7 @@ void OvLowering::lower_state_reads() {
   const OvPort batch_size = net_.add("Gather", "opset8", "state_init/batch", {{"batch_dims", "0"}},
                                      {ids_shape, i64({0}, {1}), i64({0}, {})}, {{DType::I64, {Dim(1)}, ""}});
   for (const StatePair& s : graph_.state_pairs) {
-    if (!s.carried()) continue;
+    if (!s.carried()) continue;  // (a self-initialised one is read once its projection is lowered)
     const Value* v = s.input;
     const Shape& shape = v->shape;  // [batch, ...]: an append cache's length is its one other dynamic dim
     HFX_CHECK(shape.at(0) == batch, "internal error: openvino: state ", s.name, "'s first dim is not the batch");
@@ -190,6 +198,18 @@ void OvLowering::lower_state_reads() {
     ports_[v] = net_.add("Gather", "opset8", s.name + "/beam", {{"batch_dims", "0"}}, {read, beam_idx, i64({0}, {})},
                          {{v->dtype, shape, ""}});
   }
+}
+
+// A write-once state the graph both projects and reads: a variable whose ReadValue is initialised
+// from the projection, so the first call after a reset stores it and later calls read it back.
+void OvLowering::lower_self_initialised(const StatePair& s) {
+  const Value* v = s.input;
+  std::string variable_shape;
+  for (size_t i = 0; i < v->shape.size(); ++i)
+    variable_shape += (i ? "," : "") + (v->shape[i].is_static() ? std::to_string(v->shape[i].value()) : std::string("?"));
+  ports_[v] = net_.add("ReadValue", "opset6", s.name,
+                       {{"variable_id", s.name}, {"variable_type", ov_element_type(v->dtype)}, {"variable_shape", variable_shape}},
+                       {port(s.output)}, {{v->dtype, v->shape, ""}});
 }
 
 }  // namespace hfx

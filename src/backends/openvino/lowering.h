@@ -88,6 +88,7 @@ class OvLowering {
   void lower(const Node& n);
   OvPort parameter(const std::string& name, DType dtype, const Shape& shape);
   void lower_state_reads();
+  void lower_self_initialised(const StatePair& s);
 
   Graph& graph_;
   Builder b_;  // makes the small constants (axes, shapes) lowering needs
@@ -98,6 +99,7 @@ class OvLowering {
   std::deque<Value> stored_as_;  // compressed views of weights, for the .bin writer
   std::map<const Value*, OvPort> additive_masks_;
   OvPort beam_idx_;
+  std::map<const Value*, const StatePair*> initialised_by_;  // a self-initialised state's projection -> its state
   DType weight_dtype_;
   int counter_ = 0;
 };

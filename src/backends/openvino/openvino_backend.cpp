@@ -59,7 +59,7 @@ class OpenVinoWriter final : public ExportWriter {
     WrittenComponent written{stem + ".xml", "", {stem + ".bin"}, {}, {}, lowering.stateful()};
     std::set<const Value*> state_values;
     for (const StatePair& s : graph.state_pairs)
-      if (s.carried()) state_values.insert({s.input, s.output});
+      if (s.carried() || s.self_initialised()) state_values.insert({s.input, s.output});
     for (const Value* v : graph.inputs)
       if (!state_values.count(v)) written.inputs.push_back({v->name, v->dtype, v->shape});
     if (lowering.stateful()) written.inputs.push_back({"beam_idx", DType::I32, {graph.inputs.front()->shape[0]}});
@@ -106,6 +106,10 @@ class OpenVinoBackend final : public Backend {
     ExportConfig graph = config;
     graph.dtype = DType::F32;
     if (graph.generation.enabled) graph.generation.multi_token_decode = true;
+    // An encoder-decoder's decoder projects its cross-attention state into variables on the first
+    // call, from encoder_hidden_states, as optimum-intel writes it and OpenVINO GenAI's
+    // WhisperPipeline runs it.
+    if (graph.generation.enabled) graph.generation.cross_state = GenerationConfig::CrossState::DecoderVariable;
     return graph;
   }
 
