@@ -38,6 +38,11 @@ struct GenerationConfig {
   enum class CrossState { Encoder, FirstDecoderStep, DecoderVariable };
   CrossState cross_state = CrossState::Encoder;
   bool decoder_first_step = false;
+  // Whether an encoder-decoder's dynamic decoder takes attention_mask and position_ids: a cache
+  // buffer shared across steps needs the mask's length; otherwise the cache's length counts the
+  // past, and the decoder takes neither (onnxruntime-genai's whisper and OpenVINO GenAI feed neither;
+  // its tokens are never padded).
+  bool decoder_mask = true;
 
   bool static_cache() const { return cache_implementation == "static"; }
 };

@@ -78,10 +78,8 @@ DecoderVariant decoder_variant(const GenerationConfig& g) {
   DecoderVariant v = g.static_cache() ? DecoderVariant{CacheKind::Static, true, false, g.batch_size, g.max_cache_len}
                                       : DecoderVariant{CacheKind::Dynamic, !g.decoder_first_step, false};
   v.cache_group = ".decoder";
-  v.positions_from_past = g.cross_state != GenerationConfig::CrossState::Encoder;
-  // A stateful decoder's callers (OpenVINO GenAI's WhisperPipeline, optimum-intel) pass no mask:
-  // every decoder token is real, and the cache's length counts the past.
-  v.attention_mask = g.cross_state != GenerationConfig::CrossState::DecoderVariable;
+  v.positions_from_past = g.cross_state != GenerationConfig::CrossState::Encoder || !g.decoder_mask;
+  v.attention_mask = g.decoder_mask;
   return v;
 }
 

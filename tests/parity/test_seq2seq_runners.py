@@ -14,6 +14,8 @@ tokens:
   openvino_decoder_model.xml taking input_ids, encoder_hidden_states and beam_idx, whose first call
   after a reset projects the cross-attention state into its variables (ReadValue initialised from
   the projection) beside the self-attention cache.
+- onnxruntime-genai's whisper model type (its `Generator`) over the ONNX export of a past -> present
+  op profile, through the genai_config.json the export writes.
 
 hfexport's runner and `ExportedModel` run the same files."""
 
@@ -212,3 +214,55 @@ def test_openvino_whisper_in_optimum_intel_and_genai(tmp_path, export_model, sup
             assert text == tokenizer.decode(row, skip_special_tokens=True), kwargs
     support_matrix.record("whisper", "automatic-speech-recognition (optimum-intel OVModelForSpeechSeq2Seq, "
                           "OpenVINO GenAI WhisperPipeline)", True, 0.0, backend="openvino")
+
+
+# -- onnxruntime-genai ---------------------------------------------------------------------------
+
+def plain_greedy(model, feats: np.ndarray, prompt: list[int], new: int) -> np.ndarray:
+    """transformers' Whisper from a given prompt, argmax each step and no logits processors (as
+    onnxruntime-genai's Generator runs it)."""
+    ids = torch.tensor([prompt] * feats.shape[0])
+    with torch.no_grad():
+        encoded = model.get_encoder()(torch.from_numpy(feats))
+        for _ in range(new):
+            logits = model(encoder_outputs=encoded, decoder_input_ids=ids).logits[:, -1]
+            ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+    return ids.numpy()
+
+
+@pytest.mark.parametrize("profile", ["standard", "ort"])
+def test_onnxruntime_genai_whisper(tmp_path, export_model, support_matrix, profile):
+    """onnxruntime-genai's whisper model type over the ONNX export of a past -> present op profile
+    (its decoder takes no mask: the cache's length is the past; genai_config.json maps its names
+    onto ours): the Generator, given the features and Whisper's prompt, generates transformers'
+    argmax tokens for a batch of two clips. The default profile's shared-buffer decoder needs a
+    mask, which onnxruntime-genai's whisper does not feed: no genai_config.json there."""
+    og = pytest.importorskip("onnxruntime_genai")
+    model = whisper.build(tmp_path / "model", whisper.MULTILINGUAL)
+    out = export_model(tmp_path / "model", tmp_path / "out", "--for-generation", "--onnx-ops", profile)
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["type"] == "whisper"
+    assert config["model"]["encoder"]["outputs"]["cross_present_key_names"] == "present.%d.encoder.key"
+    default = export_model(tmp_path / "model", tmp_path / "default", "--for-generation")
+    assert not (default / "genai_config.json").exists()
+
+    feats = whisper.features(whisper.clips())
+    prompt = [whisper.START, whisper.FR, whisper.TRANSCRIBE, whisper.NO_TIMESTAMPS]
+    expected = plain_greedy(model, feats, prompt, 12)
+    assert len({tuple(r) for r in expected}) == 2, "rows should differ for the test to mean something"
+    genai_model = og.Model(str(out))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(prompt) + 12, batch_size=2)
+    generator = og.Generator(genai_model, params)
+    inputs = og.NamedTensors()
+    inputs["input_features"] = feats
+    generator.set_inputs(inputs)
+    generator.append_tokens(np.array([prompt] * 2, np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    for row in range(2):
+        got = np.array(generator.get_sequence(row))
+        assert len(got) > len(prompt) + 4, got  # (it stops at eos)
+        np.testing.assert_array_equal(got, expected[row, : len(got)])
+    support_matrix.record("whisper", f"automatic-speech-recognition (onnxruntime-genai, {profile})", True, 0.0,
+                          backend="onnx")

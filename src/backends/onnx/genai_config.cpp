@@ -36,9 +36,78 @@ bool genai_runs(const std::string& model_type) {
   return kTypes.count(model_type) > 0;
 }
 
+// The token ids, context length and greedy search every config carries.
+void add_common(json& model, json& search, const json& gen, int64_t context, const json& vocab) {
+  model["context_length"] = context;
+  model["vocab_size"] = vocab;
+  const json eos = gen.value(key::kEosTokenId, json::array());
+  model["eos_token_id"] = eos.size() == 1 ? eos[0] : eos;
+  for (const char* k : {key::kBosTokenId, key::kPadTokenId})
+    if (const json id = first_id(gen, k); !id.is_null()) model[k] = id;
+  if (!model.contains(key::kPadTokenId) && !eos.empty()) model[key::kPadTokenId] = eos[0];
+  search = {{"do_sample", false},
+            {"num_beams", 1},
+            {"num_return_sequences", 1},
+            {"max_length", context},
+            {"min_length", 0},
+            {"past_present_share_buffer", gen.value(key::kSharesBuffer, false)}};
+}
+
+// A section's session options and attention shape ([batch, heads, length, head_dim] of `cache`).
+json section(const json& component, const json& cache, int64_t hidden, int64_t layers) {
+  const json& shape = cache.at("shape");
+  return {{"filename", component.at(key::kFile)},
+          {"session_options", {{"log_id", "onnxruntime-genai"}, {"provider_options", json::array()}}},
+          {"head_size", shape.at(3)},
+          {"hidden_size", hidden},
+          {"num_attention_heads", shape.at(1)},
+          {"num_key_value_heads", shape.at(1)},
+          {"num_hidden_layers", layers}};
+}
+
+// onnxruntime-genai's whisper model type (measured with 0.18): an encoder taking the features
+// and returning the cross-attention state, and a decoder over past -> present without a mask
+// (`--onnx-ops standard|ort`: GroupQueryAttention's shared buffer needs one); our names through
+// its name templates.
+std::optional<json> whisper_genai_config(const json& m, const JsonConfig& hf) {
+  const json& gen = m.value(key::kGeneration, json());
+  const json& components = m.at(key::kComponents);
+  if (!gen.is_object() || gen.value(key::kCache, "") != manifest::cache::kDynamic ||
+      !components.contains(manifest::component::kEncoder) || !components.contains(manifest::component::kDecoder) ||
+      components.contains(manifest::component::kPrefill))
+    return std::nullopt;
+  const json& encoder = components.at(manifest::component::kEncoder);
+  const json& decoder = components.at(manifest::component::kDecoder);
+  const json* past = tensor(decoder, key::kInputs, "past_key_values.0.decoder.key");
+  const json* cross = tensor(encoder, key::kOutputs, "present.0.encoder.key");
+  const json* logits = tensor(decoder, key::kOutputs, "logits");
+  if (!past || !cross || !logits || tensor(decoder, key::kInputs, "attention_mask") ||
+      !tensor(encoder, key::kInputs, "input_features"))
+    return std::nullopt;
+  const int64_t hidden = hf.integer("d_model", 0);
+  json dec = section(decoder, *past, hidden, hf.integer("decoder_layers", 0));
+  dec["inputs"] = {{"input_ids", "input_ids"},
+                   {"past_key_names", "past_key_values.%d.decoder.key"},
+                   {"past_value_names", "past_key_values.%d.decoder.value"},
+                   {"cross_past_key_names", "past_key_values.%d.encoder.key"},
+                   {"cross_past_value_names", "past_key_values.%d.encoder.value"}};
+  dec["outputs"] = {{"logits", "logits"},
+                    {"present_key_names", "present.%d.decoder.key"},
+                    {"present_value_names", "present.%d.decoder.value"}};
+  json enc = section(encoder, *cross, hidden, hf.integer("encoder_layers", 0));
+  enc["inputs"] = {{"audio_features", "input_features"}};
+  enc["outputs"] = {{"encoder_hidden_states", "last_hidden_state"},
+                    {"cross_present_key_names", "present.%d.encoder.key"},
+                    {"cross_present_value_names", "present.%d.encoder.value"}};
+  json model = {{"type", "whisper"}, {"decoder", dec}, {"encoder", enc}}, search;
+  add_common(model, search, gen, m.at(key::kDims).at("total_sequence").at("max"), logits->at("shape").back());
+  return json{{"model", model}, {"search", search}};
+}
+
 }  // namespace
 
 std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
+  if (m.at(key::kSource).value("model_type", "") == "whisper") return whisper_genai_config(m, hf);
   if (!genai_runs(m.at(key::kSource).value("model_type", ""))) return std::nullopt;
   const json& gen = m.value(key::kGeneration, json());
   const json& components = m.at(key::kComponents);
@@ -71,21 +140,8 @@ std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
                    {{"logits", "logits"},
                     {"present_key_names", "present.%d.key"},
                     {"present_value_names", "present.%d.value"}}}};
-  json model = {{"type", m.at(key::kSource).value("model_type", "")},
-                {"context_length", context},
-                {"vocab_size", logits->at("shape").back()},
-                {"decoder", decoder}};
-  const json eos = gen.value(key::kEosTokenId, json::array());
-  model["eos_token_id"] = eos.size() == 1 ? eos[0] : eos;
-  for (const char* k : {key::kBosTokenId, key::kPadTokenId})
-    if (const json id = first_id(gen, k); !id.is_null()) model[k] = id;
-  if (!model.contains(key::kPadTokenId) && !eos.empty()) model[key::kPadTokenId] = eos[0];
-  json search = {{"do_sample", false},
-                 {"num_beams", 1},
-                 {"num_return_sequences", 1},
-                 {"max_length", context},
-                 {"min_length", 0},
-                 {"past_present_share_buffer", gen.value(key::kSharesBuffer, false)}};
+  json model = {{"type", m.at(key::kSource).value("model_type", "")}, {"decoder", decoder}}, search;
+  add_common(model, search, gen, context, logits->at("shape").back());
   return json{{"model", model}, {"search", search}};
 }
 

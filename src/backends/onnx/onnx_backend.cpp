@@ -274,6 +274,9 @@ class OnnxBackend final : public Backend {
     GenerationConfig& g = graph.generation;
     if (!g.enabled || g.static_cache()) return graph;
     if (!g.multi_token_decode && profile_of(config) == OnnxOpProfile::OrtGqa) g.multi_token_decode = g.last_logits_only = true;
+    // An encoder-decoder's past -> present decoder counts its past from the cache, as
+    // onnxruntime-genai's whisper feeds it (GroupQueryAttention's shared buffer needs the mask).
+    if (profile_of(config) != OnnxOpProfile::OrtGqa) g.decoder_mask = false;
     if (optimum_layout(config)) {
       g.multi_token_decode = true;
       g.cross_state = GenerationConfig::CrossState::FirstDecoderStep;

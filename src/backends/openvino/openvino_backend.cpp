@@ -109,7 +109,10 @@ class OpenVinoBackend final : public Backend {
     // An encoder-decoder's decoder projects its cross-attention state into variables on the first
     // call, from encoder_hidden_states, as optimum-intel writes it and OpenVINO GenAI's
     // WhisperPipeline runs it.
-    if (graph.generation.enabled) graph.generation.cross_state = GenerationConfig::CrossState::DecoderVariable;
+    if (graph.generation.enabled) {
+      graph.generation.cross_state = GenerationConfig::CrossState::DecoderVariable;
+      graph.generation.decoder_mask = false;  // its callers pass none
+    }
     return graph;
   }
 
