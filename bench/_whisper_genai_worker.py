@@ -19,12 +19,12 @@ openvino-genai and openvino-tokenizers are installed). Prints one JSON line.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from _seq2seq_worker import median_time  # (same venv)
 
 # whisper-small's ids for these (the checkpoint's generation_config.json lists 99 languages).
 WHISPER_SMALL_GENERATION = {"is_multilingual": True, "lang_to_id": {"<|en|>": 50259, "<|fr|>": 50265},
@@ -52,16 +52,6 @@ def prepare(out: Path) -> dict:
     gen.update(WHISPER_SMALL_GENERATION)
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     return {"prepared": str(out)}
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
 
 
 def time_pipeline(out: Path, new: int, repeats: int) -> dict:
