@@ -125,11 +125,11 @@ Value* DecoderIO::arange_positions() {
 }
 
 // The keys this call's queries see ([1] int64): the mask's length, or without one the cached
-// length plus this call's (this call's alone without a past).
-Value* DecoderIO::key_count() {
-  Value* one = b_.const_i64({1});
-  Value* queries = b_.gather(tokens_shape(), one, 0);
+// length plus this call's (this call's alone without a past). `one` is the caller's [1] constant;
+// `queries`, this call's length, is made when needed and not given.
+Value* DecoderIO::key_count(Value* one, Value* queries) {
   if (attention_mask_) return b_.gather(b_.shape_of(attention_mask_), one, 0);
+  if (!queries) queries = b_.gather(tokens_shape(), one, 0);
   if (first_read_) return b_.add(b_.gather(b_.shape_of(first_read_), b_.const_i64({2}), 0), queries);
   return queries;
 }
@@ -138,9 +138,10 @@ Value* DecoderIO::key_count() {
 Value* DecoderIO::positions_after_past() {
   if (!variant_.has_past) return arange_positions();
   Value* one = b_.const_i64({1});
-  Value* keys = key_count();
-  Value* past = b_.sub(keys, b_.gather(tokens_shape(), one, 0));
-  return b_.expand(b_.unsqueeze(b_.range(past, keys, one, query_), {0}), tokens_shape(), {batch_, query_});
+  Value* queries = b_.gather(tokens_shape(), one, 0);
+  Value* keys = key_count(one, queries);
+  return b_.expand(b_.unsqueeze(b_.range(b_.sub(keys, queries), keys, one, query_), {0}), tokens_shape(),
+                   {batch_, query_});
 }
 
 Value* DecoderIO::mask(const MaskPattern& pattern) {
@@ -167,9 +168,7 @@ Value* DecoderIO::computed_mask(const MaskPattern& pattern) {
   Value* zero = b_.const_i64({0});
   Value* one = b_.const_i64({1});
   Value* queries = b_.gather(tokens_shape(), one, 0);
-  Value* keys = attention_mask_ ? b_.gather(b_.shape_of(attention_mask_), one, 0)
-                : first_read_   ? b_.add(b_.gather(b_.shape_of(first_read_), b_.const_i64({2}), 0), queries)
-                                : queries;
+  Value* keys = key_count(one, queries);
   Value* rows = b_.unsqueeze(b_.range(b_.sub(keys, queries), keys, one, query_), {1});
   Value* cols = b_.unsqueeze(b_.range(zero, keys, one, total_ ? *total_ : query_), {0});
   const std::optional<int64_t> window = pattern.window;

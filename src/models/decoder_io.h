@@ -74,8 +74,8 @@ class DecoderIO {
   // past_key_values.{layer}.key / .value) and returns the keys/values attention reads.
   std::pair<Value*, Value*> update_cache(int64_t layer, Value* k, Value* v);
   // The keys this call's queries see ([1] int64: the mask's length, or the cached length plus this
-  // call's) and their dim (dynamic cache).
-  Value* key_count();
+  // call's, `queries` when given) and their dim (dynamic cache); `one` is a [1] int64 constant.
+  Value* key_count(Value* one, Value* queries = nullptr);
   Dim key_dim() const { return total_ ? *total_ : query_; }
   // Registers the logits as the graph output (state outputs are the backend's state pass's).
   void finish(Value* logits);

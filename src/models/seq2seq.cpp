@@ -89,8 +89,7 @@ QueryPositions decoder_positions(Builder& b, DecoderIO& io, const DecoderVariant
     return {io.position_ids(), b.gather(b.shape_of(mask), b.const_i64({3}), 0), mask->shape[3]};
   }
   Value* one = b.const_i64({1});
-  Value* mask = io.attention_mask();
-  Value* keys = mask ? b.gather(b.shape_of(mask), one, 0) : io.key_count();
+  Value* keys = io.key_count(one);
   Value* past = b.sub(keys, b.gather(b.shape_of(input_ids), one, 0));
   return {b.unsqueeze(b.range(past, keys, one, input_ids->shape[1]), {0}), keys, io.key_dim()};
 }
