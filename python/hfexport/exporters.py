@@ -504,14 +504,17 @@ class ExportedModel(Mapping):
                  do_sample: bool | None = None, temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, generation_config=None,
                  chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None,
-                 input_features=None, language: str | None = None, task: str | None = None, **kwargs):
+                 input_features=None, language: str | None = None, task: str | None = None,
+                 return_timestamps: bool = False, return_segments: bool = False, **kwargs):
         """Like model.generate: prompt ids [batch, seq] (left-padded, with attention_mask) in,
         prompt + new ids out (rows that finished padded with pad_token_id). A string (or a list of
         strings) is tokenized with the export's tokenizer (`chat=True`: through its chat template,
         with an optional `system` message) and the new text is returned instead. `streamer(text)`
         is called with the text of each step as it becomes final. A speech recognition export
-        (Whisper) takes `input_features` [batch, mels, 3000] (and `language`, `task`) and returns the
-        new ids, as WhisperForConditionalGeneration.generate does."""
+        (Whisper) takes `input_features` [batch, mels, frames] (and `language`, `task`,
+        `return_timestamps`; over 3000 frames: audio longer than 30 s, decoded sequentially, with
+        `attention_mask` [batch, frames] for rows of different lengths) and returns the new ids, or
+        with `return_segments` {"sequences", "segments"}, as WhisperForConditionalGeneration.generate does."""
         from .runner import generate as run_loop
         from .sampling import Sampler
         from .text import TextStream
@@ -520,7 +523,8 @@ class ExportedModel(Mapping):
         if unknown:
             raise TypeError(f"generate() got unsupported arguments {unknown}")
         if input_features is not None or self.manifest.get("task") == "automatic-speech-recognition":
-            return self._generate_speech(input_features, max_new_tokens, language, task, generation_config)
+            return self._generate_speech(input_features, attention_mask, max_new_tokens, language, task,
+                                         generation_config, return_timestamps, return_segments)
         if self.manifest.get("task") == "text2text-generation":
             return self._generate_text2text(input_ids, attention_mask, max_new_tokens, generation_config,
                                             do_sample, temperature, top_k, top_p, seed, kwargs.get("eos_token_id"))
@@ -555,7 +559,8 @@ class ExportedModel(Mapping):
         out = np.concatenate([ids, new.astype(np.int64)], axis=1)
         return _as_torch(out) if as_torch else out
 
-    def _generate_speech(self, input_features, max_new_tokens, language, task, generation_config):
+    def _generate_speech(self, input_features, attention_mask, max_new_tokens, language, task, generation_config,
+                         return_timestamps, return_segments):
         from .seq2seq import whisper_generate
 
         if input_features is None:
@@ -565,9 +570,12 @@ class ExportedModel(Mapping):
         gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
         if generation_config is not None:
             gen.update(generation_config.to_dict() if hasattr(generation_config, "to_dict") else dict(generation_config))
+        segments = [] if return_segments else None
+        mask = None if attention_mask is None else _to_numpy(attention_mask)
         out = whisper_generate(self._runner(), _to_numpy(input_features), gen, max_new_tokens, language=language,
-                               task=task)
-        return _as_torch(out) if as_torch else out
+                               task=task, return_timestamps=return_timestamps, attention_mask=mask, segments=segments)
+        out = _as_torch(out) if as_torch else out
+        return {"sequences": out, "segments": segments} if return_segments else out
 
     def _generate_text2text(self, inputs, attention_mask, max_new_tokens, generation_config, do_sample, temperature,
                             top_k, top_p, seed, eos):

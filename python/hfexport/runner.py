@@ -143,13 +143,14 @@ def generate(
     ignore_eos: bool = False,
     step_logits: list[np.ndarray] | None = None,
     on_tokens: Callable[[np.ndarray], None] | None = None,
-    processor: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    processor: Callable[[np.ndarray, int, list[np.ndarray]], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Returns the new tokens [batch, n <= max_new_tokens]. Rows that produced an eos keep emitting
     the pad id (the manifest's pad_token_id, else the first eos id), as transformers does; the loop
     stops when every row has finished. Each step's logits are appended to `step_logits` if given;
-    `on_tokens` gets each step's tokens [batch] as they are chosen (streaming); `processor(logits, i)`
-    adjusts step i's logits before the choice (a model's logits processors: Whisper's suppressed tokens)."""
+    `on_tokens` gets each step's tokens [batch] as they are chosen (streaming); `processor(logits, i, chosen)`
+    adjusts step i's logits before the choice, given the tokens chosen so far (a model's logits
+    processors: Whisper's suppressed tokens and timestamp rules)."""
     input_ids = np.asarray(input_ids, dtype=np.int64)
     if input_ids.ndim == 1:
         input_ids = input_ids[None]
@@ -172,7 +173,7 @@ def generate(
     for i in range(max_new_tokens):
         if step_logits is not None:
             step_logits.append(logits)
-        tokens = np.where(finished, pad, sampler(processor(logits, i) if processor is not None else logits))
+        tokens = np.where(finished, pad, sampler(processor(logits, i, out) if processor is not None else logits))
         out.append(tokens)
         newly_done = np.isin(tokens, eos)
         if on_tokens is not None and not (finished | newly_done).all():

@@ -1,10 +1,12 @@
 """`hfexport transcribe OUT_DIR AUDIO [--language L] [--task transcribe|translate]
-[--max-new-tokens N]`: speech to text. The audio: WAV through Python's wave module, or any format
-the soundfile package reads when it is installed. A Whisper export (--for-generation): log-mel
-features computed by hfexport's C++ core exactly as WhisperFeatureExtractor computes them, the
-export's encoder and decoder generating greedily with Whisper's prompt and suppressed tokens, the
-text printed with its special tokens left out (as the ASR pipeline gives it); audio of up to 30 s
-(transformers' sequential long-form decoding is not done). A wav2vec2 CTC export: the samples
+[--max-new-tokens N] [--timestamps]`: speech to text. The audio: WAV through Python's wave module, or
+any format the soundfile package reads when it is installed. A Whisper export (--for-generation):
+log-mel features computed by hfexport's C++ core exactly as WhisperFeatureExtractor computes them
+(the whole file: padded to 30 s when shorter), the export's encoder and decoder generating greedily
+as WhisperForConditionalGeneration.generate does (Whisper's prompt and suppressed tokens; audio
+over 30 s decoded sequentially in 30 s windows with timestamps), the text printed with its special
+and timestamp tokens left out; --timestamps prints a line per segment, "[start --> end] text",
+times in seconds. A wav2vec2 CTC export: the samples
 normalised as Wav2Vec2FeatureExtractor does, the forward's logits' argmax per frame decoded as
 Wav2Vec2CTCTokenizer.decode does (repeats merged, blanks dropped, word delimiters as spaces)."""
 
@@ -69,11 +71,10 @@ def features_for(out_dir: Path, samples: np.ndarray, rate: int) -> np.ndarray:
     if rate != expected:
         raise AudioError(f"audio at {rate} Hz: the model takes {expected} Hz (resample it first)")
     chunk = int(config.get("chunk_length") or 30)
-    if len(samples) > chunk * rate:
-        raise AudioError(f"audio of {len(samples) / rate:.1f} s: transcribe takes up to {chunk} s "
-                         "(long-form transcription is not supported yet)")
     mels = _mel_bins(out_dir)
-    return whisper_features(samples, preprocessor_config=config or None, feature_size=mels)[None]
+    # Longer audio keeps its own length (the extractor's truncation=False, padding="longest").
+    return whisper_features(samples, preprocessor_config=config or None, feature_size=mels,
+                            pad_to_chunk=len(samples) <= chunk * rate)[None]
 
 
 def ctc_transcribe(out_dir: Path, samples: np.ndarray, rate: int) -> str:
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--language", help="the spoken language (a code or name); detected when not given")
     p.add_argument("--task", choices=["transcribe", "translate"])
     p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--timestamps", action="store_true", help="print each segment with its start and end times")
     args = p.parse_args(argv)
     out_dir = Path(args.out_dir)
     try:
@@ -155,12 +157,26 @@ def main(argv: list[str] | None = None) -> int:
         gen_path = out_dir / "generation_config.json"
         gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
         codec = TextCodec(out_dir)
-        tokens = whisper_generate(runner, features, gen, args.max_new_tokens, language=args.language, task=args.task)
+        segments: list = []
+        whisper_generate(runner, features, gen, args.max_new_tokens, language=args.language, task=args.task,
+                         return_timestamps=args.timestamps, segments=segments)
     except (GenerationError, ManifestError, AudioError, ValueError) as e:
         print(f"hfexport: error: {e}", file=sys.stderr)
         return 1
-    print(codec.decode(tokens[0]).strip())
+    stamps = gen.get("no_timestamps_token_id")
+    if args.timestamps:
+        for s in segments[0]:
+            print(f"[{s['start']:.2f} --> {s['end']:.2f}] {spoken_text(codec, s['tokens'], stamps)}".rstrip())
+    else:
+        print(spoken_text(codec, [t for s in segments[0] for t in s["tokens"]], stamps))
     return 0
+
+
+def spoken_text(codec, tokens, no_timestamps: int | None) -> str:
+    """The text of Whisper tokens without the special and timestamp tokens (those after
+    <|notimestamps|>), as WhisperTokenizer.decode gives it."""
+    keep = [int(t) for t in tokens if not isinstance(no_timestamps, int) or int(t) <= no_timestamps]
+    return codec.decode(keep).strip()
 
 
 if __name__ == "__main__":

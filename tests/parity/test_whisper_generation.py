@@ -218,9 +218,8 @@ def test_transcribe_refuses_bad_audio(tmp_path, multilingual, export_model, run_
     folder, _ = multilingual
     out = export_model(folder, tmp_path / "out", "--for-generation")
     write_wav(tmp_path / "fast.wav", clips(1)[0], rate=44100)
-    write_wav(tmp_path / "long.wav", np.zeros(31 * RATE, np.float32))
     (tmp_path / "junk.wav").write_bytes(b"RIFF\x00\x00")
-    for name, mention in (("fast.wav", "16000 Hz"), ("long.wav", "30 s"), ("junk.wav", "junk.wav"),
+    for name, mention in (("fast.wav", "16000 Hz"), ("junk.wav", "junk.wav"),
                           ("missing.wav", "no such file")):
         assert_clean_error(run_hfexport("transcribe", out, tmp_path / name), None, mention)
     assert_clean_error(run_hfexport("generate", out, "--input-ids", "1"), None, "hfexport transcribe")

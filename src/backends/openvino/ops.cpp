@@ -366,7 +366,14 @@ HFX_OV_OP_NATIVE(Attention, no_softcap) {
     k = repeat_kv(l, n, k, n.inputs[1], groups);
     v = repeat_kv(l, n, v, n.inputs[2], groups);
   }
-  std::vector<OvPort> inputs{in[0], k, v};
+  const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
+  // Unmasked (cross-attention over cached encoder keys): the CPU plugin decomposes it and would
+  // multiply the scale into every key each step; scaling the query rows instead costs nothing.
+  const bool scale_query = !n.input(3) && a.scale != 1.0;
+  const OvPort query = scale_query ? l.op("Multiply", "opset1", n, kOvNumpy, {in[0], l.scalar(a.scale, q->dtype)},
+                                          q->dtype, q->shape, "/scaled_query")
+                                   : in[0];
+  std::vector<OvPort> inputs{query, k, v};
   if (const Value* mask = n.input(3)) {
     OvPort& additive = l.additive_mask(mask);
     if (additive.layer < 0) {
@@ -378,9 +385,8 @@ HFX_OV_OP_NATIVE(Attention, no_softcap) {
   } else {
     inputs.push_back(l.scalar(0.0, q->dtype));
   }
-  const AttentionAttrs& a = n.attrs_as<AttentionAttrs>();
   HFX_CHECK(a.softcap == 0.0, "OpenVINO SDPA has no softcap (decompose instead)");
-  inputs.push_back(l.scalar(a.scale, q->dtype));
+  inputs.push_back(l.scalar(scale_query ? 1.0 : a.scale, q->dtype));
   return l.result(n, "ScaledDotProductAttention", "opset13", {{"causal", "false"}}, inputs);
 }
 
