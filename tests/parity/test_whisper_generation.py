@@ -214,6 +214,28 @@ def test_transcribe_prints_the_text(tmp_path, multilingual, export_model, run_hf
     assert proc.stdout.strip() == expected
 
 
+@pytest.mark.parametrize("fmt,subtype", [("FLAC", "PCM_16"), ("MP3", "MPEG_LAYER_III")])
+def test_transcribe_reads_compressed_audio(tmp_path, multilingual, export_model, run_hfexport, fmt, subtype):
+    """FLAC and MP3 (through soundfile, stereo averaged to mono): the text transformers gives for
+    the samples the file decodes to."""
+    import soundfile
+    from transformers import WhisperFeatureExtractor
+
+    folder, model = multilingual
+    out = export_model(folder, tmp_path / "out", "--for-generation")
+    clip = clips(1)[0]
+    path = tmp_path / f"clip.{fmt.lower()}"
+    soundfile.write(str(path), np.stack([clip, 0.5 * clip], axis=1), RATE, format=fmt, subtype=subtype)
+    decoded, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    assert rate == RATE
+    feats = WhisperFeatureExtractor()(decoded.mean(axis=1), sampling_rate=RATE, return_tensors="np").input_features
+    ids = reference_generate(model, feats, 10, language="fr")[0]
+    expected = write_tokenizer(tmp_path).decode([int(i) for i in ids], skip_special_tokens=True).strip()
+    proc = run_hfexport("transcribe", out, path, "--language", "fr", "--max-new-tokens", "10")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected and expected
+
+
 def test_transcribe_refuses_bad_audio(tmp_path, multilingual, export_model, run_hfexport):
     folder, _ = multilingual
     out = export_model(folder, tmp_path / "out", "--for-generation")
