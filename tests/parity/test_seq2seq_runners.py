@@ -15,7 +15,9 @@ tokens:
   after a reset projects the cross-attention state into its variables (ReadValue initialised from
   the projection) beside the self-attention cache.
 - onnxruntime-genai's whisper model type (its `Generator`) over the ONNX export of a past -> present
-  op profile, through the genai_config.json the export writes.
+  op profile, through the genai_config.json the export writes; and its multimodal processor (an
+  audio file and a prompt text in, through the audio_processor_config.json the export writes and a
+  byte-level BPE tokenizer that onnxruntime-extensions loads).
 
 hfexport's runner and `ExportedModel` run the same files."""
 
@@ -243,8 +245,9 @@ def test_onnxruntime_genai_whisper(tmp_path, export_model, support_matrix, profi
     config = json.loads((out / "genai_config.json").read_text())
     assert config["model"]["type"] == "whisper"
     assert config["model"]["encoder"]["outputs"]["cross_present_key_names"] == "present.%d.encoder.key"
+    assert (out / "audio_processor_config.json").is_file()
     default = export_model(tmp_path / "model", tmp_path / "default", "--for-generation")
-    assert not (default / "genai_config.json").exists()
+    assert not (default / "genai_config.json").exists() and not (default / "audio_processor_config.json").exists()
 
     feats = whisper.features(whisper.clips())
     prompt = [whisper.START, whisper.FR, whisper.TRANSCRIBE, whisper.NO_TIMESTAMPS]
@@ -265,4 +268,78 @@ def test_onnxruntime_genai_whisper(tmp_path, export_model, support_matrix, profi
         assert len(got) > len(prompt) + 4, got  # (it stops at eos)
         np.testing.assert_array_equal(got, expected[row, : len(got)])
     support_matrix.record("whisper", f"automatic-speech-recognition (onnxruntime-genai, {profile})", True, 0.0,
+                          backend="onnx")
+
+
+def bpe_whisper(folder):
+    """A tiny Whisper whose tokenizer is byte-level BPE (the kind onnxruntime-extensions loads, as
+    a real Whisper's is): the 256 byte symbols, then Whisper's special tokens."""
+    import transformers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    specials = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|fr|>", "<|translate|>", "<|transcribe|>",
+                "<|notimestamps|>"]
+    eos, start, en, fr, translate, transcribe, no_timestamps = range(len(alphabet), len(alphabet) + len(specials))
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in specials])
+    ids = dict(eos_token_id=eos, decoder_start_token_id=start, pad_token_id=eos, bos_token_id=eos)
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(**{**whisper.WHISPER, **ids, "vocab_size": len(alphabet) + len(specials)})
+    config._attn_implementation = "eager"
+    model = transformers.WhisperForConditionalGeneration(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.5 if "embed_positions" in name or "encoder_attn" in name else 0.03)
+    model.generation_config = transformers.GenerationConfig(
+        **ids, lang_to_id={"<|en|>": en, "<|fr|>": fr}, task_to_id={"translate": translate, "transcribe": transcribe},
+        no_timestamps_token_id=no_timestamps, is_multilingual=True)
+    model.eval().save_pretrained(folder)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "WhisperTokenizer", **{
+        k: "<|endoftext|>" for k in ("bos_token", "eos_token", "unk_token", "pad_token")}}))
+    return model, tok, [start, fr, transcribe, no_timestamps]
+
+
+def test_onnxruntime_genai_whisper_processor(tmp_path, export_model, support_matrix):
+    """onnxruntime-genai's own path from an audio file: og.Audios.open + the model's multimodal
+    processor (the features by onnxruntime-extensions, as audio_processor_config.json names them;
+    the prompt tokenized by its BPE) feed the Generator, whose tokens are transformers' argmax
+    tokens; its tokenizer decodes text as ours does. (onnxruntime-extensions'
+    features are its own STFT's, not WhisperFeatureExtractor's: for this model the tokens agree.)"""
+    og = pytest.importorskip("onnxruntime_genai")
+    from transformers import WhisperFeatureExtractor
+
+    model, tok, prompt = bpe_whisper(tmp_path / "model")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--for-generation", "--onnx-ops", "standard")
+    steps = json.loads((out / "audio_processor_config.json").read_text())["feature_extraction"]["sequence"]
+    assert [s["operation"]["type"] for s in steps] == ["AudioDecoder", "STFTNorm", "LogMelSpectrum"]
+    clip = whisper.clips(1)[0]
+    whisper.write_wav(tmp_path / "clip.wav", clip)
+    pcm = np.round(np.clip(clip, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32768
+    feats = WhisperFeatureExtractor()(pcm, sampling_rate=whisper.RATE, return_tensors="np").input_features
+    expected = plain_greedy(model, feats, prompt, 12)[0]
+
+    genai_model = og.Model(str(out))
+    processor = genai_model.create_multimodal_processor()
+    inputs = processor([tok.decode(prompt, skip_special_tokens=False)], audios=og.Audios.open(str(tmp_path / "clip.wav")))
+    np.testing.assert_array_equal(inputs["input_ids"].as_numpy()[0], prompt)
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(expected))
+    generator = og.Generator(genai_model, params)
+    generator.set_inputs(inputs)
+    while not generator.is_done():
+        generator.generate_next_token()
+    got = np.array(generator.get_sequence(0))
+    np.testing.assert_array_equal(got, expected[: len(got)])
+    assert len(got) == len(expected)
+    # (random bytes make no text: its tokenizer decodes ours on a real sentence)
+    sentence = " Bonjour, le monde: 42 ok."
+    assert processor.decode(np.array(tok.encode(sentence).ids, np.int32)) == sentence
+    support_matrix.record("whisper", "automatic-speech-recognition (onnxruntime-genai processor)", True, 0.0,
                           backend="onnx")

@@ -104,7 +104,35 @@ std::optional<json> whisper_genai_config(const json& m, const JsonConfig& hf) {
   return json{{"model", model}, {"search", search}};
 }
 
+// The feature extraction onnxruntime-extensions runs for og's multimodal processor (the sequence
+// onnxruntime-genai's own whisper builder writes): decode the audio, the periodic-Hann STFT, the
+// log-mel spectrum over 30 s chunks.
+json whisper_audio_processor(const JsonConfig& hf) {
+  constexpr int64_t kFft = 400, kHop = 160, kChunkSeconds = 30;
+  json stft = {{"name", "STFT"},
+               {"type", "STFTNorm"},
+               {"attrs", {{"n_fft", kFft}, {"frame_length", kFft}, {"hop_length", kHop}}}};
+  json mel = {{"name", "log_mel_spectrogram"},
+              {"type", "LogMelSpectrum"},
+              {"attrs",
+               {{"chunk_size", kChunkSeconds}, {"hop_length", kHop}, {"n_fft", kFft},
+                {"n_mel", hf.integer("num_mel_bins", 80)}}}};
+  json sequence = json::array({{{"operation", {{"name", "audio_decoder"}, {"type", "AudioDecoder"}}}},
+                               {{"operation", stft}},
+                               {{"operation", mel}}});
+  return {{"feature_extraction", {{"sequence", sequence}}}};
+}
+
 }  // namespace
+
+std::vector<std::pair<std::string, json>> genai_files(const json& m, const JsonConfig& hf) {
+  std::vector<std::pair<std::string, json>> files;
+  const auto config = genai_config(m, hf);
+  if (!config) return files;
+  files.emplace_back("genai_config.json", *config);
+  if (config->at("model").at("type") == "whisper") files.emplace_back("audio_processor_config.json", whisper_audio_processor(hf));
+  return files;
+}
 
 std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
   if (m.at(key::kSource).value("model_type", "") == "whisper") return whisper_genai_config(m, hf);

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "io/json_config.h"
 
@@ -13,5 +16,10 @@ namespace hfx {
 // The config for `manifest` (export.json's content), or nothing when onnxruntime-genai cannot run
 // the export (no generation, a static or stateful cache, separate prefill and decode graphs).
 std::optional<nlohmann::json> genai_config(const nlohmann::json& manifest, const JsonConfig& hf_config);
+
+// Every file onnxruntime-genai reads beside the model (name -> content): genai_config.json, and for
+// Whisper the audio_processor_config.json its multimodal processor computes the features by.
+std::vector<std::pair<std::string, nlohmann::json>> genai_files(const nlohmann::json& manifest,
+                                                                 const JsonConfig& hf_config);
 
 }  // namespace hfx

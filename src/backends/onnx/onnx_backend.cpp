@@ -324,10 +324,7 @@ class OnnxBackend final : public Backend {
   std::string_view runtime_package() const override { return "onnxruntime"; }
   void write_runtime_files(nlohmann::json& manifest, const JsonConfig& hf_config,
                            const std::filesystem::path& dir) const override {
-    const auto genai = genai_config(manifest, hf_config);
-    if (!genai) return;
-    const std::filesystem::path path = dir / "genai_config.json";
-    write_file(path, genai->dump(4) + "\n");
+    for (const auto& [name, content] : genai_files(manifest, hf_config)) write_file(dir / name, content.dump(4) + "\n");
   }
 };
 
