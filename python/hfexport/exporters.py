@@ -31,8 +31,9 @@ logger = logging.getLogger("hfexport")
 
 DECODER_INPUTS = ("input_ids", "attention_mask", "position_ids")
 CACHE_KWARGS = ("past_key_values", "cache")
-# The input a forward call is built around (its batch), first match: token embeddings, tokens, audio features.
-PRIMARY_INPUTS = ("inputs_embeds", "input_ids", "input_features", "input_values")
+# The input a forward call is built around (its batch), first match: token embeddings, tokens, audio
+# features, images.
+PRIMARY_INPUTS = ("inputs_embeds", "input_ids", "input_features", "input_values", "pixel_values")
 # Files of a model directory that an export carries along for text in / text out.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")

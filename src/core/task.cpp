@@ -8,7 +8,7 @@
 namespace hfx {
 namespace {
 
-constexpr std::array<std::pair<Task, std::string_view>, 9> kNames = {{
+constexpr std::array<std::pair<Task, std::string_view>, 10> kNames = {{
     {Task::TextGeneration, "text-generation"},
     {Task::FeatureExtraction, "feature-extraction"},
     {Task::TextClassification, "text-classification"},
@@ -18,10 +18,11 @@ constexpr std::array<std::pair<Task, std::string_view>, 9> kNames = {{
     {Task::SentenceSimilarity, "sentence-similarity"},
     {Task::SpeechRecognition, "automatic-speech-recognition"},
     {Task::Text2TextGeneration, "text2text-generation"},
+    {Task::ImageClassification, "image-classification"},
 }};
 
 // transformers' class-name suffixes, longest first where one ends another ("Model").
-constexpr std::array<std::pair<std::string_view, Task>, 9> kSuffixes = {{
+constexpr std::array<std::pair<std::string_view, Task>, 10> kSuffixes = {{
     {"ForCausalLM", Task::TextGeneration},
     {"LMHeadModel", Task::TextGeneration},       // GPT2LMHeadModel
     {"DoubleHeadsModel", Task::TextGeneration},  // GPT2DoubleHeadsModel: an LM head beside its choice head
@@ -29,6 +30,7 @@ constexpr std::array<std::pair<std::string_view, Task>, 9> kSuffixes = {{
     {"ForTokenClassification", Task::TokenClassification},
     {"ForMaskedLM", Task::FillMask},
     {"ForQuestionAnswering", Task::QuestionAnswering},
+    {"ForImageClassification", Task::ImageClassification},
     {"TextModel", Task::FeatureExtraction},  // Gemma3TextModel
     {"Model", Task::FeatureExtraction},
 }};

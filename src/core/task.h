@@ -20,6 +20,7 @@ enum class Task {
   SentenceSimilarity,   // pooled, normalised sentence embeddings
   SpeechRecognition,    // automatic-speech-recognition: an audio encoder and a text decoder (Whisper)
   Text2TextGeneration,  // an encoder-decoder's text in, text out (T5, BART)
+  ImageClassification,  // logits per image (ViT)
 };
 
 std::string_view task_name(Task task);
