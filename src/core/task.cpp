@@ -8,7 +8,7 @@
 namespace hfx {
 namespace {
 
-constexpr std::array<std::pair<Task, std::string_view>, 10> kNames = {{
+constexpr std::array<std::pair<Task, std::string_view>, 11> kNames = {{
     {Task::TextGeneration, "text-generation"},
     {Task::FeatureExtraction, "feature-extraction"},
     {Task::TextClassification, "text-classification"},
@@ -19,6 +19,7 @@ constexpr std::array<std::pair<Task, std::string_view>, 10> kNames = {{
     {Task::SpeechRecognition, "automatic-speech-recognition"},
     {Task::Text2TextGeneration, "text2text-generation"},
     {Task::ImageClassification, "image-classification"},
+    {Task::ZeroShotImageClassification, "zero-shot-image-classification"},
 }};
 
 // transformers' class-name suffixes, longest first where one ends another ("Model").

@@ -21,6 +21,7 @@ enum class Task {
   SpeechRecognition,    // automatic-speech-recognition: an audio encoder and a text decoder (Whisper)
   Text2TextGeneration,  // an encoder-decoder's text in, text out (T5, BART)
   ImageClassification,  // logits per image (ViT)
+  ZeroShotImageClassification,  // image-text similarity logits and both embeddings (CLIP)
 };
 
 std::string_view task_name(Task task);

@@ -1,0 +1,263 @@
+// CLIP: clip (CLIPModel: zero-shot-image-classification's logits_per_image / logits_per_text over
+// the projected, L2-normalised text_embeds and image_embeds, scaled by exp(logit_scale)),
+// clip_vision_model (CLIPVisionModel: last_hidden_state, pooler_output; ...WithProjection:
+// image_embeds) and clip_text_model (CLIPTextModel: last_hidden_state, pooler_output;
+// ...WithProjection: text_embeds). The vision tower: a bias-free patch convolution, the class
+// embedding prepended, learned positions, pre_layrnorm, pre-norm layers, post_layernorm over
+// [CLS]. The text tower: token + learned position embeddings, causal pre-norm layers over the
+// padding mask, final_layer_norm, pooled at the eos token (the largest id with the original
+// eos_token_id 2, else the first eos_token_id).
+#include "core/error.h"
+#include "models/blocks.h"
+#include "models/decoder.h"
+#include "models/encoder.h"
+#include "models/model_builder.h"
+#include "models/registry.h"
+#include "models/seq2seq.h"
+
+namespace hfx {
+namespace {
+
+constexpr int64_t kMaxBatch = 64;
+
+struct TowerConfig {
+  int64_t hidden = 0, layers = 0, heads = 0, ffn = 0;
+  double eps = 1e-5;
+  std::string activation;
+};
+
+struct VisionConfig : TowerConfig {
+  int64_t image = 0, patch = 0, channels = 0;
+};
+
+struct TextConfig : TowerConfig {
+  int64_t vocab = 0, positions = 0, eos = 2;
+};
+
+void parse_tower(const JsonConfig& c, TowerConfig& t, int64_t hidden, int64_t ffn, int64_t heads) {
+  t.hidden = c.positive("hidden_size", hidden);
+  t.layers = c.positive("num_hidden_layers", 12);
+  t.heads = c.positive("num_attention_heads", heads);
+  if (t.hidden % t.heads != 0) c.invalid("num_attention_heads", "must divide hidden_size");
+  t.ffn = c.positive("intermediate_size", ffn);
+  t.eps = c.number("layer_norm_eps", 1e-5);
+  t.activation = c.string("hidden_act", "quick_gelu");
+  check_activation(c, "hidden_act", t.activation);
+}
+
+VisionConfig parse_vision(const JsonConfig& c) {
+  VisionConfig v;
+  parse_tower(c, v, 768, 3072, 12);
+  v.image = c.positive("image_size", 224);
+  v.patch = c.positive("patch_size", 32);
+  if (v.image % v.patch != 0) c.invalid("patch_size", "must divide image_size");
+  v.channels = c.positive("num_channels", 3);
+  return v;
+}
+
+TextConfig parse_text(const JsonConfig& c) {
+  TextConfig t;
+  parse_tower(c, t, 512, 2048, 8);
+  t.vocab = c.positive("vocab_size", 49408);
+  t.positions = c.positive("max_position_embeddings", 77);
+  t.eos = c.integer("eos_token_id", 2);
+  return t;
+}
+
+// A pre-norm layer of either tower: x + attention(layer_norm1(x)), then + mlp(layer_norm2(x)).
+Value* clip_layer(ModelBuilder& m, const std::string& p, const TowerConfig& t, Value* x, Value* mask) {
+  Builder& b = m.b();
+  AttentionSpec attention{.hidden = t.hidden, .heads = t.heads, .kv_heads = t.heads, .head_dim = t.hidden / t.heads};
+  attention.o = "out_proj";
+  attention.qkv_bias = attention.o_bias = true;
+  const AttentionContext ctx{nullptr, nullptr, mask, [](Value* k, Value* v) { return std::pair{k, v}; }, false};
+  MlpSpec mlp{.hidden = t.hidden, .intermediate = t.ffn, .bias = true, .activation = t.activation, .gated = false};
+  mlp.up = "mlp.fc1", mlp.down = "mlp.fc2";
+  x = b.add(x, attention_block(m, p + "self_attn.", attention, encoder_layer_norm(m, p + "layer_norm1", x, t.eps), ctx));
+  return b.add(x, gated_mlp(m, p, mlp, encoder_layer_norm(m, p + "layer_norm2", x, t.eps)));
+}
+
+Value* tower_layers(ModelBuilder& m, const std::string& p, const TowerConfig& t, Value* x, Value* mask) {
+  for (int64_t i = 0; i < t.layers; ++i) x = clip_layer(m, p + "encoder.layers." + std::to_string(i) + ".", t, x, mask);
+  return x;
+}
+
+struct Tower {
+  Value* last_hidden_state;
+  Value* pooled;
+};
+
+// pixel_values [batch, channels, image, image] -> the vision tower's states and its pooled [CLS].
+Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels) {
+  Builder& b = m.b();
+  const int64_t grid = v.image / v.patch, patches = grid * grid;
+  const std::string e = p + "embeddings.";
+  b.set_scope(e + "patch_embedding");
+  Value* x = b.conv(pixels, m.weight(e + "patch_embedding.weight", {v.hidden, v.channels, v.patch, v.patch}), nullptr,
+                    {v.patch, v.patch}, {0, 0}, {1, 1});
+  const Dim batch = pixels->shape[0];
+  x = b.transpose(b.reshape(x, {batch, Dim(v.hidden), Dim(patches)}), {0, 2, 1});
+  b.set_scope(e + "class_embedding");
+  Value* rows = b.concat({b.gather(b.shape_of(pixels), b.const_i64({0}, {1}), 0), b.const_i64({1, v.hidden}, {2})}, 0);
+  Value* cls = b.expand(b.reshape(m.weight(e + "class_embedding", {v.hidden}), {Dim(int64_t{1}), Dim(int64_t{1}), Dim(v.hidden)}),
+                        rows, {batch, Dim(int64_t{1}), Dim(v.hidden)});
+  b.set_scope(e + "position_embedding");
+  x = b.add(b.concat({cls, x}, 1), m.weight(e + "position_embedding.weight", {patches + 1, v.hidden}));
+  x = encoder_layer_norm(m, p + "pre_layrnorm", x, v.eps);
+  x = tower_layers(m, p, v, x, nullptr);
+  b.set_scope(p + "post_layernorm");
+  Value* first = b.gather(x, b.const_i64({0}), 1);
+  return {x, encoder_layer_norm(m, p + "post_layernorm", first, v.eps)};
+}
+
+// The eos token's row of each sequence ([batch, sequence] ids, [batch, sequence, hidden] states ->
+// [batch, hidden]): the first position holding the largest key (argmax's pick), as a one-hot row
+// read by a matmul.
+Value* eos_rows(Builder& b, const TextConfig& t, Value* ids, Value* hidden) {
+  // The original checkpoints' eos_token_id 2 is not their eos: the eos is the largest id.
+  Value* key = t.eos == 2 ? b.cast(ids, DType::F32) : b.cast(b.compare(OpKind::Equal, ids, b.const_i64({t.eos})), DType::F32);
+  Value* top = b.reduce(OpKind::ReduceMax, key, {-1}, true);
+  Value* positions = b.unsqueeze(b.cast(arange_tokens(b, ids), DType::F32), {0});
+  Value* negated = b.where(b.compare(OpKind::Equal, key, top), b.unary(OpKind::Neg, positions), b.scalar(-1e9, DType::F32));
+  Value* first = b.unary(OpKind::Neg, b.reduce(OpKind::ReduceMax, negated, {-1}, true));
+  Value* one_hot = b.cast(b.compare(OpKind::Equal, positions, first), hidden->dtype);
+  return b.reshape(b.matmul(b.unsqueeze(one_hot, {1}), hidden), {hidden->shape[0], hidden->shape[2]});
+}
+
+// input_ids / attention_mask [batch, sequence] -> the text tower's states and its pooled eos row.
+Tower text_tower(ModelBuilder& m, const std::string& p, const TextConfig& t, Value* ids, Value* attention_mask) {
+  Builder& b = m.b();
+  const std::string e = p + "embeddings.";
+  b.set_scope(e + "token_embedding");
+  Value* x = b.embedding(m.weight(e + "token_embedding.weight", {t.vocab, t.hidden}), ids);
+  b.set_scope(e + "position_embedding");
+  Value* slots = arange_tokens(b, ids);
+  x = b.add(x, b.embedding(m.weight(e + "position_embedding.weight", {t.positions, t.hidden}), slots));
+  b.set_scope(p + "mask");
+  Value* causal = b.compare(OpKind::LessOrEqual, b.unsqueeze(slots, {0}), b.unsqueeze(slots, {1}));  // key <= query
+  Value* mask = b.logical_and(b.unsqueeze(causal, {0, 1}), padding_mask(b, ids, attention_mask));
+  x = encoder_layer_norm(m, p + "final_layer_norm", tower_layers(m, p, t, x, mask), t.eps);
+  b.set_scope(p + "pooler");
+  return {x, eos_rows(b, t, ids, x)};
+}
+
+// Older checkpoints store each tower's position_ids buffer (0..n-1, what the graph computes).
+void tolerate_position_ids(ModelBuilder& m, const Checkpoint& ckpt) {
+  for (const TensorView* t : ckpt.tensors())
+    if (t->name.ends_with("embeddings.position_ids")) m.tolerate(t->name);
+}
+
+// x / |x| over the last axis.
+Value* l2_normalised(Builder& b, Value* x) {
+  return b.div(x, b.unary(OpKind::Sqrt, b.reduce(OpKind::ReduceSum, b.mul(x, x), {-1}, true)));
+}
+
+Value* projection(ModelBuilder& m, const std::string& module, int64_t out, int64_t in, Value* x) {
+  m.b().set_scope(module);
+  return m.b().linear(x, m.weight(module + ".weight", {out, in}));
+}
+
+struct TextInputs {
+  Value* ids;
+  Value* mask;
+};
+
+TextInputs text_inputs(ModelBuilder& m, const TextConfig& t, const char* batch_dim) {
+  Builder& b = m.b();
+  b.set_scope("inputs");
+  const Dim batch = m.dim(batch_dim, 1, kMaxBatch), sequence = m.dim("sequence", 1, t.positions);
+  return {b.input("input_ids", DType::I64, {batch, sequence}), b.input("attention_mask", DType::I64, {batch, sequence})};
+}
+
+Value* pixel_input(ModelBuilder& m, const VisionConfig& v, const char* batch_dim) {
+  m.b().set_scope("inputs");
+  return m.b().input("pixel_values", m.config().dtype,
+                     {m.dim(batch_dim, 1, kMaxBatch), Dim(v.channels), Dim(v.image), Dim(v.image)});
+}
+
+Task tower_task(const std::string& model_type, const ExportConfig& config, Task only) {
+  const Task task = config.task.empty() ? only : *task_named(config.task);
+  if (task != only) fail("task: ", model_type, " exports ", task_name(only), ", not ", task_name(task));
+  if (config.generation.enabled) fail("task: ", model_type, " is an encoder: it has no decode loop (--for-generation)");
+  return task;
+}
+
+ExportModel build_clip(const Checkpoint& ckpt, const ExportConfig& config) {
+  const JsonConfig& c = ckpt.config();
+  const auto text_config = c.object("text_config");
+  const auto vision_config = c.object("vision_config");
+  if (!text_config || !vision_config) c.invalid("text_config", "CLIPModel's config needs text_config and vision_config");
+  const TextConfig t = parse_text(*text_config);
+  const VisionConfig v = parse_vision(*vision_config);
+  const int64_t projected = c.positive("projection_dim", 512);
+  ExportModel out{"clip", architectures(c), {}, {}};
+  out.task = tower_task("clip", config, Task::ZeroShotImageClassification);
+  ModelBuilder m(ckpt, config);
+  Builder& b = m.b();
+  const TextInputs text = text_inputs(m, t, "text_batch");
+  Value* pixels = pixel_input(m, v, "image_batch");
+  Value* text_embeds = l2_normalised(b, projection(m, "text_projection", projected, t.hidden,
+                                                   text_tower(m, "text_model.", t, text.ids, text.mask).pooled));
+  Value* image_embeds = l2_normalised(b, projection(m, "visual_projection", projected, v.hidden,
+                                                    vision_tower(m, "vision_model.", v, pixels).pooled));
+  b.set_scope("logit_scale");
+  Value* scale = b.unary(OpKind::Exp, m.weight("logit_scale", {}));
+  Value* per_text = b.mul(b.matmul(text_embeds, b.transpose(image_embeds, {1, 0})), scale);
+  b.output(b.cast(b.transpose(per_text, {1, 0}), DType::F32), "logits_per_image");
+  b.output(b.cast(per_text, DType::F32), "logits_per_text");
+  b.output(text_embeds, "text_embeds");
+  b.output(image_embeds, "image_embeds");
+  tolerate_position_ids(m, ckpt);
+  out.components.push_back({Role::Forward, finish_component(m, "CLIPOutput", t.layers + v.layers, out.dims)});
+  return out;
+}
+
+// CLIPVisionModel (pooler_output) or CLIPVisionModelWithProjection (image_embeds: the projection of it).
+ExportModel build_clip_vision(const Checkpoint& ckpt, const ExportConfig& config) {
+  const JsonConfig& c = ckpt.config();
+  const VisionConfig v = parse_vision(c);
+  ExportModel out{"clip_vision_model", architectures(c), {}, {}};
+  out.task = tower_task("clip_vision_model", config, Task::FeatureExtraction);
+  ModelBuilder m(ckpt, config);
+  // transformers 5 saves CLIPVisionModel without the vision_model. prefix its 4.x checkpoints have.
+  const std::string p = ckpt.find("vision_model.embeddings.class_embedding") ? "vision_model." : "";
+  const Tower tower = vision_tower(m, p, v, pixel_input(m, v, "batch"));
+  m.b().output(tower.last_hidden_state, "last_hidden_state");
+  if (m.has("visual_projection.weight")) {
+    m.b().output(projection(m, "visual_projection", c.positive("projection_dim", 512), v.hidden, tower.pooled), "image_embeds");
+  } else {
+    m.b().output(tower.pooled, "pooler_output");
+  }
+  tolerate_position_ids(m, ckpt);
+  out.components.push_back({Role::Forward, finish_component(m, "BaseModelOutputWithPooling", v.layers, out.dims)});
+  return out;
+}
+
+// CLIPTextModel (pooler_output) or CLIPTextModelWithProjection (text_embeds).
+ExportModel build_clip_text(const Checkpoint& ckpt, const ExportConfig& config) {
+  const JsonConfig& c = ckpt.config();
+  const TextConfig t = parse_text(c);
+  ExportModel out{"clip_text_model", architectures(c), {}, {}};
+  out.task = tower_task("clip_text_model", config, Task::FeatureExtraction);
+  ModelBuilder m(ckpt, config);
+  const TextInputs text = text_inputs(m, t, "batch");
+  const std::string p = ckpt.find("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+  const Tower tower = text_tower(m, p, t, text.ids, text.mask);
+  m.b().output(tower.last_hidden_state, "last_hidden_state");
+  if (m.has("text_projection.weight")) {
+    m.b().output(projection(m, "text_projection", c.positive("projection_dim", 512), t.hidden, tower.pooled), "text_embeds");
+  } else {
+    m.b().output(tower.pooled, "pooler_output");
+  }
+  tolerate_position_ids(m, ckpt);
+  out.components.push_back({Role::Forward, finish_component(m, "BaseModelOutputWithPooling", t.layers, out.dims)});
+  return out;
+}
+
+}  // namespace
+
+HFX_REGISTER_ARCH("clip", build_clip)
+HFX_REGISTER_ARCH("clip_vision_model", build_clip_vision)
+HFX_REGISTER_ARCH("clip_text_model", build_clip_text)
+
+}  // namespace hfx

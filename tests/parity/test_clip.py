@@ -1,0 +1,159 @@
+"""CLIP (issue 32), against transformers on every backend: CLIPModel as
+zero-shot-image-classification (logits_per_image, logits_per_text and the normalised text_embeds and
+image_embeds, for 3 right-padded texts and 2 images); the towers alone: CLIPVisionModel /
+...WithProjection (last_hidden_state, pooler_output or image_embeds) and CLIPTextModel /
+...WithProjection (pooled at the eos: the largest id under the original eos_token_id 2, else the
+first eos_token_id). Bad inputs get one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_clean_error
+
+FORMATS = ["onnx", "openvino", "pt2", "executorch"]
+TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=16)
+VISION = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+              patch_size=8, hidden_act="gelu")
+EOS = 98  # a checkpoint whose eos_token_id is its real eos (not the original 2)
+
+
+def randomize(model):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "layrnorm" in name:
+                p.uniform_(0.5, 1.5) if name.endswith("weight") else p.normal_(0.0, 0.1)
+            elif name != "logit_scale":
+                p.normal_(0.0, 0.3 if "embedding" in name else 0.1)
+    return model.eval()
+
+
+def build(folder, cls: str, text: dict | None = None):
+    import transformers
+
+    torch.manual_seed(0)
+    text = {**TEXT, **(text or {})}
+    if cls == "CLIPModel":
+        config = transformers.CLIPConfig(text_config=text, vision_config=VISION, projection_dim=16)
+    elif cls.startswith("CLIPVision"):
+        config = transformers.CLIPVisionConfig(**VISION, projection_dim=16)
+    else:
+        config = transformers.CLIPTextConfig(**text, projection_dim=16)
+    config._attn_implementation = "eager"
+    model = randomize(getattr(transformers, cls)(config))
+    model.save_pretrained(folder)
+    return model
+
+
+def texts(batch: int, eos: int | None = None):
+    """Token ids right-padded (pad id 1) with their mask; each row ends with an eos when `eos` is given."""
+    rng = np.random.default_rng(6)
+    lengths = [9, 5, 7][:batch]
+    ids = np.ones((batch, max(lengths)), np.int64)
+    mask = np.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(3, TEXT["vocab_size"] - 2, size=n)
+        if eos is not None:
+            ids[row, n - 1] = eos
+        mask[row, :n] = 1
+    return ids, mask
+
+
+def pixels(batch: int, channels: int = 3) -> np.ndarray:
+    return np.random.default_rng(7).standard_normal((batch, channels, 32, 32)).astype(np.float32)
+
+
+def compare(got: dict, result, names) -> float:
+    err = 0.0
+    for name in names:
+        expected = getattr(result, name).detach().numpy()
+        value = np.asarray(got[name], np.float32)
+        assert value.shape == expected.shape, name
+        np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-4, err_msg=name)
+        err = max(err, float(np.abs(value - expected).max()))
+    return err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_zero_shot_matches_transformers(tmp_path, export_model, support_matrix, fmt):
+    from hfexport import ExportedModel
+
+    model = build(tmp_path / "model", "CLIPModel")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
+    assert json.loads((out / "export.json").read_text())["task"] == "zero-shot-image-classification"
+    single = fmt == "executorch"
+    ids, mask = texts(1 if single else 3)
+    images = pixels(1 if single else 2)
+    got = ExportedModel(out)(input_ids=ids, attention_mask=mask, pixel_values=images)
+    with torch.no_grad():
+        result = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                       pixel_values=torch.from_numpy(images))
+    err = compare(got, result, ["logits_per_image", "logits_per_text", "text_embeds", "image_embeds"])
+    support_matrix.record("clip", "zero-shot-image-classification", True, err, backend=fmt)
+
+
+@pytest.mark.parametrize("cls", ["CLIPVisionModel", "CLIPVisionModelWithProjection"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_vision_tower_matches_transformers(tmp_path, export_model, support_matrix, fmt, cls):
+    from hfexport import ExportedModel
+
+    model = build(tmp_path / "model", cls)
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
+    images = pixels(1 if fmt == "executorch" else 2)
+    with torch.no_grad():
+        result = model(pixel_values=torch.from_numpy(images))
+    names = ["last_hidden_state", "image_embeds" if cls.endswith("Projection") else "pooler_output"]
+    err = compare(ExportedModel(out)(pixel_values=images), result, names)
+    support_matrix.record("clip_vision_model", f"feature-extraction ({cls})", True, err, backend=fmt)
+
+
+@pytest.mark.parametrize("cls,eos", [("CLIPTextModel", 2), ("CLIPTextModel", EOS), ("CLIPTextModelWithProjection", EOS)])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_text_tower_matches_transformers(tmp_path, export_model, support_matrix, fmt, cls, eos):
+    from hfexport import ExportedModel
+
+    model = build(tmp_path / "model", cls, {"eos_token_id": eos})
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
+    ids, mask = texts(1 if fmt == "executorch" else 3, eos=EOS if eos == EOS else None)
+    with torch.no_grad():
+        result = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    names = ["last_hidden_state", "text_embeds" if cls.endswith("Projection") else "pooler_output"]
+    real = mask.astype(bool)
+    got = ExportedModel(out)(input_ids=ids, attention_mask=mask)
+    np.testing.assert_allclose(np.asarray(got["last_hidden_state"])[real], result.last_hidden_state.numpy()[real],
+                               rtol=1e-4, atol=1e-4)
+    err = compare(got, result, names[1:])
+    support_matrix.record("clip_text_model", f"feature-extraction ({cls}, eos {eos})", True, err, backend=fmt)
+
+
+@pytest.mark.parametrize("cls,args,edit,mentions", [
+    ("CLIPModel", ["--task", "feature-extraction"], None, ["clip", "zero-shot-image-classification"]),
+    ("CLIPModel", ["--for-generation"], None, ["decode loop"]),
+    ("CLIPModel", [], {"vision_config": None}, ["vision_config"]),
+    ("CLIPVisionModel", [], {"patch_size": 7}, ["patch_size"]),
+    ("CLIPTextModel", [], {"hidden_act": "nope"}, ["hidden_act"]),
+])
+def test_refusals(tmp_path, run_hfexport, cls, args, edit, mentions):
+    build(tmp_path / "model", cls)
+    if edit:
+        config = json.loads((tmp_path / "model" / "config.json").read_text())
+        config.update(edit)
+        (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out, *args), out, *mentions)
+
+
+def test_missing_projection_weight(tmp_path, run_hfexport):
+    import safetensors.torch as st
+
+    build(tmp_path / "model", "CLIPModel")
+    tensors = st.load_file(tmp_path / "model" / "model.safetensors")
+    del tensors["visual_projection.weight"]
+    st.save_file(tensors, tmp_path / "model" / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "visual_projection.weight")
