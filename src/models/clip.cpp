@@ -1,3 +1,4 @@
+// The CLIP family, text and vision towers of contrastive image-text models.
 // CLIP: clip (CLIPModel: zero-shot-image-classification's logits_per_image / logits_per_text over
 // the projected, L2-normalised text_embeds and image_embeds, scaled by exp(logit_scale)),
 // clip_vision_model (CLIPVisionModel: last_hidden_state, pooler_output; ...WithProjection:
@@ -7,6 +8,13 @@
 // [CLS]. The text tower: token + learned position embeddings, causal pre-norm layers over the
 // padding mask, final_layer_norm, pooled at the eos token (the largest id with the original
 // eos_token_id 2, else the first eos_token_id).
+// SigLIP: siglip (SiglipModel: the same logits plus logit_bias, sigmoid's inputs),
+// siglip_vision_model and siglip_text_model (last_hidden_state, pooler_output). Its vision tower:
+// a patch convolution with bias, no class token, post_layernorm over every patch, pooled by the
+// multi-head attention pooling head (a learned probe attending to the patches, LayerNorm, MLP);
+// its text tower: bidirectional over the padding mask, pooled at the last position through `head`.
+#include <cmath>
+
 #include "core/error.h"
 #include "models/blocks.h"
 #include "models/decoder.h"
@@ -31,36 +39,54 @@ struct VisionConfig : TowerConfig {
 };
 
 struct TextConfig : TowerConfig {
-  int64_t vocab = 0, positions = 0, eos = 2;
+  int64_t vocab = 0, positions = 0, eos = 2, projection = 0;  // projection: SigLIP's head width
 };
 
-void parse_tower(const JsonConfig& c, TowerConfig& t, int64_t hidden, int64_t ffn, int64_t heads) {
+enum class Family { Clip, Siglip };
+
+// The family's defaults where the configs leave keys out, and its model types.
+struct FamilyInfo {
+  Family family;
+  std::string model_type;
+  int64_t vocab, positions, patch;
+  double eps;
+  const char* activation;
+};
+
+FamilyInfo info(Family family) {
+  if (family == Family::Clip) return {family, "clip", 49408, 77, 32, 1e-5, "quick_gelu"};
+  return {family, "siglip", 32000, 64, 16, 1e-6, "gelu_pytorch_tanh"};
+}
+
+void parse_tower(const JsonConfig& c, TowerConfig& t, int64_t hidden, int64_t ffn, int64_t heads, const FamilyInfo& f) {
   t.hidden = c.positive("hidden_size", hidden);
   t.layers = c.positive("num_hidden_layers", 12);
   t.heads = c.positive("num_attention_heads", heads);
   if (t.hidden % t.heads != 0) c.invalid("num_attention_heads", "must divide hidden_size");
   t.ffn = c.positive("intermediate_size", ffn);
-  t.eps = c.number("layer_norm_eps", 1e-5);
-  t.activation = c.string("hidden_act", "quick_gelu");
+  t.eps = c.number("layer_norm_eps", f.eps);
+  t.activation = c.string("hidden_act", f.activation);
   check_activation(c, "hidden_act", t.activation);
 }
 
-VisionConfig parse_vision(const JsonConfig& c) {
+VisionConfig parse_vision(const JsonConfig& c, const FamilyInfo& f) {
   VisionConfig v;
-  parse_tower(c, v, 768, 3072, 12);
+  parse_tower(c, v, 768, 3072, 12, f);
   v.image = c.positive("image_size", 224);
-  v.patch = c.positive("patch_size", 32);
+  v.patch = c.positive("patch_size", f.patch);
   if (v.image % v.patch != 0) c.invalid("patch_size", "must divide image_size");
   v.channels = c.positive("num_channels", 3);
   return v;
 }
 
-TextConfig parse_text(const JsonConfig& c) {
+TextConfig parse_text(const JsonConfig& c, const FamilyInfo& f) {
   TextConfig t;
-  parse_tower(c, t, 512, 2048, 8);
-  t.vocab = c.positive("vocab_size", 49408);
-  t.positions = c.positive("max_position_embeddings", 77);
-  t.eos = c.integer("eos_token_id", 2);
+  parse_tower(c, t, f.family == Family::Clip ? 512 : 768, f.family == Family::Clip ? 2048 : 3072,
+              f.family == Family::Clip ? 8 : 12, f);
+  t.vocab = c.positive("vocab_size", f.vocab);
+  t.positions = c.positive("max_position_embeddings", f.positions);
+  t.eos = c.integer("eos_token_id", f.family == Family::Clip ? 2 : 49407);
+  t.projection = c.positive("projection_size", t.hidden);
   return t;
 }
 
@@ -87,24 +113,57 @@ struct Tower {
   Value* pooled;
 };
 
-// pixel_values [batch, channels, image, image] -> the vision tower's states and its pooled [CLS].
-Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels) {
+// SigLIP's pooling head: its probe attends to the patches (nn.MultiheadAttention: one fused
+// in_proj), then x + mlp(layernorm(x)); [batch, hidden].
+Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* x) {
   Builder& b = m.b();
+  b.set_scope(p + "attention");
+  const int64_t h = v.hidden, head_dim = v.hidden / v.heads;
+  const Dim batch = x->shape[0], one(int64_t{1});
+  Value* rows = b.concat({b.gather(b.shape_of(x), b.const_i64({0}, {1}), 0), b.const_i64({1, h}, {2})}, 0);
+  Value* probe = b.expand(m.weight(p + "probe", {1, 1, h}), rows, {batch, one, Dim(h)});
+  Value* w = m.weight(p + "attention.in_proj_weight", {3 * h, h});
+  Value* bias = m.weight(p + "attention.in_proj_bias", {3 * h});
+  auto heads = [&](Value* in, int64_t j) {
+    Value* y = b.linear(in, m.rows(w, j * h, (j + 1) * h), m.rows(bias, j * h, (j + 1) * h));
+    return b.transpose(b.reshape(y, {batch, in->shape[1], Dim(v.heads), Dim(head_dim)}), {0, 2, 1, 3});
+  };
+  Value* o = b.attention(heads(probe, 0), heads(x, 1), heads(x, 2), nullptr,
+                         {.scale = 1.0 / std::sqrt(static_cast<double>(head_dim)), .softcap = 0, .causal = false});
+  o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {batch, one, Dim(h)});
+  o = encoder_dense(m, p + "attention.out_proj", h, h, o);
+  MlpSpec mlp{.hidden = h, .intermediate = v.ffn, .bias = true, .activation = v.activation, .gated = false};
+  mlp.up = "mlp.fc1", mlp.down = "mlp.fc2";
+  o = b.add(o, gated_mlp(m, p, mlp, encoder_layer_norm(m, p + "layernorm", o, v.eps)));
+  return b.reshape(o, {batch, Dim(h)});
+}
+
+// pixel_values [batch, channels, image, image] -> the vision tower's states and its pooled output.
+Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels, Family family) {
+  Builder& b = m.b();
+  const bool clip = family == Family::Clip;
   const int64_t grid = v.image / v.patch, patches = grid * grid;
   const std::string e = p + "embeddings.";
   b.set_scope(e + "patch_embedding");
-  Value* x = b.conv(pixels, m.weight(e + "patch_embedding.weight", {v.hidden, v.channels, v.patch, v.patch}), nullptr,
-                    {v.patch, v.patch}, {0, 0}, {1, 1});
+  Value* x = b.conv(pixels, m.weight(e + "patch_embedding.weight", {v.hidden, v.channels, v.patch, v.patch}),
+                    m.weight_if(!clip, e + "patch_embedding.bias", {v.hidden}), {v.patch, v.patch}, {0, 0}, {1, 1});
   const Dim batch = pixels->shape[0];
   x = b.transpose(b.reshape(x, {batch, Dim(v.hidden), Dim(patches)}), {0, 2, 1});
-  b.set_scope(e + "class_embedding");
-  Value* rows = b.concat({b.gather(b.shape_of(pixels), b.const_i64({0}, {1}), 0), b.const_i64({1, v.hidden}, {2})}, 0);
-  Value* cls = b.expand(b.reshape(m.weight(e + "class_embedding", {v.hidden}), {Dim(int64_t{1}), Dim(int64_t{1}), Dim(v.hidden)}),
-                        rows, {batch, Dim(int64_t{1}), Dim(v.hidden)});
+  if (clip) {
+    b.set_scope(e + "class_embedding");
+    Value* rows = b.concat({b.gather(b.shape_of(pixels), b.const_i64({0}, {1}), 0), b.const_i64({1, v.hidden}, {2})}, 0);
+    Value* cls = b.expand(b.reshape(m.weight(e + "class_embedding", {v.hidden}), {Dim(int64_t{1}), Dim(int64_t{1}), Dim(v.hidden)}),
+                          rows, {batch, Dim(int64_t{1}), Dim(v.hidden)});
+    x = b.concat({cls, x}, 1);
+  }
   b.set_scope(e + "position_embedding");
-  x = b.add(b.concat({cls, x}, 1), m.weight(e + "position_embedding.weight", {patches + 1, v.hidden}));
-  x = encoder_layer_norm(m, p + "pre_layrnorm", x, v.eps);
+  x = b.add(x, m.weight(e + "position_embedding.weight", {patches + (clip ? 1 : 0), v.hidden}));
+  if (clip) x = encoder_layer_norm(m, p + "pre_layrnorm", x, v.eps);
   x = tower_layers(m, p, v, x, nullptr);
+  if (!clip) {
+    x = encoder_layer_norm(m, p + "post_layernorm", x, v.eps);
+    return {x, m.has(p + "head.probe") ? attention_pooling(m, p + "head.", v, x) : nullptr};
+  }
   b.set_scope(p + "post_layernorm");
   Value* first = b.gather(x, b.const_i64({0}), 1);
   return {x, encoder_layer_norm(m, p + "post_layernorm", first, v.eps)};
@@ -124,8 +183,10 @@ Value* eos_rows(Builder& b, const TextConfig& t, Value* ids, Value* hidden) {
   return b.reshape(b.matmul(b.unsqueeze(one_hot, {1}), hidden), {hidden->shape[0], hidden->shape[2]});
 }
 
-// input_ids / attention_mask [batch, sequence] -> the text tower's states and its pooled eos row.
-Tower text_tower(ModelBuilder& m, const std::string& p, const TextConfig& t, Value* ids, Value* attention_mask) {
+// input_ids / attention_mask [batch, sequence] -> the text tower's states and its pooled output:
+// CLIP's eos row; SigLIP's last position through its head.
+Tower text_tower(ModelBuilder& m, const std::string& p, const TextConfig& t, Value* ids, Value* attention_mask,
+                 Family family) {
   Builder& b = m.b();
   const std::string e = p + "embeddings.";
   b.set_scope(e + "token_embedding");
@@ -134,11 +195,17 @@ Tower text_tower(ModelBuilder& m, const std::string& p, const TextConfig& t, Val
   Value* slots = arange_tokens(b, ids);
   x = b.add(x, b.embedding(m.weight(e + "position_embedding.weight", {t.positions, t.hidden}), slots));
   b.set_scope(p + "mask");
-  Value* causal = b.compare(OpKind::LessOrEqual, b.unsqueeze(slots, {0}), b.unsqueeze(slots, {1}));  // key <= query
-  Value* mask = b.logical_and(b.unsqueeze(causal, {0, 1}), padding_mask(b, ids, attention_mask));
+  Value* mask = padding_mask(b, ids, attention_mask);
+  if (family == Family::Clip) {
+    Value* causal = b.compare(OpKind::LessOrEqual, b.unsqueeze(slots, {0}), b.unsqueeze(slots, {1}));  // key <= query
+    mask = b.logical_and(b.unsqueeze(causal, {0, 1}), mask);
+  }
   x = encoder_layer_norm(m, p + "final_layer_norm", tower_layers(m, p, t, x, mask), t.eps);
   b.set_scope(p + "pooler");
-  return {x, eos_rows(b, t, ids, x)};
+  if (family == Family::Clip) return {x, eos_rows(b, t, ids, x)};
+  Value* last = b.gather(x, b.sub(token_count(b, ids), b.const_i64({1})), 1);  // [batch, 1, hidden]
+  last = b.reshape(last, {x->shape[0], Dim(t.hidden)});
+  return {x, encoder_dense(m, p + "head", t.projection, t.hidden, last)};
 }
 
 // Older checkpoints store each tower's position_ids buffer (0..n-1, what the graph computes).
@@ -182,50 +249,61 @@ Task tower_task(const std::string& model_type, const ExportConfig& config, Task 
   return task;
 }
 
-ExportModel build_clip(const Checkpoint& ckpt, const ExportConfig& config) {
+ExportModel build_pair(const Checkpoint& ckpt, const ExportConfig& config, const FamilyInfo& f) {
   const JsonConfig& c = ckpt.config();
   const auto text_config = c.object("text_config");
   const auto vision_config = c.object("vision_config");
-  if (!text_config || !vision_config) c.invalid("text_config", "CLIPModel's config needs text_config and vision_config");
-  const TextConfig t = parse_text(*text_config);
-  const VisionConfig v = parse_vision(*vision_config);
-  const int64_t projected = c.positive("projection_dim", 512);
-  ExportModel out{"clip", architectures(c), {}, {}};
-  out.task = tower_task("clip", config, Task::ZeroShotImageClassification);
+  if (!text_config || !vision_config) c.invalid("text_config", f.model_type + " needs text_config and vision_config");
+  const TextConfig t = parse_text(*text_config, f);
+  const VisionConfig v = parse_vision(*vision_config, f);
+  ExportModel out{f.model_type, architectures(c), {}, {}};
+  out.task = tower_task(f.model_type, config, Task::ZeroShotImageClassification);
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   const TextInputs text = text_inputs(m, t, "text_batch");
   Value* pixels = pixel_input(m, v, "image_batch");
-  Value* text_embeds = l2_normalised(b, projection(m, "text_projection", projected, t.hidden,
-                                                   text_tower(m, "text_model.", t, text.ids, text.mask).pooled));
-  Value* image_embeds = l2_normalised(b, projection(m, "visual_projection", projected, v.hidden,
-                                                    vision_tower(m, "vision_model.", v, pixels).pooled));
+  Value* text_pooled = text_tower(m, "text_model.", t, text.ids, text.mask, f.family).pooled;
+  Value* image_pooled = vision_tower(m, "vision_model.", v, pixels, f.family).pooled;
+  if (!image_pooled) fail(ckpt.where(), ": vision_model.head.probe: ", f.model_type, " scores images by its pooling head");
+  if (f.family == Family::Siglip && t.projection != v.hidden)
+    text_config->invalid("projection_size", "must equal vision_config's hidden_size (the image embeddings' width)");
+  if (f.family == Family::Clip) {  // CLIP's projections (SigLIP's text head is its own)
+    const int64_t projected = c.positive("projection_dim", 512);
+    text_pooled = projection(m, "text_projection", projected, t.hidden, text_pooled);
+    image_pooled = projection(m, "visual_projection", projected, v.hidden, image_pooled);
+  }
+  Value* text_embeds = l2_normalised(b, text_pooled);
+  Value* image_embeds = l2_normalised(b, image_pooled);
   b.set_scope("logit_scale");
-  Value* scale = b.unary(OpKind::Exp, m.weight("logit_scale", {}));
-  Value* per_text = b.mul(b.matmul(text_embeds, b.transpose(image_embeds, {1, 0})), scale);
+  const std::vector<int64_t> scalar = f.family == Family::Clip ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+  Value* per_text = b.mul(b.matmul(text_embeds, b.transpose(image_embeds, {1, 0})),
+                          b.unary(OpKind::Exp, m.weight("logit_scale", scalar)));
+  if (f.family == Family::Siglip) per_text = b.add(per_text, m.weight("logit_bias", scalar));
   b.output(b.cast(b.transpose(per_text, {1, 0}), DType::F32), "logits_per_image");
   b.output(b.cast(per_text, DType::F32), "logits_per_text");
   b.output(text_embeds, "text_embeds");
   b.output(image_embeds, "image_embeds");
   tolerate_position_ids(m, ckpt);
-  out.components.push_back({Role::Forward, finish_component(m, "CLIPOutput", t.layers + v.layers, out.dims)});
+  const char* output_type = f.family == Family::Clip ? "CLIPOutput" : "SiglipOutput";
+  out.components.push_back({Role::Forward, finish_component(m, output_type, t.layers + v.layers, out.dims)});
   return out;
 }
 
-// CLIPVisionModel (pooler_output) or CLIPVisionModelWithProjection (image_embeds: the projection of it).
-ExportModel build_clip_vision(const Checkpoint& ckpt, const ExportConfig& config) {
+// The vision tower alone: last_hidden_state and pooler_output, or CLIPVisionModelWithProjection's image_embeds.
+ExportModel build_vision(const Checkpoint& ckpt, const ExportConfig& config, const FamilyInfo& f) {
   const JsonConfig& c = ckpt.config();
-  const VisionConfig v = parse_vision(c);
-  ExportModel out{"clip_vision_model", architectures(c), {}, {}};
-  out.task = tower_task("clip_vision_model", config, Task::FeatureExtraction);
+  const VisionConfig v = parse_vision(c, f);
+  const std::string model_type = f.model_type + "_vision_model";
+  ExportModel out{model_type, architectures(c), {}, {}};
+  out.task = tower_task(model_type, config, Task::FeatureExtraction);
   ModelBuilder m(ckpt, config);
-  // transformers 5 saves CLIPVisionModel without the vision_model. prefix its 4.x checkpoints have.
-  const std::string p = ckpt.find("vision_model.embeddings.class_embedding") ? "vision_model." : "";
-  const Tower tower = vision_tower(m, p, v, pixel_input(m, v, "batch"));
+  // transformers 5 saves the tower models without the vision_model. prefix their 4.x checkpoints have.
+  const std::string p = ckpt.find("vision_model.embeddings.patch_embedding.weight") ? "vision_model." : "";
+  const Tower tower = vision_tower(m, p, v, pixel_input(m, v, "batch"), f.family);
   m.b().output(tower.last_hidden_state, "last_hidden_state");
-  if (m.has("visual_projection.weight")) {
+  if (f.family == Family::Clip && m.has("visual_projection.weight")) {
     m.b().output(projection(m, "visual_projection", c.positive("projection_dim", 512), v.hidden, tower.pooled), "image_embeds");
-  } else {
+  } else if (tower.pooled) {
     m.b().output(tower.pooled, "pooler_output");
   }
   tolerate_position_ids(m, ckpt);
@@ -233,18 +311,19 @@ ExportModel build_clip_vision(const Checkpoint& ckpt, const ExportConfig& config
   return out;
 }
 
-// CLIPTextModel (pooler_output) or CLIPTextModelWithProjection (text_embeds).
-ExportModel build_clip_text(const Checkpoint& ckpt, const ExportConfig& config) {
+// The text tower alone: last_hidden_state and pooler_output, or CLIPTextModelWithProjection's text_embeds.
+ExportModel build_text(const Checkpoint& ckpt, const ExportConfig& config, const FamilyInfo& f) {
   const JsonConfig& c = ckpt.config();
-  const TextConfig t = parse_text(c);
-  ExportModel out{"clip_text_model", architectures(c), {}, {}};
-  out.task = tower_task("clip_text_model", config, Task::FeatureExtraction);
+  const TextConfig t = parse_text(c, f);
+  const std::string model_type = f.model_type + "_text_model";
+  ExportModel out{model_type, architectures(c), {}, {}};
+  out.task = tower_task(model_type, config, Task::FeatureExtraction);
   ModelBuilder m(ckpt, config);
   const TextInputs text = text_inputs(m, t, "batch");
   const std::string p = ckpt.find("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
-  const Tower tower = text_tower(m, p, t, text.ids, text.mask);
+  const Tower tower = text_tower(m, p, t, text.ids, text.mask, f.family);
   m.b().output(tower.last_hidden_state, "last_hidden_state");
-  if (m.has("text_projection.weight")) {
+  if (f.family == Family::Clip && m.has("text_projection.weight")) {
     m.b().output(projection(m, "text_projection", c.positive("projection_dim", 512), t.hidden, tower.pooled), "text_embeds");
   } else {
     m.b().output(tower.pooled, "pooler_output");
@@ -254,10 +333,30 @@ ExportModel build_clip_text(const Checkpoint& ckpt, const ExportConfig& config) 
   return out;
 }
 
+ExportModel build_clip(const Checkpoint& ckpt, const ExportConfig& config) { return build_pair(ckpt, config, info(Family::Clip)); }
+ExportModel build_clip_vision(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_vision(ckpt, config, info(Family::Clip));
+}
+ExportModel build_clip_text(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_text(ckpt, config, info(Family::Clip));
+}
+ExportModel build_siglip(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_pair(ckpt, config, info(Family::Siglip));
+}
+ExportModel build_siglip_vision(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_vision(ckpt, config, info(Family::Siglip));
+}
+ExportModel build_siglip_text(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_text(ckpt, config, info(Family::Siglip));
+}
+
 }  // namespace
 
 HFX_REGISTER_ARCH("clip", build_clip)
 HFX_REGISTER_ARCH("clip_vision_model", build_clip_vision)
 HFX_REGISTER_ARCH("clip_text_model", build_clip_text)
+HFX_REGISTER_ARCH("siglip", build_siglip)
+HFX_REGISTER_ARCH("siglip_vision_model", build_siglip_vision)
+HFX_REGISTER_ARCH("siglip_text_model", build_siglip_text)
 
 }  // namespace hfx

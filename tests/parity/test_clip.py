@@ -1,9 +1,11 @@
-"""CLIP (issue 32), against transformers on every backend: CLIPModel as
+"""CLIP and SigLIP (issue 32), against transformers on every backend: CLIPModel as
 zero-shot-image-classification (logits_per_image, logits_per_text and the normalised text_embeds and
 image_embeds, for 3 right-padded texts and 2 images); the towers alone: CLIPVisionModel /
 ...WithProjection (last_hidden_state, pooler_output or image_embeds) and CLIPTextModel /
 ...WithProjection (pooled at the eos: the largest id under the original eos_token_id 2, else the
-first eos_token_id). Bad inputs get one line."""
+first eos_token_id). SiglipModel the same way (its logit_bias; texts padded to max_length, as its
+processor pads them, and right-padded), SiglipVisionModel with and without its attention-pooling
+head, SiglipTextModel (pooled at the last position through its head). Bad inputs get one line."""
 
 from __future__ import annotations
 
@@ -157,3 +159,88 @@ def test_missing_projection_weight(tmp_path, run_hfexport):
     st.save_file(tensors, tmp_path / "model" / "model.safetensors", metadata={"format": "pt"})
     out = tmp_path / "out"
     assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "visual_projection.weight")
+
+
+SIGLIP_TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                   max_position_embeddings=12, projection_size=24)  # = the vision width, as SiglipModel needs
+
+
+def build_siglip(folder, cls: str, vision: dict | None = None):
+    import transformers
+
+    torch.manual_seed(0)
+    vision = {**VISION, "hidden_act": "gelu_pytorch_tanh", **(vision or {})}
+    if cls == "SiglipModel":
+        config = transformers.SiglipConfig(text_config=SIGLIP_TEXT, vision_config=vision)
+    elif cls == "SiglipVisionModel":
+        config = transformers.SiglipVisionConfig(**vision)
+    else:
+        config = transformers.SiglipTextConfig(**SIGLIP_TEXT)
+    config._attn_implementation = "eager"
+    model = randomize(getattr(transformers, cls)(config))
+    with torch.no_grad():
+        if cls == "SiglipModel":
+            model.logit_bias.fill_(-1.5)
+    model.save_pretrained(folder)
+    return model
+
+
+def siglip_texts(batch: int, padded: bool):
+    """max_length rows (the pad id filling each, as SiglipProcessor pads), or right-padded with a mask."""
+    ids, mask = texts(batch)
+    full = np.ones((batch, SIGLIP_TEXT["max_position_embeddings"]), np.int64)
+    full[:, : ids.shape[1]] = ids
+    return (full, np.ones_like(full)) if padded else (ids, mask)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_siglip_zero_shot_matches_transformers(tmp_path, export_model, support_matrix, fmt):
+    from hfexport import ExportedModel
+
+    model = build_siglip(tmp_path / "model", "SiglipModel")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
+    assert json.loads((out / "export.json").read_text())["task"] == "zero-shot-image-classification"
+    single = fmt == "executorch"
+    images = pixels(1 if single else 2)
+    err = 0.0
+    for padded in (True, False):
+        ids, mask = siglip_texts(1 if single else 3, padded)
+        got = ExportedModel(out)(input_ids=ids, attention_mask=mask, pixel_values=images)
+        with torch.no_grad():
+            result = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                           pixel_values=torch.from_numpy(images))
+        err = max(err, compare(got, result, ["logits_per_image", "logits_per_text", "text_embeds", "image_embeds"]))
+    support_matrix.record("siglip", "zero-shot-image-classification", True, err, backend=fmt)
+
+
+@pytest.mark.parametrize("head", [True, False], ids=["pooling-head", "no-head"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_siglip_towers_match_transformers(tmp_path, export_model, support_matrix, fmt, head):
+    from hfexport import ExportedModel
+
+    vision = build_siglip(tmp_path / "vision", "SiglipVisionModel", {"vision_use_head": head})
+    out = export_model(tmp_path / "vision", tmp_path / "vision-out", "--format", fmt)
+    images = pixels(1 if fmt == "executorch" else 2)
+    with torch.no_grad():
+        result = vision(pixel_values=torch.from_numpy(images))
+    names = ["last_hidden_state"] + (["pooler_output"] if head else [])
+    got = ExportedModel(out)(pixel_values=images)
+    assert head or "pooler_output" not in got
+    err = compare(got, result, names)
+    text = build_siglip(tmp_path / "text", "SiglipTextModel")
+    out = export_model(tmp_path / "text", tmp_path / "text-out", "--format", fmt)
+    ids, mask = siglip_texts(1 if fmt == "executorch" else 3, padded=True)
+    with torch.no_grad():
+        result = text(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    err = max(err, compare(ExportedModel(out)(input_ids=ids, attention_mask=mask), result,
+                           ["last_hidden_state", "pooler_output"]))
+    support_matrix.record("siglip_vision_model", f"feature-extraction (head {head})", True, err, backend=fmt)
+
+
+def test_siglip_refuses_mismatched_widths(tmp_path, run_hfexport):
+    build_siglip(tmp_path / "model", "SiglipModel")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    config["text_config"]["projection_size"] = 20
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "projection_size", "hidden_size")
