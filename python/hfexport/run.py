@@ -1,9 +1,15 @@
-"""`hfexport run OUT_DIR --text "..." [--text ...]`: runs an encoder export on texts, tokenized with
+"""`hfexport run OUT_DIR --text "..." [--text ...]` / `--image FILE [--image ...] [--text LABEL ...]`:
+runs an encoder export on texts or images and prints one JSON object per input. Texts are tokenized with
 the export's own tokenizer, and prints one JSON object per text, by the export's task:
 sentence-similarity {"embedding"}, feature-extraction {"last_hidden_state", "pooler_output"},
 text-classification {"label", "score"} (softmax, or sigmoid for one label or multi-label),
 token-classification {"tokens": [{"token", "label", "score"}]} (special tokens left out),
-fill-mask {"masks": [[{"token", "score"}] top --top-k per mask token]}. The C++ `hfexport`
+fill-mask {"masks": [[{"token", "score"}] top --top-k per mask token]}. Images (hfexport.vision:
+Pillow decodes, the preprocessor_config.json's steps as transformers' image processors apply them):
+image-classification {"labels": [{"label", "score"}] top --top-k, softmax}, a vision tower's
+feature-extraction {"image_embeds" or "pooler_output"}, zero-shot-image-classification with the
+candidate labels as --text {"scores": [{"text", "score"}] best first: softmax over the labels for
+CLIP, each label's sigmoid for SigLIP}. The C++ `hfexport`
 program hands this subcommand to `python -m hfexport.run`."""
 
 from __future__ import annotations
@@ -116,19 +122,72 @@ def run_texts(model, codec: TextCodec, texts: list[str], top_k: int = 5) -> list
     return results[:len(texts)]
 
 
+IMAGE_TASKS = ("image-classification", "feature-extraction", "zero-shot-image-classification")
+
+
+def run_images(model, images: list[str], texts: list[str] | None, top_k: int = 5) -> list[dict]:
+    """What `hfexport run --image` prints, one dict per image."""
+    from .vision import pixel_values
+
+    task = model.manifest.get("task")
+    inputs = [i["name"] for i in model.manifest["components"]["model"]["inputs"]]
+    if task not in IMAGE_TASKS or "pixel_values" not in inputs:
+        raise ValueError(f"the export's task is {task!r} over {inputs}: --image takes an image model's export "
+                         f"({', '.join(IMAGE_TASKS)})")
+    if task == "zero-shot-image-classification" and not texts:
+        raise ValueError("zero-shot-image-classification scores the images against candidate labels: give them as --text")
+    config = json.loads((model.directory / "config.json").read_text())
+    feeds = {"pixel_values": pixel_values(model.directory, images)}
+    if task == "zero-shot-image-classification":
+        codec = TextCodec(model.directory)
+        longest, _ = _bound(model, 1, None)
+        # SigLIP's processor pads every text to max_length and returns no mask: every position counts.
+        siglip = config.get("model_type") == "siglip"
+        feeds.update({k: v for k, v in codec.encode_batch(texts, longest, pad_to=longest if siglip else None).items()
+                      if k in inputs})
+        if siglip:
+            feeds["attention_mask"] = np.ones_like(feeds["input_ids"])
+    out = {k: np.asarray(v, np.float32) for k, v in model(**feeds).items()}
+    results = []
+    for row, image in enumerate(images):
+        result: dict = {"image": str(image)}
+        if task == "image-classification":
+            scores = _softmax(out["logits"][row])
+            labels = _labels(config)
+            top = np.argsort(-scores, kind="stable")[:top_k]
+            result["labels"] = [{"label": labels.get(int(i), f"LABEL_{int(i)}"), "score": float(scores[i])} for i in top]
+        elif task == "feature-extraction":
+            name = next(n for n in ("image_embeds", "pooler_output", "last_hidden_state") if n in out)
+            result[name] = out[name][row].tolist()
+        else:
+            logits = out["logits_per_image"][row]
+            scores = _sigmoid(logits) if config.get("model_type") == "siglip" else _softmax(logits)
+            order = np.argsort(-scores, kind="stable")
+            result["scores"] = [{"text": texts[i], "score": float(scores[i])} for i in order]
+        results.append(result)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     from .exporters import ExportedModel
+    from .vision import ImageError
 
     p = _Parser(prog="hfexport run", description=__doc__)
     p.add_argument("out_dir")
-    p.add_argument("--text", action="append", required=True, help="a text to run (repeatable)")
-    p.add_argument("--top-k", type=int, default=5, help="fill-mask: candidates per mask token (default 5)")
+    p.add_argument("--text", action="append", help="a text to run, or a candidate label for --image (repeatable)")
+    p.add_argument("--image", action="append", help="an image file to run (repeatable)")
+    p.add_argument("--top-k", type=int, default=5,
+                   help="fill-mask: candidates per mask token; image-classification: labels per image (default 5)")
     args = p.parse_args(argv)
+    if not args.text and not args.image:
+        p.error("give --text or --image")
     try:
         model = ExportedModel(args.out_dir)
-        for result in run_texts(model, TextCodec(args.out_dir), args.text, args.top_k):
+        results = (run_images(model, args.image, args.text, args.top_k) if args.image
+                   else run_texts(model, TextCodec(args.out_dir), args.text, args.top_k))
+        for result in results:
             print(json.dumps(result))
-    except (ManifestError, TextError, ValueError, OSError) as e:
+    except (ManifestError, TextError, ImageError, ValueError, OSError) as e:
         print(f"hfexport: error: run: {e}", file=sys.stderr)
         return 1
     return 0

@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "transcribe") return run_transcribe(argc, argv);
   app.add_subcommand("generate", "generate tokens from an export (runs python -m hfexport.generate)");
   app.add_subcommand("transcribe", "transcribe a 16 kHz audio file with a Whisper export (runs python -m hfexport.transcribe)");
-  app.add_subcommand("run", "run an encoder export on texts: embeddings, labels, filled masks (runs python -m hfexport.run)");
+  app.add_subcommand("run", "run an encoder export on texts or images: embeddings, labels, filled masks, image labels and zero-shot scores (runs python -m hfexport.run)");
 
   try {
     app.parse(argc, argv);

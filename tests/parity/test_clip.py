@@ -244,3 +244,45 @@ def test_siglip_refuses_mismatched_widths(tmp_path, run_hfexport):
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
     out = tmp_path / "out"
     assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "projection_size", "hidden_size")
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_run_zero_shot_on_image_files(tmp_path, export_model, run_hfexport, family):
+    """`hfexport run OUT --image FILE --text LABEL ...`: each label's probability as transformers
+    gives it for the same file and labels (CLIP: softmax over the labels; SigLIP: sigmoid)."""
+    import transformers
+    from PIL import Image
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from test_vit import PROCESSORS, image_files
+
+    model = build(tmp_path / "model", "CLIPModel") if family == "clip" else build_siglip(tmp_path / "model", "SiglipModel")
+    cls, kwargs = PROCESSORS[family]
+    processor = getattr(transformers, cls)(**kwargs)
+    processor.save_pretrained(tmp_path / "model")
+    words = ["a", "cat", "dog", "photo", "of", "the", "[UNK]", "[PAD]"]
+    tok = Tokenizer(models.WordLevel({w: i + 3 for i, w in enumerate(words)} | {"<pad>": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.enable_padding(pad_id=1, pad_token="<pad>")
+    tok.save(str(tmp_path / "model" / "tokenizer.json"))
+    (tmp_path / "model" / "tokenizer_config.json").write_text(json.dumps({"pad_token": "<pad>"}))
+    out = export_model(tmp_path / "model", tmp_path / "out")
+    labels = ["a photo of a cat", "a dog", "the photo of the dog"]
+    path = image_files(tmp_path)[0]
+    proc = run_hfexport("run", out, "--image", path, *[a for t in labels for a in ("--text", t)])
+    assert proc.returncode == 0, proc.stderr
+    scores = {s["text"]: s["score"] for s in json.loads(proc.stdout)["scores"]}
+    pad_to = SIGLIP_TEXT["max_position_embeddings"] if family == "siglip" else None
+    encoded = [tok.encode(t).ids for t in labels]
+    width = pad_to or max(map(len, encoded))
+    ids = np.array([e + [1] * (width - len(e)) for e in encoded], np.int64)
+    mask = np.array([[1] * len(e) + [0] * (width - len(e)) for e in encoded], np.int64)
+    if family == "siglip":
+        mask = np.ones_like(ids)  # padded to max_length, every position attended (its processor returns no mask)
+    pixels = processor(Image.open(path), return_tensors="pt").pixel_values
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                       pixel_values=pixels).logits_per_image[0]
+    expected = torch.sigmoid(logits) if family == "siglip" else torch.softmax(logits, -1)
+    np.testing.assert_allclose([scores[t] for t in labels], expected.numpy(), atol=1e-5)
+    assert_clean_error(run_hfexport("run", out, "--image", path), None, "--text")

@@ -123,3 +123,71 @@ def test_missing_patch_embedding(tmp_path, run_hfexport):
     out = tmp_path / "out"
     assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out,
                        "vit.embeddings.patch_embeddings.projection.weight")
+
+
+# -- images in ---------------------------------------------------------------------------------
+
+def image_files(folder, rng_seed: int = 8) -> list:
+    """A non-square RGB PNG, a grayscale one and an RGBA one (transparency: composited onto white)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(rng_seed)
+    paths = []
+    for i, (mode, shape) in enumerate((("RGB", (45, 70, 3)), ("L", (64, 40)), ("RGBA", (33, 33, 4)))):
+        path = folder / f"image{i}.png"
+        Image.fromarray((rng.random(shape) * 255).astype(np.uint8), mode).save(path)
+        paths.append(path)
+    return paths
+
+
+PROCESSORS = {
+    "vit": ("ViTImageProcessor", dict(size={"height": 32, "width": 32})),
+    "clip": ("CLIPImageProcessor", dict(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})),
+    "siglip": ("SiglipImageProcessor", dict(size={"height": 32, "width": 32})),
+}
+
+
+@pytest.mark.parametrize("kind", list(PROCESSORS))
+def test_pixel_values_match_the_image_processor(tmp_path, kind):
+    """hfexport.vision's preprocessing (Pillow decode and resize, then crop, rescale, normalize)
+    against the transformers image processor (its Pillow backend) saved beside the checkpoint."""
+    import transformers
+    from PIL import Image
+
+    from hfexport.vision import pixel_values
+
+    cls, kwargs = PROCESSORS[kind]
+    processor = getattr(transformers, cls)(**kwargs)
+    processor.save_pretrained(tmp_path)
+    for path in image_files(tmp_path):
+        image = Image.open(path)
+        if image.mode != "RGB" and not processor.do_convert_rgb:
+            continue  # ViT's processor does not convert: it refuses grayscale and RGBA (ours converts them)
+        expected = processor(image, return_tensors="np").pixel_values
+        np.testing.assert_allclose(pixel_values(tmp_path, [path]), expected, rtol=0, atol=1e-5)
+
+
+def test_run_classifies_image_files(tmp_path, export_model, run_hfexport):
+    """`hfexport run OUT --image FILE`: the labels and scores transformers gives for the same file."""
+    import transformers
+    from PIL import Image
+
+    model = build(tmp_path / "model", "base", "ForImageClassification")
+    processor = transformers.ViTImageProcessor(size={"height": 32, "width": 32})
+    processor.save_pretrained(tmp_path / "model")
+    out = export_model(tmp_path / "model", tmp_path / "out")
+    paths = image_files(tmp_path)[:1] * 2  # RGB (ViT's processor converts nothing)
+    proc = run_hfexport("run", out, *[a for p in paths for a in ("--image", p)], "--top-k", "3")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(lines) == len(paths)
+    for path, line in zip(paths, lines):
+        pixels = processor(Image.open(path), return_tensors="pt").pixel_values
+        with torch.no_grad():
+            probs = torch.softmax(model(pixel_values=pixels).logits[0], -1).numpy()
+        top = np.argsort(-probs, kind="stable")[:3]
+        assert [entry["label"] for entry in line["labels"]] == [model.config.id2label[int(i)] for i in top]
+        np.testing.assert_allclose([entry["score"] for entry in line["labels"]], probs[top], atol=1e-5)
+    assert_clean_error(run_hfexport("run", out, "--image", tmp_path / "missing.png"), None, "missing.png")
+    (tmp_path / "junk.png").write_bytes(b"not an image")
+    assert_clean_error(run_hfexport("run", out, "--image", tmp_path / "junk.png"), None, "junk.png")
