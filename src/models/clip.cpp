@@ -93,13 +93,10 @@ TextConfig parse_text(const JsonConfig& c, const FamilyInfo& f) {
 // A pre-norm layer of either tower: x + attention(layer_norm1(x)), then + mlp(layer_norm2(x)).
 Value* clip_layer(ModelBuilder& m, const std::string& p, const TowerConfig& t, Value* x, Value* mask) {
   Builder& b = m.b();
-  AttentionSpec attention{.hidden = t.hidden, .heads = t.heads, .kv_heads = t.heads, .head_dim = t.hidden / t.heads};
-  attention.o = "out_proj";
-  attention.qkv_bias = attention.o_bias = true;
-  const AttentionContext ctx{nullptr, nullptr, mask, [](Value* k, Value* v) { return std::pair{k, v}; }, false};
-  MlpSpec mlp{.hidden = t.hidden, .intermediate = t.ffn, .bias = true, .activation = t.activation, .gated = false};
-  mlp.up = "mlp.fc1", mlp.down = "mlp.fc2";
-  x = b.add(x, attention_block(m, p + "self_attn.", attention, encoder_layer_norm(m, p + "layer_norm1", x, t.eps), ctx));
+  const AttentionSpec attention = encoder_attention(t.hidden, t.heads, "out_proj");
+  const MlpSpec mlp = encoder_mlp(t.hidden, t.ffn, t.activation, "mlp.fc1", "mlp.fc2");
+  x = b.add(x, attention_block(m, p + "self_attn.", attention, encoder_layer_norm(m, p + "layer_norm1", x, t.eps),
+                               encoder_attention_context(mask)));
   return b.add(x, gated_mlp(m, p, mlp, encoder_layer_norm(m, p + "layer_norm2", x, t.eps)));
 }
 
@@ -132,8 +129,7 @@ Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConf
                          {.scale = 1.0 / std::sqrt(static_cast<double>(head_dim)), .softcap = 0, .causal = false});
   o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {batch, one, Dim(h)});
   o = encoder_dense(m, p + "attention.out_proj", h, h, o);
-  MlpSpec mlp{.hidden = h, .intermediate = v.ffn, .bias = true, .activation = v.activation, .gated = false};
-  mlp.up = "mlp.fc1", mlp.down = "mlp.fc2";
+  const MlpSpec mlp = encoder_mlp(h, v.ffn, v.activation, "mlp.fc1", "mlp.fc2");
   o = b.add(o, gated_mlp(m, p, mlp, encoder_layer_norm(m, p + "layernorm", o, v.eps)));
   return b.reshape(o, {batch, Dim(h)});
 }

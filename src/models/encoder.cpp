@@ -77,6 +77,24 @@ int64_t label_count(const JsonConfig& c) {
   return c.positive("num_labels", 2);
 }
 
+AttentionSpec encoder_attention(int64_t hidden, int64_t heads, const std::string& out) {
+  AttentionSpec spec{.hidden = hidden, .heads = heads, .kv_heads = heads, .head_dim = hidden / heads};
+  spec.o = out;
+  spec.qkv_bias = spec.o_bias = true;
+  return spec;
+}
+
+AttentionContext encoder_attention_context(Value* mask) {
+  return {nullptr, nullptr, mask, [](Value* k, Value* v) { return std::pair{k, v}; }, false};
+}
+
+MlpSpec encoder_mlp(int64_t hidden, int64_t intermediate, const std::string& activation, const std::string& up,
+                    const std::string& down) {
+  MlpSpec mlp{.hidden = hidden, .intermediate = intermediate, .bias = true, .activation = activation, .gated = false};
+  mlp.up = up, mlp.down = down;
+  return mlp;
+}
+
 Value* encoder_layer_norm(ModelBuilder& m, const std::string& module, Value* x, double eps) {
   const int64_t width = x->shape.back().value();
   m.b().set_scope(module);

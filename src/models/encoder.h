@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "models/blocks.h"
 #include "models/model_builder.h"
 #include "models/registry.h"
 #include "models/sentence_pooling.h"
@@ -20,6 +21,15 @@ Task resolve_encoder_task(const std::string& model_type, const ExportConfig& con
 // The classification heads' outputs: id2label's size (transformers saves the map, not the count),
 // else num_labels, else 2.
 int64_t label_count(const JsonConfig& c);
+
+// Multi-head self-attention of an encoder layer: q/k/v/out projections with biases (`out`: the
+// output projection's module name).
+AttentionSpec encoder_attention(int64_t hidden, int64_t heads, const std::string& out);
+// What such a layer's attention reads: no RoPE, no cache; `mask` [B, 1, S, S] or null (every position).
+AttentionContext encoder_attention_context(Value* mask);
+// A plain (ungated) feed-forward with biases: down(act(up(x))).
+MlpSpec encoder_mlp(int64_t hidden, int64_t intermediate, const std::string& activation, const std::string& up,
+                    const std::string& down);
 
 // LayerNorm over x's last dim, with `module`.weight and .bias.
 Value* encoder_layer_norm(ModelBuilder& m, const std::string& module, Value* x, double eps);

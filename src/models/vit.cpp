@@ -75,16 +75,12 @@ Value* embeddings(ModelBuilder& m, const std::string& p, const VitConfig& cfg, V
 
 Value* vit_layer(ModelBuilder& m, const std::string& p, const VitConfig& cfg, Value* x) {
   Builder& b = m.b();
-  AttentionSpec attention{.hidden = cfg.hidden, .heads = cfg.heads, .kv_heads = cfg.heads, .head_dim = cfg.hidden / cfg.heads};
+  AttentionSpec attention = encoder_attention(cfg.hidden, cfg.heads, "output.dense");
   attention.q = "attention.query", attention.k = "attention.key", attention.v = "attention.value";
-  attention.o = "output.dense";
   attention.qkv_bias = cfg.qkv_bias;
-  attention.o_bias = true;
-  const AttentionContext every_patch{nullptr, nullptr, nullptr, [](Value* k, Value* v) { return std::pair{k, v}; }, false};
-  MlpSpec mlp{.hidden = cfg.hidden, .intermediate = cfg.ffn, .bias = true, .activation = cfg.activation, .gated = false};
-  mlp.up = "intermediate.dense", mlp.down = "output.dense";
+  const MlpSpec mlp = encoder_mlp(cfg.hidden, cfg.ffn, cfg.activation, "intermediate.dense", "output.dense");
   x = b.add(x, attention_block(m, p + "attention.", attention, encoder_layer_norm(m, p + "layernorm_before", x, cfg.eps),
-                               every_patch));
+                               encoder_attention_context(nullptr)));
   return b.add(x, gated_mlp(m, p, mlp, encoder_layer_norm(m, p + "layernorm_after", x, cfg.eps)));
 }
 

@@ -155,12 +155,10 @@ Value* positional_conv(ModelBuilder& m, const std::string& module, const Wav2Vec
 
 Value* encoder_layer(ModelBuilder& m, const std::string& p, const Wav2Vec2Config& cfg, Value* x) {
   Builder& b = m.b();
-  AttentionSpec attention{.hidden = cfg.hidden, .heads = cfg.heads, .kv_heads = cfg.heads, .head_dim = cfg.hidden / cfg.heads};
-  attention.o = "out_proj";
-  attention.qkv_bias = attention.o_bias = true;
-  const AttentionContext ctx{nullptr, nullptr, nullptr, [](Value* k, Value* v) { return std::pair{k, v}; }, false};
-  MlpSpec mlp{.hidden = cfg.hidden, .intermediate = cfg.ffn, .bias = true, .activation = cfg.activation, .gated = false};
-  mlp.up = "feed_forward.intermediate_dense", mlp.down = "feed_forward.output_dense";
+  const AttentionSpec attention = encoder_attention(cfg.hidden, cfg.heads, "out_proj");
+  const AttentionContext ctx = encoder_attention_context(nullptr);
+  const MlpSpec mlp = encoder_mlp(cfg.hidden, cfg.ffn, cfg.activation, "feed_forward.intermediate_dense",
+                                  "feed_forward.output_dense");
   if (cfg.stable) {
     x = b.add(x, attention_block(m, p + "attention.", attention, encoder_layer_norm(m, p + "layer_norm", x, cfg.eps), ctx));
     return b.add(x, gated_mlp(m, p, mlp, encoder_layer_norm(m, p + "final_layer_norm", x, cfg.eps)));
