@@ -117,8 +117,7 @@ Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConf
   b.set_scope(p + "attention");
   const int64_t h = v.hidden, head_dim = v.hidden / v.heads;
   const Dim batch = x->shape[0], one(int64_t{1});
-  Value* rows = b.concat({b.gather(b.shape_of(x), b.const_i64({0}, {1}), 0), b.const_i64({1, h}, {2})}, 0);
-  Value* probe = b.expand(m.weight(p + "probe", {1, 1, h}), rows, {batch, one, Dim(h)});
+  Value* probe = per_row_token(b, m.weight(p + "probe", {1, 1, h}), x, h);
   Value* w = m.weight(p + "attention.in_proj_weight", {3 * h, h});
   Value* bias = m.weight(p + "attention.in_proj_bias", {3 * h});
   auto heads = [&](Value* in, int64_t j) {
@@ -143,14 +142,11 @@ Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v,
   b.set_scope(e + "patch_embedding");
   Value* x = b.conv(pixels, m.weight(e + "patch_embedding.weight", {v.hidden, v.channels, v.patch, v.patch}),
                     m.weight_if(!clip, e + "patch_embedding.bias", {v.hidden}), {v.patch, v.patch}, {0, 0}, {1, 1});
-  const Dim batch = pixels->shape[0];
-  x = b.transpose(b.reshape(x, {batch, Dim(v.hidden), Dim(patches)}), {0, 2, 1});
+  x = patch_sequence(b, x, v.hidden, patches);
   if (clip) {
     b.set_scope(e + "class_embedding");
-    Value* rows = b.concat({b.gather(b.shape_of(pixels), b.const_i64({0}, {1}), 0), b.const_i64({1, v.hidden}, {2})}, 0);
-    Value* cls = b.expand(b.reshape(m.weight(e + "class_embedding", {v.hidden}), {Dim(int64_t{1}), Dim(int64_t{1}), Dim(v.hidden)}),
-                          rows, {batch, Dim(int64_t{1}), Dim(v.hidden)});
-    x = b.concat({cls, x}, 1);
+    Value* token = b.reshape(m.weight(e + "class_embedding", {v.hidden}), {Dim(int64_t{1}), Dim(int64_t{1}), Dim(v.hidden)});
+    x = b.concat({per_row_token(b, token, pixels, v.hidden), x}, 1);
   }
   b.set_scope(e + "position_embedding");
   x = b.add(x, m.weight(e + "position_embedding.weight", {patches + (clip ? 1 : 0), v.hidden}));

@@ -124,11 +124,9 @@ Value* embeddings(ModelBuilder& m, const std::string& p, const Dinov2Config& cfg
   b.set_scope(conv);
   Value* x = b.conv(pixels, m.weight(conv + ".weight", {cfg.hidden, cfg.channels, cfg.patch, cfg.patch}),
                     m.weight(conv + ".bias", {cfg.hidden}), {cfg.patch, cfg.patch}, {0, 0}, {1, 1});
-  const Dim batch = pixels->shape[0];
-  x = b.transpose(b.reshape(x, {batch, Dim(cfg.hidden), Dim(patches)}), {0, 2, 1});
+  x = patch_sequence(b, x, cfg.hidden, patches);
   b.set_scope(p + "cls_token");
-  Value* rows = b.concat({b.gather(b.shape_of(pixels), b.const_i64({0}, {1}), 0), b.const_i64({1, cfg.hidden}, {2})}, 0);
-  Value* cls = b.expand(m.weight(p + "cls_token", {1, 1, cfg.hidden}), rows, {batch, Dim(int64_t{1}), Dim(cfg.hidden)});
+  Value* cls = per_row_token(b, m.weight(p + "cls_token", {1, 1, cfg.hidden}), pixels, cfg.hidden);
   b.set_scope(p + "position_embeddings");
   return b.add(b.concat({cls, x}, 1), resampled_positions(m, p + "position_embeddings", cfg));
 }

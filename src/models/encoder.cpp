@@ -95,6 +95,15 @@ MlpSpec encoder_mlp(int64_t hidden, int64_t intermediate, const std::string& act
   return mlp;
 }
 
+Value* patch_sequence(Builder& b, Value* grid, int64_t hidden, int64_t patches) {
+  return b.transpose(b.reshape(grid, {grid->shape[0], Dim(hidden), Dim(patches)}), {0, 2, 1});
+}
+
+Value* per_row_token(Builder& b, Value* token, Value* rows_of, int64_t hidden) {
+  Value* shape = b.concat({b.gather(b.shape_of(rows_of), b.const_i64({0}, {1}), 0), b.const_i64({1, hidden}, {2})}, 0);
+  return b.expand(token, shape, {rows_of->shape[0], Dim(int64_t{1}), Dim(hidden)});
+}
+
 Value* encoder_layer_norm(ModelBuilder& m, const std::string& module, Value* x, double eps) {
   const int64_t width = x->shape.back().value();
   m.b().set_scope(module);

@@ -31,6 +31,11 @@ AttentionContext encoder_attention_context(Value* mask);
 MlpSpec encoder_mlp(int64_t hidden, int64_t intermediate, const std::string& activation, const std::string& up,
                     const std::string& down);
 
+// A patch convolution's output [batch, hidden, *grid] as a sequence [batch, patches, hidden].
+Value* patch_sequence(Builder& b, Value* grid, int64_t hidden, int64_t patches);
+// A learned token [1, 1, hidden] (a [CLS], a pooling probe) repeated for each row of `rows_of` [batch, ...].
+Value* per_row_token(Builder& b, Value* token, Value* rows_of, int64_t hidden);
+
 // LayerNorm over x's last dim, with `module`.weight and .bias.
 Value* encoder_layer_norm(ModelBuilder& m, const std::string& module, Value* x, double eps);
 
