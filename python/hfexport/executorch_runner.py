@@ -188,7 +188,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         positions = left_padded_positions(attention_mask)
         self.attention_mask = attention_mask.astype(np.int64)
         self.next_position = positions[:, -1] + 1
-        feeds = {"input_ids": input_ids.astype(np.int64), "attention_mask": self.attention_mask,
+        feeds = {self.TOKENS: self._tokens(input_ids.astype(np.int64)), "attention_mask": self.attention_mask,
                  "position_ids": positions.astype(np.int64)}
         if PREFILL in self.components:
             return self._call(PREFILL, feeds)
@@ -205,7 +205,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         positions = self.next_position[:, None].astype(np.int64)
         self.next_position = self.next_position + 1
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        return self._call(self.STEP, {"input_ids": ids, "attention_mask": self.attention_mask,
+        return self._call(self.STEP, {self.TOKENS: self._tokens(ids), "attention_mask": self.attention_mask,
                                       "position_ids": positions, **self.past})
 
 
@@ -271,11 +271,12 @@ class ExecutorchStaticRunner(DecodeRunner):
         self.logits_index = len(self.caches)
         # forward(tokens, cache_position), as ExecuTorch's LLM runner calls it: the program builds
         # the mask and positions itself.
-        self.cache_position_form = [i["name"] for i in component["inputs"]] == ["input_ids", "cache_position"]
+        self.cache_position_form = [i["name"] for i in component["inputs"]] == [self.TOKENS, "cache_position"]
 
     def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         import torch
 
+        ids = self._tokens(ids)
         if self.cache_position_form:
             feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(np.ascontiguousarray(positions[0]))]
         else:
@@ -283,7 +284,7 @@ class ExecutorchStaticRunner(DecodeRunner):
             feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
                      torch.from_numpy(np.ascontiguousarray(positions)), *self.caches]
             if self.fixed:  # by name: the encoder's state among the method's inputs
-                named = {**dict(zip(["input_ids", "attention_mask", "position_ids"], feeds[:3])),
+                named = {**dict(zip([self.TOKENS, "attention_mask", "position_ids"], feeds[:3])),
                          **dict(zip(self.cache_names, self.caches)), **self.fixed}
                 feeds = [named[n] for n in self.input_names]
         outputs = execute_without_clones(self.method, feeds)

@@ -506,7 +506,7 @@ class ExportedModel(Mapping):
                  top_p: float | None = None, seed: int | None = None, generation_config=None,
                  chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None,
                  input_features=None, language: str | None = None, task: str | None = None,
-                 return_timestamps: bool = False, return_segments: bool = False, **kwargs):
+                 return_timestamps: bool = False, return_segments: bool = False, pixel_values=None, **kwargs):
         """Like model.generate: prompt ids [batch, seq] (left-padded, with attention_mask) in,
         prompt + new ids out (rows that finished padded with pad_token_id). A string (or a list of
         strings) is tokenized with the export's tokenizer (`chat=True`: through its chat template,
@@ -515,7 +515,9 @@ class ExportedModel(Mapping):
         (Whisper) takes `input_features` [batch, mels, frames] (and `language`, `task`,
         `return_timestamps`; over 3000 frames: audio longer than 30 s, decoded sequentially, with
         `attention_mask` [batch, frames] for rows of different lengths) and returns the new ids, or
-        with `return_segments` {"sequences", "segments"}, as WhisperForConditionalGeneration.generate does."""
+        with `return_segments` {"sequences", "segments"}, as WhisperForConditionalGeneration.generate does.
+        A vision-language export (LLaVA) takes `pixel_values` [images, channels, height, width] for
+        the prompt's image tokens (what its processor returns: `generate(**processor(...))`)."""
         from .runner import generate as run_loop
         from .sampling import Sampler
         from .text import TextStream
@@ -552,7 +554,12 @@ class ExportedModel(Mapping):
                 text = stream.feed(int(tokens[0]))
                 if text:
                     streamer(text)
-        new = run_loop(self._runner(), ids, mask, max_new_tokens=settings["max_new_tokens"], sampler=sampler,
+        runner = self._runner()
+        if hasattr(runner, "set_images"):  # a vision-language export: the prompt's images, or none
+            runner.set_images(None if pixel_values is None else _to_numpy(pixel_values))
+        elif pixel_values is not None:
+            raise ValueError("generate() got pixel_values, but this export has no vision encoder")
+        new = run_loop(runner, ids, mask, max_new_tokens=settings["max_new_tokens"], sampler=sampler,
                        eos_token_ids=eos, ignore_eos=ignore_eos, on_tokens=on_tokens)
         if text_in:
             texts = [self.codec.decode(row) for row in new]

@@ -1,7 +1,10 @@
 """`hfexport generate OUT_DIR --input-ids 1,2,3 [...]`: greedy (or sampled) generation on an
 export; prints the new token ids, space-separated, on one line. With `--prompt TEXT` (and
 `--chat`, `--system TEXT`) the prompt is tokenized with the export's own tokenizer (through its
-chat template with --chat) and the new text is streamed as it is generated, up to eos. The C++
+chat template with --chat) and the new text is streamed as it is generated, up to eos. A
+vision-language export (LLaVA) takes `--image FILE` (repeatable): each image's placeholder token in
+the prompt stands for its features (placeholders are added before the text where the prompt has
+fewer than images; with --chat, as {"type": "image"} entries of the message). The C++
 `hfexport` program hands this subcommand to `python -m hfexport.generate` (text mode always)."""
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import time
 
 import numpy as np
 
-from .manifest import DECODE, ManifestError
+from .manifest import ManifestError
 from .runner import GenerationError, generate, open_runner
 from .sampling import Sampler
 
@@ -41,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     prompt.add_argument("--prompt", help="prompt text, tokenized with the export's tokenizer")
     p.add_argument("--chat", action="store_true", help="render --prompt through the tokenizer's chat template")
     p.add_argument("--system", help="a system message before the prompt (with --chat)")
+    p.add_argument("--image", action="append", default=[], help="an image file for a vision-language export (repeatable)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at eos tokens")
     p.add_argument("--do-sample", action="store_true")
@@ -57,14 +61,20 @@ def main(argv: list[str] | None = None) -> int:
         runner = open_runner(args.out_dir)
         if hasattr(runner, "encode"):
             return generate_text2text(runner, args, sampler)
+        if args.image and not hasattr(runner, "set_images"):
+            raise GenerationError(f"--image: {args.out_dir} has no vision encoder")
+        if hasattr(runner, "set_images"):
+            from .vision import pixel_values
+
+            runner.set_images(pixel_values(args.out_dir, args.image) if args.image else None)
         clock = StepClock()
         if args.prompt is not None:
             status = generate_text(runner, args, sampler, clock)
             if args.stats:
                 print(f"hfexport: {clock.summary()}", file=sys.stderr)
             return status
-        ids = parse_ids(args.input_ids)
-        logits = next(o for o in runner.manifest.component(DECODE)["outputs"] if o["name"] == "logits")
+        ids = expand_image_tokens(runner, parse_ids(args.input_ids), len(args.image))
+        logits = next(o for o in runner.manifest.component(runner.STEP)["outputs"] if o["name"] == "logits")
         vocab_limit = logits["shape"][-1]
         if ids.min() < 0 or ids.max() >= vocab_limit:
             raise GenerationError(f"--input-ids: token ids must be in [0, {vocab_limit})")
@@ -78,6 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.stats:
         print(f"hfexport: {clock.summary()}", file=sys.stderr)
     return 0
+
+
+def expand_image_tokens(runner, ids: np.ndarray, images: int) -> np.ndarray:
+    """Each image placeholder token -> as many image tokens as an image has features (what the
+    processor does to the prompt text); the placeholders must match the images."""
+    if not hasattr(runner, "image_token_id"):
+        return ids
+    spec = runner.manifest.data.get("image_tokens", {})
+    row = ids[0]
+    placeholders = int((row == runner.image_token_id).sum())
+    if placeholders != images:
+        raise GenerationError(f"the prompt has {placeholders} image placeholders for {images} images")
+    per_image = int(spec.get("features_per_image", 1))
+    expanded = np.concatenate([np.full(per_image, t) if t == runner.image_token_id else [t] for t in row])
+    return expanded.astype(np.int64)[None]
 
 
 class StepClock:
@@ -127,7 +152,13 @@ def generate_text(runner, args, sampler: Sampler, clock: StepClock) -> int:
     from .text import TextCodec, TextStream
 
     codec = TextCodec(args.out_dir)
-    ids = np.array([codec.encode_prompt(args.prompt, chat=args.chat, system=args.system)], dtype=np.int64)
+    prompt = args.prompt
+    if args.image and not args.chat:
+        token = codec.token(runner.image_token_id)
+        prompt = token * max(len(args.image) - prompt.count(token), 0) + prompt
+    ids = np.array([codec.encode_prompt(prompt, chat=args.chat, system=args.system, images=len(args.image))],
+                   dtype=np.int64)
+    ids = expand_image_tokens(runner, ids, len(args.image))
     if ids.shape[1] == 0:
         raise GenerationError("--prompt: the text tokenizes to no tokens")
     stream = TextStream(codec)

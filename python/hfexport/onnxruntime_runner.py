@@ -232,17 +232,18 @@ class OnnxRuntimeRunner(DecodeRunner):
         batch, length = input_ids.shape
         capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
         if self.prefill_session is not None:
-            feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
+            feeds = {self.TOKENS: self._tokens(input_ids), "attention_mask": attention_mask, "position_ids": positions}
             logits = self._run_dynamic(self.prefill_session, feeds, None)
             self._allocate_shared(batch, capacity, attention_mask, self.past)
             self.past = None
         else:  # the prompt through the decode graph
             self._allocate_shared(batch, capacity, attention_mask, None)
-            self.binding.bind_cpu_input("input_ids", input_ids)
+            self.binding.bind_cpu_input(self.TOKENS, self._tokens(input_ids))
             if "position_ids" in self.decode_input_names:
                 self.binding.bind_cpu_input("position_ids", positions)
             logits = self._run_shared(length, length)
-        self.binding.bind_cpu_input("input_ids", self.step_ids)
+        if self.TOKENS == "input_ids":  # bound once: each step writes its tokens into step_ids
+            self.binding.bind_cpu_input("input_ids", self.step_ids)
         if "position_ids" in self.decode_input_names:  # else the graph counts them
             self.binding.bind_cpu_input("position_ids", self.step_positions)
         self.length = length
@@ -271,7 +272,7 @@ class OnnxRuntimeRunner(DecodeRunner):
             self.binding.bind_ortvalue_output(out, self.buffers[name])
 
     def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
-        self.binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
+        self.binding.bind_cpu_input(self.TOKENS, np.ascontiguousarray(self._tokens(input_ids)))
         if "cache_position" in self.decode_input_names:  # the graph builds mask and positions
             check_cache_position_call(positions, real)
             self.binding.bind_cpu_input("cache_position", np.ascontiguousarray(positions[0]))
@@ -296,7 +297,7 @@ class OnnxRuntimeRunner(DecodeRunner):
             return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
         if self.shared:
             return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
-        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions}
+        feeds = {self.TOKENS: self._tokens(input_ids), "attention_mask": attention_mask, "position_ids": positions}
         if self.prefill_session is not None:
             return self._run_dynamic(self.prefill_session, feeds, None)
         return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
@@ -314,10 +315,12 @@ class OnnxRuntimeRunner(DecodeRunner):
                 raise GenerationError(f"generation reached the cache length {self.capacity}")
             self.length += 1
             self.step_ids[:, 0] = tokens
+            if self.TOKENS != "input_ids":
+                self.binding.bind_cpu_input(self.TOKENS, self._tokens(self.step_ids))
             self.step_positions[:] = positions
             return self._run_shared(self.length, 1)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        feeds = {"input_ids": ids, "attention_mask": self.attention_mask, "position_ids": positions}
+        feeds = {self.TOKENS: self._tokens(ids), "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, feeds, self.past)
 
 

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .manifest import CACHE_STATIC, ENCODER, REBUILD_CACHE_AT, ExportManifest, load_manifest
+from .manifest import CACHE_STATIC, ENCODER, REBUILD_CACHE_AT, VISION_ENCODER, ExportManifest, load_manifest
 from .sampling import Sampler
 
 
@@ -22,6 +22,12 @@ class DecodeRunner(ABC):
     """One runtime's view of an exported generation model."""
 
     manifest: ExportManifest
+    # The step graph's token input: input_ids, or a vision-language model's inputs_embeds, which
+    # `_tokens` makes from the ids (hfexport.vlm).
+    TOKENS = "input_ids"
+
+    def _tokens(self, ids: np.ndarray) -> np.ndarray:
+        return ids
 
     @abstractmethod
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
@@ -120,6 +126,10 @@ def open_runner(directory: str | Path, **options) -> DecodeRunner:
     manifest = load_manifest(directory)
     if not manifest.generation:
         raise GenerationError(f"{directory}: not exported with --for-generation")
+    if manifest.has_component(VISION_ENCODER):
+        from .vlm import open_vision_language_runner
+
+        return open_vision_language_runner(manifest, **options)
     if manifest.has_component(ENCODER):
         target = _SEQ2SEQ_RUNNERS.get(manifest.format)
         if target is None:

@@ -112,15 +112,19 @@ class TextCodec:
         except jinja2.TemplateError as e:
             raise TextError(f"chat template: {e}") from None
 
-    def encode_prompt(self, prompt: str, chat: bool = False, system: str | None = None) -> list[int]:
+    def encode_prompt(self, prompt: str, chat: bool = False, system: str | None = None,
+                      images: int = 0) -> list[int]:
         """A prompt's ids: as tokenizer(prompt), or (chat) as apply_chat_template(messages,
-        add_generation_prompt=True), whose rendered text already holds the special tokens."""
+        add_generation_prompt=True), whose rendered text already holds the special tokens. With
+        `images`, the user message's content is that many {"type": "image"} entries before the text,
+        as a vision-language processor's chat template takes them."""
         if not chat:
             if system is not None:
                 raise TextError("--system needs --chat")
             return self.encode(prompt)
         messages = ([{"role": "system", "content": system}] if system is not None else [])
-        messages.append({"role": "user", "content": prompt})
+        content = [{"type": "image"}] * images + [{"type": "text", "text": prompt}] if images else prompt
+        messages.append({"role": "user", "content": content})
         return self.encode(self.render_chat(messages), add_special_tokens=False)
 
 

@@ -23,11 +23,21 @@ _DEFAULTS = {"do_resize": True, "resample": 2, "do_center_crop": False, "do_resc
              "image_std": [0.5, 0.5, 0.5], "do_convert_rgb": True}
 
 
+def _stored_settings(directory: Path) -> tuple[Path, dict[str, Any]]:
+    """The image processor's settings: preprocessor_config.json, or the `image_processor` entry of a
+    multimodal processor's processor_config.json (as transformers 5 saves LlavaProcessor)."""
+    path = directory / "preprocessor_config.json"
+    if path.is_file():
+        return path, json.loads(path.read_text())
+    path = directory / "processor_config.json"
+    if path.is_file() and isinstance(json.loads(path.read_text()).get("image_processor"), dict):
+        return path, json.loads(path.read_text())["image_processor"]
+    raise ImageError(f"{directory}: no preprocessor_config.json (export a checkpoint that has its image processor's)")
+
+
 def processor_config(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / "preprocessor_config.json"
-    if not path.is_file():
-        raise ImageError(f"{directory}: no preprocessor_config.json (export a checkpoint that has its image processor's)")
-    config = {**_DEFAULTS, **{k: v for k, v in json.loads(path.read_text()).items() if v is not None}}
+    path, stored = _stored_settings(Path(directory))
+    config = {**_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
     known = ("ViTImageProcessor", "CLIPImageProcessor", "SiglipImageProcessor", "BitImageProcessor")
     kind = config.get("image_processor_type", "")
     if kind.removesuffix("Fast").removesuffix("Pil") not in known:

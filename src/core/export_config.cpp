@@ -170,10 +170,14 @@ void ExportConfig::validate(const FieldSpelling& spell) const {
   if (!inputs.empty()) {
     const std::set<std::string> unique(inputs.begin(), inputs.end());
     if (unique.size() != inputs.size()) fail(spell("inputs"), ": an input is named twice");
-    const bool cache_position_form = g.static_cache() && unique == std::set<std::string>{"input_ids", "cache_position"};
+    // The step ExecuTorch's LLM runners call: tokens (a vision-language model's text decoder: their
+    // embeddings) and their cache slots.
+    const bool cache_position_form =
+        g.static_cache() && (unique == std::set<std::string>{"input_ids", "cache_position"} ||
+                             unique == std::set<std::string>{"inputs_embeds", "cache_position"});
     if (g.enabled && !cache_position_form)
-      fail(spell("inputs"), " applies only to the plain forward, or is input_ids,cache_position with a static cache "
-           "(generation components take every input)");
+      fail(spell("inputs"), " applies only to the plain forward, or is input_ids,cache_position (inputs_embeds,"
+           "cache_position for a vision-language model) with a static cache (generation components take every input)");
   }
   if (!task.empty()) {
     const auto t = task_named(task);

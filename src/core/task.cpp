@@ -8,7 +8,7 @@
 namespace hfx {
 namespace {
 
-constexpr std::array<std::pair<Task, std::string_view>, 11> kNames = {{
+constexpr std::array<std::pair<Task, std::string_view>, 12> kNames = {{
     {Task::TextGeneration, "text-generation"},
     {Task::FeatureExtraction, "feature-extraction"},
     {Task::TextClassification, "text-classification"},
@@ -20,6 +20,7 @@ constexpr std::array<std::pair<Task, std::string_view>, 11> kNames = {{
     {Task::Text2TextGeneration, "text2text-generation"},
     {Task::ImageClassification, "image-classification"},
     {Task::ZeroShotImageClassification, "zero-shot-image-classification"},
+    {Task::ImageTextToText, "image-text-to-text"},
 }};
 
 // transformers' class-name suffixes, longest first where one ends another ("Model").
@@ -57,7 +58,8 @@ std::string task_names() {
 }
 
 bool is_generation_task(Task task) {
-  return task == Task::TextGeneration || task == Task::SpeechRecognition || task == Task::Text2TextGeneration;
+  return task == Task::TextGeneration || task == Task::SpeechRecognition || task == Task::Text2TextGeneration ||
+         task == Task::ImageTextToText;
 }
 
 std::optional<Task> task_of_architecture(std::string_view architecture) {

@@ -22,6 +22,7 @@ enum class Task {
   Text2TextGeneration,  // an encoder-decoder's text in, text out (T5, BART)
   ImageClassification,  // logits per image (ViT)
   ZeroShotImageClassification,  // image-text similarity logits and both embeddings (CLIP)
+  ImageTextToText,  // a vision-language model: images and text in, text out (LLaVA)
 };
 
 std::string_view task_name(Task task);

@@ -34,7 +34,8 @@ constexpr const char* kCompanionFiles[] = {
     "special_tokens_map.json", "tokenizer.model",    "vocab.json",     "merges.txt",
     "added_tokens.json",   "chat_template.jinja",    "chat_template.json",
     "sentence_bert_config.json",  // sentence-transformers' max_seq_length and do_lower_case
-    "preprocessor_config.json"};  // a feature extractor's settings (Whisper's log-mel)
+    "preprocessor_config.json",  // a feature extractor's or image processor's settings
+    "processor_config.json"};    // a multimodal processor's (LLaVA's image token and patch size)
 
 json shape_json(const Shape& shape) {
   json out = json::array();
@@ -207,6 +208,19 @@ void run_export(const Checkpoint& ckpt, const fs::path& out_dir, const ExportCon
 
 namespace {
 
+// transformers 5 saves a multimodal processor's image processor inside processor_config.json;
+// the runtimes' pipelines (OpenVINO GenAI's VLMPipeline, onnxruntime-genai) and 4.x read it from
+// preprocessor_config.json, which the export then writes from that entry.
+void write_image_processor_file(const Checkpoint& ckpt, const fs::path& out) {
+  const fs::path processor = ckpt.dir() / "processor_config.json";
+  if (ckpt.dir().empty() || fs::exists(ckpt.dir() / "preprocessor_config.json") || !fs::is_regular_file(processor)) return;
+  const json settings = read_json_value(processor);
+  if (!settings.is_object() || !settings.contains("image_processor") || !settings.at("image_processor").is_object()) return;
+  std::ofstream file(out / "preprocessor_config.json");
+  file << settings.at("image_processor").dump(2) << "\n";
+  if (!file) fail((out / "preprocessor_config.json").string(), ": cannot write");
+}
+
 void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const ExportConfig& config, const ExportRun& run) {
   const std::string model_type = ckpt.config().string("model_type", "");
   if (model_type.empty()) fail(ckpt.config().where(), ": required key 'model_type' is missing");
@@ -234,6 +248,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
                      // What was asked for: `hfexport export --config` of this object redoes the export.
                      {key::kExportConfig, config.to_json()}};
     if (!model.sentence_pooling.is_null()) manifest["sentence_pooling"] = model.sentence_pooling;
+    if (!model.image_tokens.is_null()) manifest["image_tokens"] = model.image_tokens;
     json components = json::object();
     json dims = json::object();
     json cache_pairs = json::array();
@@ -265,8 +280,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
         components[name][key::kQuantizedLinears] = {{"quantized", report.quantization.quantized},
                                                       {"kept_float", report.quantization.kept_float},
                                                       {"embeddings", report.quantization.embeddings}};
-      // The step a decode loop repeats (an encoder-decoder's decoder) carries the loop's cache.
-      if (c.role == Role::Decode || c.role == Role::Decoder) {
+      if (is_loop_step(c.role)) {
         shares_buffer = w.cache_shares_buffer;
         keys_by_slot = w.cache_keys_rotated_by_slot;
         for (const StatePair& state : c.graph->state_pairs) {
@@ -300,6 +314,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
         fail((out.path() / name).string(), ": cannot copy ", src.string(), ": ", ec.message());
     }
     write_sentence_transformers_files(ckpt, out.path());
+    write_image_processor_file(ckpt, out.path());
     out.commit();
   } catch (const Error& e) {
     throw Error(out.as_target(e.what()));

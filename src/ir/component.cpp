@@ -43,4 +43,6 @@ std::vector<Role> all_roles() {
 
 bool is_main_role(Role role) { return role == Role::Forward || role == Role::Decode; }
 
+bool is_loop_step(Role role) { return role == Role::Decode || role == Role::Decoder || role == Role::TextDecoder; }
+
 }  // namespace hfx

@@ -29,5 +29,8 @@ std::vector<Role> all_roles();
 // The graph a runtime runs as "the model": the plain forward, or the decode step that serves every
 // call of a decode loop (ExecuTorch's `forward`, OpenVINO's openvino_model.xml, the .pt2 `model`).
 bool is_main_role(Role role);
+// The graph a decode loop repeats, which carries the loop's cache: the decode step, an
+// encoder-decoder's decoder, a vision-language model's text decoder.
+bool is_loop_step(Role role);
 
 }  // namespace hfx

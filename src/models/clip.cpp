@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "models/blocks.h"
+#include "models/clip.h"
 #include "models/decoder.h"
 #include "models/encoder.h"
 #include "models/model_builder.h"
@@ -42,7 +43,7 @@ struct TextConfig : TowerConfig {
   int64_t vocab = 0, positions = 0, eos = 2, projection = 0;  // projection: SigLIP's head width
 };
 
-enum class Family { Clip, Siglip };
+using Family = VisionFamily;
 
 // The family's defaults where the configs leave keys out, and its model types.
 struct FamilyInfo {
@@ -133,8 +134,9 @@ Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConf
   return b.reshape(o, {batch, Dim(h)});
 }
 
-// pixel_values [batch, channels, image, image] -> the vision tower's states and its pooled output.
-Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels, Family family) {
+// The patch and position embeddings (CLIP: with the class token, through pre_layrnorm): the
+// states the first layer takes.
+Value* vision_embeddings(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels, Family family) {
   Builder& b = m.b();
   const bool clip = family == Family::Clip;
   const int64_t grid = v.image / v.patch, patches = grid * grid;
@@ -150,9 +152,14 @@ Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v,
   }
   b.set_scope(e + "position_embedding");
   x = b.add(x, m.weight(e + "position_embedding.weight", {patches + (clip ? 1 : 0), v.hidden}));
-  if (clip) x = encoder_layer_norm(m, p + "pre_layrnorm", x, v.eps);
-  x = tower_layers(m, p, v, x, nullptr);
-  if (!clip) {
+  return clip ? encoder_layer_norm(m, p + "pre_layrnorm", x, v.eps) : x;
+}
+
+// pixel_values [batch, channels, image, image] -> the vision tower's states and its pooled output.
+Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels, Family family) {
+  Builder& b = m.b();
+  Value* x = tower_layers(m, p, v, vision_embeddings(m, p, v, pixels, family), nullptr);
+  if (family == Family::Siglip) {
     x = encoder_layer_norm(m, p + "post_layernorm", x, v.eps);
     return {x, m.has(p + "head.probe") ? attention_pooling(m, p + "head.", v, x) : nullptr};
   }
@@ -343,6 +350,33 @@ ExportModel build_siglip_text(const Checkpoint& ckpt, const ExportConfig& config
 }
 
 }  // namespace
+
+VisionTowerConfig parse_vision_tower(const JsonConfig& c) {
+  const std::string type = c.string("model_type", "clip_vision_model");
+  if (type != "clip_vision_model" && type != "siglip_vision_model")
+    c.invalid("model_type", "'" + type + "' is not a supported vision tower (clip_vision_model, siglip_vision_model)");
+  const FamilyInfo f = info(type == "clip_vision_model" ? Family::Clip : Family::Siglip);
+  const VisionConfig v = parse_vision(c, f);
+  return {f.family, v.hidden, v.layers, v.heads, v.ffn,
+          v.eps, v.activation, v.image, v.patch, v.channels};
+}
+
+Value* vision_pixels(ModelBuilder& m, const VisionTowerConfig& t, const char* batch_dim, int64_t max_batch) {
+  m.b().set_scope("inputs");
+  return m.b().input("pixel_values", m.config().dtype,
+                     {m.dim(batch_dim, 1, max_batch), Dim(t.channels), Dim(t.image), Dim(t.image)});
+}
+
+std::vector<Value*> vision_hidden_states(ModelBuilder& m, const std::string& p, const VisionTowerConfig& t,
+                                         Value* pixels, int64_t layers) {
+  VisionConfig v;
+  static_cast<TowerConfig&>(v) = {t.hidden, t.layers, t.heads, t.ffn, t.eps, t.activation};
+  v.image = t.image, v.patch = t.patch, v.channels = t.channels;
+  std::vector<Value*> states{vision_embeddings(m, p, v, pixels, t.family)};
+  for (int64_t i = 0; i < layers; ++i)
+    states.push_back(clip_layer(m, p + "encoder.layers." + std::to_string(i) + ".", v, states.back(), nullptr));
+  return states;
+}
 
 HFX_REGISTER_ARCH("clip", build_clip)
 HFX_REGISTER_ARCH("clip_vision_model", build_clip_vision)

@@ -1,6 +1,7 @@
 #include "models/decoder.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "io/manifest.h"
@@ -76,7 +77,32 @@ std::vector<std::pair<Role, DecoderVariant>> components_for(const GenerationConf
   return {{Role::Prefill, prefill}, {Role::Decode, {CacheKind::Dynamic, true, true}}};
 }
 
+// Tensors that belong to the other parts of a checkpoint the decoder is one part of.
+void tolerate_other_parts(ModelBuilder& m, const Checkpoint& ckpt, const DecoderConfig& cfg) {
+  for (const TensorView* t : ckpt.tensors())
+    if (!t->name.starts_with(cfg.prefix) && !t->name.starts_with(cfg.head + ".")) m.tolerate(t->name);
+}
+
+// The decoders other models embed, by model_type. Function-local: registrations run in other
+// files' static initialisers.
+std::map<std::string, DecoderFactory>& decoder_factories() {
+  static std::map<std::string, DecoderFactory> registry;
+  return registry;
+}
+
 }  // namespace
+
+bool register_decoder(const std::string& model_type, DecoderFactory factory) {
+  HFX_CHECK(decoder_factories().emplace(model_type, factory).second, "decoder '", model_type, "' registered twice");
+  return true;
+}
+
+std::unique_ptr<Decoder> make_decoder(const std::string& model_type, const std::string& where) {
+  if (const auto it = decoder_factories().find(model_type); it != decoder_factories().end()) return it->second();
+  std::string list;
+  for (const auto& [type, factory] : decoder_factories()) list += (list.empty() ? "" : ", ") + type;
+  fail(where, ": model_type '", model_type, "' is not a supported language model (supported: ", list, ")");
+}
 
 std::vector<std::string> architectures(const JsonConfig& c) {
   std::vector<std::string> out;
@@ -179,7 +205,7 @@ Value* Decoder::attention(DecoderGraph& g, int64_t i, const std::string& prefix,
   const auto layer = static_cast<size_t>(i);
   const int table = cfg.layer_rope[layer];
   const auto [cos, sin] = table < 0 ? std::pair<Value*, Value*>{nullptr, nullptr} : g.rope_tables[static_cast<size_t>(table)];
-  DecoderIO& io = g.io;
+  DecoderIO& io = *g.io;
   const AttentionContext ctx{cos, sin, io.mask(cfg.layer_mask(i)),
                              [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }, !cfg.bidirectional};
   if (cfg.layer_attention_scale.empty()) return attention_block(g.m, prefix, cfg.attention, x, ctx);
@@ -206,7 +232,7 @@ Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {
   Builder& b = g.b();
   const DecoderNames& names = defaults_.names;
   const std::string p = layer_prefix(g, i);
-  g.io.mask(g.cfg.layer_mask(i));  // built (once) ahead of the layer: a stable node order
+  g.io->mask(g.cfg.layer_mask(i));  // built (once) ahead of the layer: a stable node order
   auto normed = [&](const char* name, Value* v) { return *name ? norm(g, p + name, v) : v; };
   // One residual branch: its block between the optional pre- and post-norms.
   auto branch = [&](const char* pre, const char* post, Value* in, auto&& block) {
@@ -230,8 +256,8 @@ Value* Decoder::final_norm(DecoderGraph& g, Value* x) const {
 
 Value* Decoder::head(DecoderGraph& g, Value* x) const {
   Builder& b = g.b();
-  const std::string head = std::string(defaults_.names.head) + ".weight";
-  b.set_scope(defaults_.names.head);
+  const std::string head = g.cfg.head + ".weight";
+  b.set_scope(g.cfg.head);
   if (g.cfg.tied) g.m.tolerate(head);  // some tied checkpoints still carry the copy
   const std::string name = g.cfg.tied ? g.cfg.prefix + defaults_.names.embed + ".weight" : head;
   Value* logits = b.linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
@@ -247,16 +273,16 @@ Value* Decoder::head(DecoderGraph& g, Value* x) const {
 // states themselves (the base model; a causal LM checkpoint's head weights go unused).
 void Decoder::finish_task(DecoderGraph& g, Task task, const SentencePooling* pooling, Value* hidden) const {
   switch (task) {
-    case Task::TextGeneration: return g.io.finish(g.b().cast(head(g, hidden), DType::F32));
+    case Task::TextGeneration: return g.io->finish(g.b().cast(head(g, hidden), DType::F32));
     case Task::FeatureExtraction:
-      g.m.tolerate(std::string(defaults_.names.head) + ".weight");
+      g.m.tolerate(g.cfg.head + ".weight");
       g.b().output(hidden, "last_hidden_state");
       return;
     case Task::SentenceSimilarity:  // Qwen3-Embedding: the last token's hidden state, normalised
-      g.m.tolerate(std::string(defaults_.names.head) + ".weight");
+      g.m.tolerate(g.cfg.head + ".weight");
       g.b().output(hidden, "last_hidden_state");
       g.b().set_scope("pooling");
-      g.b().output(sentence_embedding(g.b(), *pooling, hidden, g.io.attention_mask()), "sentence_embedding");
+      g.b().output(sentence_embedding(g.b(), *pooling, hidden, g.io->attention_mask()), "sentence_embedding");
       return;
     default: fail("internal error: decoder task ", task_name(task), " was not refused");
   }
@@ -276,7 +302,7 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   DecoderIO io(m, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, config.dtype},
                {cfg.hidden, config.dtype});
   b.set_scope("model.rotary_emb");
-  DecoderGraph g{m, io, cfg, {}};
+  DecoderGraph g{m, &io, cfg, {}};
   for (const RopeConfig& rope : cfg.ropes) g.rope_tables.push_back(rope_cos_sin(b, rope, io.position_ids()));
 
   // Given inputs_embeds, the embedding table is read only by a tied head.
@@ -288,6 +314,7 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);
   x = final_norm(g, x);
   finish_task(g, variant.task, variant.pooling, x);
+  if (cfg.part_of_checkpoint) tolerate_other_parts(m, ckpt, cfg);
   dims.insert(m.dim_names().begin(), m.dim_names().end());
   return m.finish();
 }
@@ -296,6 +323,7 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   DecoderConfig cfg = parse(ckpt.config());
   // A checkpoint saved without the base model's prefix (the Hub's gpt2: "wte.weight", "h.0...").
   cfg.prefix = defaults_.names.model;
+  cfg.head = defaults_.names.head;
   const std::string embed = std::string(defaults_.names.embed) + ".weight";
   if (!cfg.prefix.empty() && !ckpt.find(cfg.prefix + embed) && ckpt.find(embed)) cfg.prefix.clear();
   ExportModel out{cfg.model_type, cfg.architectures, {}, {}};
@@ -327,6 +355,41 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
     c.graph->num_layers = cfg.layers;
   }
   return out;
+}
+
+DecoderConfig Decoder::parse_part(const JsonConfig& text_config, std::string prefix, std::string head) const {
+  DecoderConfig cfg = parse(text_config);
+  cfg.prefix = std::move(prefix);
+  cfg.head = std::move(head);
+  cfg.part_of_checkpoint = true;
+  return cfg;
+}
+
+std::unique_ptr<Graph> Decoder::token_embedding_graph(const Checkpoint& ckpt, const ExportConfig& config,
+                                                      const DecoderConfig& cfg, std::set<std::string>& dims) const {
+  ModelBuilder m(ckpt, config);
+  Builder& b = m.b();
+  b.set_scope("inputs");
+  // As many tokens as the text decoder takes in one call.
+  const int64_t longest = config.generation.static_cache() ? config.generation.max_cache_len : cfg.max_positions;
+  Value* ids = b.input("input_ids", DType::I64, {m.dim("batch", 1, 4096), m.dim("sequence", 1, longest)});
+  DecoderGraph g{m, nullptr, cfg, {}};
+  b.output(embed_tokens(g, ids), "inputs_embeds");
+  for (const TensorView* t : ckpt.tensors())
+    if (t->name != cfg.prefix + defaults_.names.embed + ".weight") m.tolerate(t->name);
+  dims.insert(m.dim_names().begin(), m.dim_names().end());
+  return m.finish();
+}
+
+std::unique_ptr<Graph> Decoder::text_decoder_graph(const Checkpoint& ckpt, const ExportConfig& config,
+                                                   const DecoderConfig& cfg, std::set<std::string>& dims) const {
+  const GenerationConfig& gen = config.generation;
+  DecoderVariant variant;
+  if (gen.static_cache()) variant = {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len};
+  else if (gen.enabled) variant = {CacheKind::Dynamic, true, false};
+  variant.last_logits = gen.enabled && gen.last_logits_only;
+  variant.inputs_embeds = true;
+  return build_graph(ckpt, config, cfg, variant, dims);
 }
 
 }  // namespace hfx

@@ -93,6 +93,10 @@ struct DecoderConfig {
   std::string model_type;
   std::vector<std::string> architectures;
   std::string prefix;  // the checkpoint's base-model prefix ("model.", or "" when saved without it)
+  std::string head;    // the LM head's module ("lm_head"; a vision-language model's may differ)
+  // The decoder is one part of a larger checkpoint (a vision-language model's language model): its
+  // graphs tolerate the tensors outside `prefix` and the head, which the other parts declare.
+  bool part_of_checkpoint = false;
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, max_positions = 0;
   NormKind norm = NormKind::RMS;
   double norm_eps = 1e-6;
@@ -135,7 +139,7 @@ std::optional<std::vector<bool>> sliding_layers(const JsonConfig& config, int64_
 // What the hooks see while one component's graph is built.
 struct DecoderGraph {
   ModelBuilder& m;
-  DecoderIO& io;
+  DecoderIO* io;  // null in a graph of the embeddings alone
   const DecoderConfig& cfg;
   // RoPE tables for the positions of this call ([batch, query, rotary_dim]), one per cfg.ropes.
   std::vector<std::pair<Value*, Value*>> rope_tables;
@@ -170,6 +174,17 @@ class Decoder {
   // The components the config's generation section asks for, each built by the hooks above.
   ExportModel build(const Checkpoint& ckpt, const ExportConfig& config) const;
 
+  // The decoder as a vision-language model's language model: `text_config` parsed, its modules
+  // under `prefix` and its head at `head` (the checkpoint layout the model saves).
+  DecoderConfig parse_part(const JsonConfig& text_config, std::string prefix, std::string head) const;
+  // token ids [batch, sequence] -> inputs_embeds, as the embedding module computes them.
+  std::unique_ptr<Graph> token_embedding_graph(const Checkpoint& ckpt, const ExportConfig& config,
+                                               const DecoderConfig& cfg, std::set<std::string>& dims) const;
+  // inputs_embeds -> logits, with the cache the config's generation section asks for (one graph
+  // that serves the prompt and each step; none without generation).
+  std::unique_ptr<Graph> text_decoder_graph(const Checkpoint& ckpt, const ExportConfig& config,
+                                            const DecoderConfig& cfg, std::set<std::string>& dims) const;
+
  protected:
   // Layer i's HF weight prefix, e.g. "model.layers.{i}.".
   std::string layer_prefix(const DecoderGraph& g, int64_t i) const {
@@ -184,10 +199,21 @@ class Decoder {
                                      const DecoderVariant& variant, std::set<std::string>& dims) const;
 };
 
-// Registers `model_type` as built by a DecoderClass (Decoder or a subclass) with `defaults`.
-#define HFX_REGISTER_DECODER(model_type, DecoderClass, defaults)                                       \
-  HFX_REGISTER_ARCH(model_type, [](const ::hfx::Checkpoint& ckpt, const ::hfx::ExportConfig& config) { \
-    return DecoderClass(defaults).build(ckpt, config);                                                     \
-  })
+// The decoders by model_type, for models that embed one (a vision-language model's text_config).
+using DecoderFactory = std::unique_ptr<Decoder> (*)();
+bool register_decoder(const std::string& model_type, DecoderFactory factory);
+// Throws Error (naming `where` and the decoder types there are) when `model_type` is not one.
+std::unique_ptr<Decoder> make_decoder(const std::string& model_type, const std::string& where);
+
+// Registers `model_type` as built by a DecoderClass (Decoder or a subclass) with `defaults`, as an
+// architecture of its own and as a decoder other models can embed.
+#define HFX_REGISTER_DECODER(model_type, DecoderClass, defaults)                                                 \
+  HFX_REGISTER_ARCH(model_type, [](const ::hfx::Checkpoint& ckpt, const ::hfx::ExportConfig& config) {           \
+    return DecoderClass(defaults).build(ckpt, config);                                                               \
+  })                                                                                                                 \
+  namespace {                                                                                                        \
+  const bool HFX_CONCAT(hfx_registered_decoder_, __LINE__) = ::hfx::register_decoder(                                 \
+      model_type, []() -> std::unique_ptr<::hfx::Decoder> { return std::make_unique<DecoderClass>(defaults); });      \
+  }
 
 }  // namespace hfx

@@ -37,16 +37,18 @@ struct TakenInputs {
   bool inputs_embeds = false, attention_mask = true, position_ids = true, cache_position = false;
 };
 
-TakenInputs taken_inputs(const std::vector<std::string>& names, CacheKind cache) {
-  if (names.empty()) return {};
+TakenInputs taken_inputs(const std::vector<std::string>& names, CacheKind cache, bool embeds_only) {
+  if (names.empty()) return {embeds_only};
   for (const std::string& name : names)
     if (std::none_of(std::begin(kDeclaredInputs), std::end(kDeclaredInputs),
                      [&](const DeclaredInput& d) { return name == d.name; }))
       fail("inputs: '", name, "' is not an input of this model (it takes ", declared_names(), ")");
   auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  if (embeds_only && !has("inputs_embeds"))
+    fail("inputs: must include inputs_embeds (the language model takes the token embeddings with the image features merged in)");
   if (has("input_ids") == has("inputs_embeds")) fail("inputs: must include input_ids or inputs_embeds (one of them)");
   const TakenInputs taken{has("inputs_embeds"), has("attention_mask"), has("position_ids"), has("cache_position")};
-  if (taken.inputs_embeds && cache != CacheKind::None)
+  if (taken.inputs_embeds && cache != CacheKind::None && !embeds_only)
     fail("inputs: inputs_embeds is the plain forward's (a decode loop feeds token ids)");
   if (taken.cache_position && cache != CacheKind::Static)
     fail("inputs: cache_position is the static cache's input (--static-cache)");
@@ -64,7 +66,7 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   const int64_t max_len = fixed ? v.max_cache_len : max_positions;
   batch_ = fixed ? Dim(v.batch) : m.dim("batch", 1, kMaxBatch);
   if (!v.single_token) query_ = m.dim("sequence", 1, max_len);
-  const TakenInputs taken = taken_inputs(m.config().inputs, v.cache);
+  const TakenInputs taken = taken_inputs(m.config().inputs, v.cache, v.inputs_embeds);
   if (taken.inputs_embeds) inputs_embeds_ = b.input("inputs_embeds", hidden.dtype, {batch_, query_, Dim(hidden.size)});
   else input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
   if (taken.cache_position) {

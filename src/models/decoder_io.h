@@ -33,6 +33,9 @@ struct DecoderVariant {
   bool positions_from_past = false;
   // Dynamic cache: false takes no attention_mask (every token is real; the cache's length is the past).
   bool attention_mask = true;
+  // Takes inputs_embeds instead of input_ids whatever the configured inputs (a vision-language
+  // model's language model: the caller merges image features into the embeddings).
+  bool inputs_embeds = false;
 };
 
 // Which keys a query sees besides the padding: none later than itself (causal), optionally only

@@ -86,7 +86,7 @@ class Gpt2Decoder : public Decoder {
     tokens = Decoder::embed(g, tokens);
     const std::string wpe = g.cfg.prefix + "wpe";
     b.set_scope(wpe);
-    Value* positions = b.embedding(g.m.weight(wpe + ".weight", {g.cfg.max_positions, g.cfg.hidden}), g.io.position_ids());
+    Value* positions = b.embedding(g.m.weight(wpe + ".weight", {g.cfg.max_positions, g.cfg.hidden}), g.io->position_ids());
     return b.add(tokens, positions);
   }
 

@@ -35,6 +35,9 @@ struct ExportModel {
   // What a sentence-transformers checkpoint's Pooling / Normalize modules do (export.json's
   // `sentence_pooling`), for pipelines that pool a feature-extraction export themselves.
   nlohmann::json sentence_pooling;
+  // What a vision-language model's runner needs to merge images into the prompt (export.json's
+  // `image_tokens`: image_token_id, the features per image).
+  nlohmann::json image_tokens;
 };
 
 // Builds the components `config` asks for. The config is the one the graphs are built for, as the

@@ -97,7 +97,7 @@ class ExecutorchWriter final : public ExportWriter {
     const std::string method = executorch_method(role);
     EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_, hfexport_kernels_);
     lowering.lower_graph();
-    if (main_method) record_metadata(graph);
+    if (main_method || role == Role::TextDecoder) record_metadata(graph);  // what the LLM runners read
     record_bounds(graph);
     // A static cache lives in the method (mutable buffers), which the caller passes neither in nor
     // out; or it is the caller's, bound in place (one buffer per pair). A dynamic cache goes in as
@@ -234,12 +234,14 @@ class ExecutorchWriter final : public ExportWriter {
   static uint64_t align(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
   // The longest query and sequence any method takes (a dynamic cache's decode takes one token,
-  // its prefill the prompt): the LLM runner's get_max_seq_len and get_max_context_len.
+  // its prefill the prompt; a text decoder its embeddings): the LLM runner's get_max_seq_len and
+  // get_max_context_len.
   void record_bounds(const Graph& graph) {
     for (const Value* v : graph.inputs) {
-      if (v->rank() != 2 || (v->name != "input_ids" && v->name != "attention_mask")) continue;
+      const bool tokens = (v->rank() == 2 && v->name == "input_ids") || (v->rank() == 3 && v->name == "inputs_embeds");
+      if (!tokens && (v->rank() != 2 || v->name != "attention_mask")) continue;
       const Dim& d = v->shape[1];
-      int64_t& bound = v->name == "input_ids" ? max_query_ : max_context_;
+      int64_t& bound = tokens ? max_query_ : max_context_;
       bound = std::max(bound, d.is_static() ? d.value() : d.symbol()->max);
     }
   }
