@@ -188,7 +188,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         positions = left_padded_positions(attention_mask)
         self.attention_mask = attention_mask.astype(np.int64)
         self.next_position = positions[:, -1] + 1
-        feeds = {self.TOKENS: self._tokens(input_ids.astype(np.int64)), "attention_mask": self.attention_mask,
+        feeds = {**self._token_inputs(input_ids.astype(np.int64)), "attention_mask": self.attention_mask,
                  "position_ids": positions.astype(np.int64)}
         if PREFILL in self.components:
             return self._call(PREFILL, feeds)
@@ -205,7 +205,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         positions = self.next_position[:, None].astype(np.int64)
         self.next_position = self.next_position + 1
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        return self._call(self.STEP, {self.TOKENS: self._tokens(ids), "attention_mask": self.attention_mask,
+        return self._call(self.STEP, {**self._token_inputs(ids), "attention_mask": self.attention_mask,
                                       "position_ids": positions, **self.past})
 
 
@@ -276,15 +276,15 @@ class ExecutorchStaticRunner(DecodeRunner):
     def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         import torch
 
-        ids = self._tokens(ids)
+        tokens = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self._token_inputs(ids).items()}
         if self.cache_position_form:
-            feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(np.ascontiguousarray(positions[0]))]
+            feeds = [tokens[self.TOKENS], torch.from_numpy(np.ascontiguousarray(positions[0]))]
         else:
             mask = static_cache_mask(positions, self.max_cache_len)
-            feeds = [torch.from_numpy(np.ascontiguousarray(ids)), torch.from_numpy(mask),
-                     torch.from_numpy(np.ascontiguousarray(positions)), *self.caches]
-            if self.fixed:  # by name: the encoder's state among the method's inputs
-                named = {**dict(zip([self.TOKENS, "attention_mask", "position_ids"], feeds[:3])),
+            feeds = [tokens[self.TOKENS], torch.from_numpy(mask), torch.from_numpy(np.ascontiguousarray(positions)),
+                     *self.caches]
+            if self.fixed or len(tokens) > 1:  # by name: an encoder's state, token types among the inputs
+                named = {**dict(zip(["attention_mask", "position_ids"], feeds[1:3])), **tokens,
                          **dict(zip(self.cache_names, self.caches)), **self.fixed}
                 feeds = [named[n] for n in self.input_names]
         outputs = execute_without_clones(self.method, feeds)

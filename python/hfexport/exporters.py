@@ -506,7 +506,8 @@ class ExportedModel(Mapping):
                  top_p: float | None = None, seed: int | None = None, generation_config=None,
                  chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None,
                  input_features=None, language: str | None = None, task: str | None = None,
-                 return_timestamps: bool = False, return_segments: bool = False, pixel_values=None, **kwargs):
+                 return_timestamps: bool = False, return_segments: bool = False, pixel_values=None, images=None,
+                 **kwargs):
         """Like model.generate: prompt ids [batch, seq] (left-padded, with attention_mask) in,
         prompt + new ids out (rows that finished padded with pad_token_id). A string (or a list of
         strings) is tokenized with the export's tokenizer (`chat=True`: through its chat template,
@@ -517,12 +518,16 @@ class ExportedModel(Mapping):
         `attention_mask` [batch, frames] for rows of different lengths) and returns the new ids, or
         with `return_segments` {"sequences", "segments"}, as WhisperForConditionalGeneration.generate does.
         A vision-language export (LLaVA) takes `pixel_values` [images, channels, height, width] for
-        the prompt's image tokens (what its processor returns: `generate(**processor(...))`)."""
+        the prompt's image tokens (what its processor returns: `generate(**processor(...))`), or
+        `images` (files or Pillow images) with a prompt string, which is then formatted as the
+        model's processor does (its image placeholders expanded; with chat, image entries)."""
         from .runner import generate as run_loop
         from .sampling import Sampler
         from .text import TextStream
 
-        unknown = [k for k in kwargs if k not in ("pad_token_id", "eos_token_id", "use_cache", "return_dict_in_generate")]
+        # token_type_ids (a vision-language processor's): the image tokens follow from the ids.
+        unknown = [k for k in kwargs if k not in ("pad_token_id", "eos_token_id", "use_cache", "return_dict_in_generate",
+                                                  "token_type_ids")]
         if unknown:
             raise TypeError(f"generate() got unsupported arguments {unknown}")
         if input_features is not None or self.manifest.get("task") == "automatic-speech-recognition":
@@ -534,7 +539,17 @@ class ExportedModel(Mapping):
         prompts = input_ids
         text_in = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and len(prompts) > 0
                                                and all(isinstance(t, str) for t in prompts))
-        if text_in:
+        if images is not None:
+            if not (text_in and isinstance(prompts, str)):
+                raise ValueError("generate(images=...) takes one prompt string (or pass the processor's inputs)")
+            from .vision import pixel_values as preprocess
+            from .vlm import encode_image_prompt
+
+            images = list(images) if isinstance(images, (list, tuple)) else [images]
+            row = encode_image_prompt(load_manifest(self.directory), self.codec, prompts, len(images), chat, system)
+            input_ids, attention_mask = np.array([row], np.int64), None
+            pixel_values = preprocess(self.directory, images)
+        elif text_in:
             input_ids, attention_mask = self._encode_texts(prompts, chat, system)
         elif input_ids is None:
             raise ValueError("generate() needs input_ids or a prompt string")

@@ -2,9 +2,10 @@
 export; prints the new token ids, space-separated, on one line. With `--prompt TEXT` (and
 `--chat`, `--system TEXT`) the prompt is tokenized with the export's own tokenizer (through its
 chat template with --chat) and the new text is streamed as it is generated, up to eos. A
-vision-language export (LLaVA) takes `--image FILE` (repeatable): each image's placeholder token in
-the prompt stands for its features (placeholders are added before the text where the prompt has
-fewer than images; with --chat, as {"type": "image"} entries of the message). The C++
+vision-language export (LLaVA, Gemma 3) takes `--image FILE` (repeatable): each image's placeholder
+in the prompt (<image>, <start_of_image>) is expanded as the model's processor does (placeholders are
+added before the text where the prompt has fewer than images; with --chat, as {"type": "image"}
+entries of the message); with --input-ids, each image token id stands for one image. The C++
 `hfexport` program hands this subcommand to `python -m hfexport.generate` (text mode always)."""
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def expand_image_tokens(runner, ids: np.ndarray, images: int) -> np.ndarray:
-    """Each image placeholder token -> as many image tokens as an image has features (what the
-    processor does to the prompt text); the placeholders must match the images."""
+    """--input-ids: each image token id -> as many image tokens as an image has features; the
+    image tokens must match the images."""
     if not hasattr(runner, "image_token_id"):
         return ids
     spec = runner.manifest.data.get("image_tokens", {})
@@ -152,13 +153,13 @@ def generate_text(runner, args, sampler: Sampler, clock: StepClock) -> int:
     from .text import TextCodec, TextStream
 
     codec = TextCodec(args.out_dir)
-    prompt = args.prompt
-    if args.image and not args.chat:
-        token = codec.token(runner.image_token_id)
-        prompt = token * max(len(args.image) - prompt.count(token), 0) + prompt
-    ids = np.array([codec.encode_prompt(prompt, chat=args.chat, system=args.system, images=len(args.image))],
-                   dtype=np.int64)
-    ids = expand_image_tokens(runner, ids, len(args.image))
+    if hasattr(runner, "set_images"):  # a vision-language export: the processor's prompt format
+        from .vlm import encode_image_prompt
+
+        row = encode_image_prompt(runner.manifest, codec, args.prompt, len(args.image), args.chat, args.system)
+    else:
+        row = codec.encode_prompt(args.prompt, chat=args.chat, system=args.system)
+    ids = np.array([row], dtype=np.int64)
     if ids.shape[1] == 0:
         raise GenerationError("--prompt: the text tokenizes to no tokens")
     stream = TextStream(codec)

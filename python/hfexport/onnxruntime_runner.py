@@ -232,13 +232,14 @@ class OnnxRuntimeRunner(DecodeRunner):
         batch, length = input_ids.shape
         capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
         if self.prefill_session is not None:
-            feeds = {self.TOKENS: self._tokens(input_ids), "attention_mask": attention_mask, "position_ids": positions}
+            feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask, "position_ids": positions}
             logits = self._run_dynamic(self.prefill_session, feeds, None)
             self._allocate_shared(batch, capacity, attention_mask, self.past)
             self.past = None
         else:  # the prompt through the decode graph
             self._allocate_shared(batch, capacity, attention_mask, None)
-            self.binding.bind_cpu_input(self.TOKENS, self._tokens(input_ids))
+            for name, value in self._token_inputs(input_ids).items():
+                self.binding.bind_cpu_input(name, value)
             if "position_ids" in self.decode_input_names:
                 self.binding.bind_cpu_input("position_ids", positions)
             logits = self._run_shared(length, length)
@@ -272,7 +273,8 @@ class OnnxRuntimeRunner(DecodeRunner):
             self.binding.bind_ortvalue_output(out, self.buffers[name])
 
     def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
-        self.binding.bind_cpu_input(self.TOKENS, np.ascontiguousarray(self._tokens(input_ids)))
+        for name, value in self._token_inputs(input_ids).items():
+            self.binding.bind_cpu_input(name, np.ascontiguousarray(value))
         if "cache_position" in self.decode_input_names:  # the graph builds mask and positions
             check_cache_position_call(positions, real)
             self.binding.bind_cpu_input("cache_position", np.ascontiguousarray(positions[0]))
@@ -297,7 +299,7 @@ class OnnxRuntimeRunner(DecodeRunner):
             return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
         if self.shared:
             return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
-        feeds = {self.TOKENS: self._tokens(input_ids), "attention_mask": attention_mask, "position_ids": positions}
+        feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask, "position_ids": positions}
         if self.prefill_session is not None:
             return self._run_dynamic(self.prefill_session, feeds, None)
         return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
@@ -316,11 +318,12 @@ class OnnxRuntimeRunner(DecodeRunner):
             self.length += 1
             self.step_ids[:, 0] = tokens
             if self.TOKENS != "input_ids":
-                self.binding.bind_cpu_input(self.TOKENS, self._tokens(self.step_ids))
+                for name, value in self._token_inputs(self.step_ids).items():
+                    self.binding.bind_cpu_input(name, value)
             self.step_positions[:] = positions
             return self._run_shared(self.length, 1)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        feeds = {self.TOKENS: self._tokens(ids), "attention_mask": self.attention_mask, "position_ids": positions}
+        feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, feeds, self.past)
 
 

@@ -23,11 +23,11 @@ class DecodeRunner(ABC):
 
     manifest: ExportManifest
     # The step graph's token input: input_ids, or a vision-language model's inputs_embeds, which
-    # `_tokens` makes from the ids (hfexport.vlm).
+    # `_token_inputs` makes from the ids (with the token types where the graph takes them: hfexport.vlm).
     TOKENS = "input_ids"
 
-    def _tokens(self, ids: np.ndarray) -> np.ndarray:
-        return ids
+    def _token_inputs(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        return {"input_ids": ids}
 
     @abstractmethod
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:

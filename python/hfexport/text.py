@@ -112,20 +112,25 @@ class TextCodec:
         except jinja2.TemplateError as e:
             raise TextError(f"chat template: {e}") from None
 
-    def encode_prompt(self, prompt: str, chat: bool = False, system: str | None = None,
-                      images: int = 0) -> list[int]:
+    def encode_prompt(self, prompt: str, chat: bool = False, system: str | None = None) -> list[int]:
         """A prompt's ids: as tokenizer(prompt), or (chat) as apply_chat_template(messages,
-        add_generation_prompt=True), whose rendered text already holds the special tokens. With
-        `images`, the user message's content is that many {"type": "image"} entries before the text,
-        as a vision-language processor's chat template takes them."""
+        add_generation_prompt=True), whose rendered text already holds the special tokens."""
+        text, special_tokens = self.prompt_text(prompt, chat, system)
+        return self.encode(text, add_special_tokens=special_tokens)
+
+    def prompt_text(self, prompt: str, chat: bool = False, system: str | None = None,
+                    images: int = 0) -> tuple[str, bool]:
+        """The text encode_prompt tokenizes, and whether the tokenizer adds its special tokens. With
+        `images` (chat), the user message's content is that many {"type": "image"} entries before
+        the text, as a vision-language processor's chat template takes them."""
         if not chat:
             if system is not None:
                 raise TextError("--system needs --chat")
-            return self.encode(prompt)
+            return prompt, True
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         content = [{"type": "image"}] * images + [{"type": "text", "text": prompt}] if images else prompt
         messages.append({"role": "user", "content": content})
-        return self.encode(self.render_chat(messages), add_special_tokens=False)
+        return self.render_chat(messages), False
 
 
 class TextStream:

@@ -216,9 +216,9 @@ class TorchProgramRunner(DecodeRunner):
     def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
         if "cache_position" in self.decode_input_names:  # the program builds mask and positions
             check_cache_position_call(positions, real)
-            feeds = {self.TOKENS: self._tokens(input_ids), "cache_position": positions[0], **self.buffers}
+            feeds = {**self._token_inputs(input_ids), "cache_position": positions[0], **self.buffers}
         else:
-            feeds = {self.TOKENS: self._tokens(input_ids), "attention_mask": static_cache_mask(positions, self.cache_len, real),
+            feeds = {**self._token_inputs(input_ids), "attention_mask": static_cache_mask(positions, self.cache_len, real),
                      "position_ids": positions, **self.buffers, **self.fixed}
         if self.interface:  # the program's own pytree over the same tensors (a StaticCache)
             torch = self.torch
@@ -253,7 +253,7 @@ class TorchProgramRunner(DecodeRunner):
                 if i["name"].startswith("cumulative_length_"):
                     self.buffers[i["name"]] = self.torch.zeros((), dtype=self.torch.int64)
             return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
-        feeds = {self.TOKENS: self._tokens(input_ids), "attention_mask": attention_mask, "position_ids": positions}
+        feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask, "position_ids": positions}
         if self.prefill_module is not None:
             return self._run_dynamic(self.prefill_module, self.prefill_outputs, feeds, {})
         empty = {name: self._cache_tensor(name, batch, 0) for name, _ in self.pairs}
@@ -268,7 +268,7 @@ class TorchProgramRunner(DecodeRunner):
                 raise GenerationError(f"generation reached the cache length {self.cache_len}")
             return self._run_static(ids, positions, np.ones_like(ids))
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        feeds = {self.TOKENS: self._tokens(ids), "attention_mask": self.attention_mask, "position_ids": positions}
+        feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask, "position_ids": positions}
         return self._run_dynamic(self.decode, self.decode_outputs, feeds, self.past)
 
 

@@ -38,10 +38,13 @@ def _stored_settings(directory: Path) -> tuple[Path, dict[str, Any]]:
 def processor_config(directory: str | Path) -> dict[str, Any]:
     path, stored = _stored_settings(Path(directory))
     config = {**_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
-    known = ("ViTImageProcessor", "CLIPImageProcessor", "SiglipImageProcessor", "BitImageProcessor")
+    known = ("ViTImageProcessor", "CLIPImageProcessor", "SiglipImageProcessor", "BitImageProcessor",
+             "Gemma3ImageProcessor")
     kind = config.get("image_processor_type", "")
     if kind.removesuffix("Fast").removesuffix("Pil") not in known:
         raise ImageError(f"{path}: image_processor_type {kind!r} is not supported (supported: {', '.join(known)})")
+    if config.get("do_pan_and_scan"):
+        raise ImageError(f"{path}: do_pan_and_scan (Gemma 3's crops) is not supported yet")
     return config
 
 

@@ -136,6 +136,7 @@ Value* Builder::binary(OpKind op, Value* a, Value* b) { return emit(op, {a, b});
 Value* Builder::compare(OpKind op, Value* a, Value* b) { return emit(op, {a, b}); }
 Value* Builder::logical_and(Value* a, Value* b) { return emit(OpKind::And, {a, b}); }
 Value* Builder::logical_not(Value* x) { return emit(OpKind::Not, {x}); }
+Value* Builder::logical_or(Value* a, Value* b) { return logical_not(logical_and(logical_not(a), logical_not(b))); }
 Value* Builder::unary(OpKind op, Value* x) { return emit(op, {x}); }
 Value* Builder::matmul(Value* a, Value* b) { return emit(OpKind::MatMul, {a, b}); }
 

@@ -48,6 +48,8 @@ class Builder {
   Value* compare(OpKind op, Value* a, Value* b);  // Equal, Less, LessOrEqual, Greater -> bool
   Value* logical_and(Value* a, Value* b);
   Value* logical_not(Value* x);
+  // a or b, as not(not a and not b): the IR has no Or op, so no backend needs one.
+  Value* logical_or(Value* a, Value* b);
   Value* unary(OpKind op, Value* x);
   Value* matmul(Value* a, Value* b);
   Value* softmax(Value* x, int64_t axis);

@@ -351,8 +351,8 @@ ExportModel build_siglip_text(const Checkpoint& ckpt, const ExportConfig& config
 
 }  // namespace
 
-VisionTowerConfig parse_vision_tower(const JsonConfig& c) {
-  const std::string type = c.string("model_type", "clip_vision_model");
+VisionTowerConfig parse_vision_tower(const JsonConfig& c, const std::string& default_type) {
+  const std::string type = c.string("model_type", default_type);
   if (type != "clip_vision_model" && type != "siglip_vision_model")
     c.invalid("model_type", "'" + type + "' is not a supported vision tower (clip_vision_model, siglip_vision_model)");
   const FamilyInfo f = info(type == "clip_vision_model" ? Family::Clip : Family::Siglip);
@@ -376,6 +376,10 @@ std::vector<Value*> vision_hidden_states(ModelBuilder& m, const std::string& p, 
   for (int64_t i = 0; i < layers; ++i)
     states.push_back(clip_layer(m, p + "encoder.layers." + std::to_string(i) + ".", v, states.back(), nullptr));
   return states;
+}
+
+Value* vision_last_hidden_state(ModelBuilder& m, const std::string& p, const VisionTowerConfig& v, Value* last) {
+  return v.family == VisionFamily::Siglip ? encoder_layer_norm(m, p + "post_layernorm", last, v.eps) : last;
 }
 
 HFX_REGISTER_ARCH("clip", build_clip)

@@ -21,8 +21,8 @@ struct VisionTowerConfig {
 };
 
 // A vision_config whose model_type is clip_vision_model or siglip_vision_model (the family's
-// defaults for omitted keys); other types are refused naming the key.
-VisionTowerConfig parse_vision_tower(const JsonConfig& vision_config);
+// defaults for omitted keys; `default_type` when it names none); other types are refused naming the key.
+VisionTowerConfig parse_vision_tower(const JsonConfig& vision_config, const std::string& default_type);
 // pixel_values [batch_dim, channels, image, image] of the graph dtype.
 Value* vision_pixels(ModelBuilder& m, const VisionTowerConfig& v, const char* batch_dim, int64_t max_batch);
 // hidden_states[0..layers] as transformers numbers them with output_hidden_states (0: the states
@@ -30,5 +30,9 @@ Value* vision_pixels(ModelBuilder& m, const VisionTowerConfig& v, const char* ba
 // the first `layers` layers are built.
 std::vector<Value*> vision_hidden_states(ModelBuilder& m, const std::string& prefix, const VisionTowerConfig& v,
                                          Value* pixels, int64_t layers);
+
+// The tower's last_hidden_state from its last hidden state: SigLIP's post_layernorm over every
+// position (CLIP normalises only the pooled [CLS]: its last_hidden_state is the last state).
+Value* vision_last_hidden_state(ModelBuilder& m, const std::string& prefix, const VisionTowerConfig& v, Value* last);
 
 }  // namespace hfx

@@ -207,7 +207,8 @@ Value* Decoder::attention(DecoderGraph& g, int64_t i, const std::string& prefix,
   const auto [cos, sin] = table < 0 ? std::pair<Value*, Value*>{nullptr, nullptr} : g.rope_tables[static_cast<size_t>(table)];
   DecoderIO& io = *g.io;
   const AttentionContext ctx{cos, sin, io.mask(cfg.layer_mask(i)),
-                             [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); }, !cfg.bidirectional};
+                             [&io, i](Value* k, Value* v) { return io.update_cache(i, k, v); },
+                             !cfg.bidirectional && !io.has_image_blocks()};
   if (cfg.layer_attention_scale.empty()) return attention_block(g.m, prefix, cfg.attention, x, ctx);
   AttentionSpec spec = cfg.attention;
   spec.scale = cfg.layer_attention_scale[layer];
@@ -382,13 +383,15 @@ std::unique_ptr<Graph> Decoder::token_embedding_graph(const Checkpoint& ckpt, co
 }
 
 std::unique_ptr<Graph> Decoder::text_decoder_graph(const Checkpoint& ckpt, const ExportConfig& config,
-                                                   const DecoderConfig& cfg, std::set<std::string>& dims) const {
+                                                   const DecoderConfig& cfg, std::set<std::string>& dims,
+                                                   bool image_blocks) const {
   const GenerationConfig& gen = config.generation;
   DecoderVariant variant;
   if (gen.static_cache()) variant = {CacheKind::Static, true, false, gen.batch_size, gen.max_cache_len};
   else if (gen.enabled) variant = {CacheKind::Dynamic, true, false};
   variant.last_logits = gen.enabled && gen.last_logits_only;
   variant.inputs_embeds = true;
+  variant.image_blocks = image_blocks;
   return build_graph(ckpt, config, cfg, variant, dims);
 }
 

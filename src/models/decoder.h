@@ -182,8 +182,10 @@ class Decoder {
                                                const DecoderConfig& cfg, std::set<std::string>& dims) const;
   // inputs_embeds -> logits, with the cache the config's generation section asks for (one graph
   // that serves the prompt and each step; none without generation).
+  // `image_blocks`: it takes token_type_ids and lets each image's tokens attend both ways (Gemma 3).
   std::unique_ptr<Graph> text_decoder_graph(const Checkpoint& ckpt, const ExportConfig& config,
-                                            const DecoderConfig& cfg, std::set<std::string>& dims) const;
+                                            const DecoderConfig& cfg, std::set<std::string>& dims,
+                                            bool image_blocks = false) const;
 
  protected:
   // Layer i's HF weight prefix, e.g. "model.layers.{i}.".

@@ -95,6 +95,7 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   } else {
     attention_mask_ = b.input("attention_mask", DType::I64, {batch_, query_});
   }
+  if (v.image_blocks) token_type_ids_ = b.input("token_type_ids", DType::I64, {batch_, query_});
   const bool derive_positions = v.cache == CacheKind::None && !taken.position_ids;
   if (v.positions_from_past && v.cache == CacheKind::Dynamic) position_ids_ = positions_after_past();
   else position_ids_ = derive_positions ? arange_positions() : b.input("position_ids", DType::I64, {batch_, query_});
@@ -181,6 +182,12 @@ Value* DecoderIO::computed_mask(const MaskPattern& pattern) {
                           b_.compare(OpKind::Less, cols, b_.add(rows, reach)));
   } else {
     keep = b_.compare(OpKind::LessOrEqual, cols, rows);
+    if (token_type_ids_) {
+      keep = b_.logical_or(b_.unsqueeze(keep, {0, 1}), image_block_mask(b_.expand(b_.reshape(rows, {Dim(int64_t{1}), query_}),
+                                                                                  tokens_shape(), {batch_, query_}), cols));
+      if (window) keep = b_.logical_and(keep, b_.unsqueeze(b_.compare(OpKind::Greater, cols, b_.sub(rows, b_.const_i64({*window}))), {0, 1}));
+      return attention_mask_ ? b_.logical_and(keep, b_.unsqueeze(b_.compare(OpKind::Greater, attention_mask_, zero), {1, 2})) : keep;
+    }
     if (window) keep = b_.logical_and(keep, b_.compare(OpKind::Greater, cols, b_.sub(rows, b_.const_i64({*window}))));
   }
   if (!attention_mask_) return b_.unsqueeze(keep, {0, 1});
@@ -191,12 +198,35 @@ Value* DecoderIO::computed_mask(const MaskPattern& pattern) {
 // The caller's mask says which slots each query sees; a sliding layer also drops slots more than
 // `window` positions behind the query (slots are positions in the static cache).
 Value* DecoderIO::static_mask(std::optional<int64_t> window) {
-  if (!window) return attention_mask_;
+  if (!window && !token_type_ids_) return attention_mask_;
   Value* slots_count = b_.gather(b_.shape_of(attention_mask_), b_.const_i64({3}), 0);
-  Value* slots = b_.unsqueeze(b_.range(b_.const_i64({0}), slots_count, b_.const_i64({1}), *total_), {0, 1, 2});
+  Value* slot_range = b_.range(b_.const_i64({0}), slots_count, b_.const_i64({1}), *total_);
+  Value* mask = attention_mask_;
+  if (token_type_ids_) mask = b_.logical_or(mask, image_block_mask(position_ids_, b_.unsqueeze(slot_range, {0})));
+  if (!window) return mask;
+  Value* slots = b_.unsqueeze(slot_range, {0, 1, 2});
   Value* query_pos = b_.unsqueeze(position_ids_, {1, 3});
   Value* in_window = b_.compare(OpKind::Greater, slots, b_.sub(query_pos, b_.const_i64({*window})));
-  return b_.logical_and(attention_mask_, in_window);
+  return b_.logical_and(mask, in_window);
+}
+
+// [batch, 1, query, keys]: query i sees key column c when the token at c is one of this call's
+// image tokens in i's run of image tokens (i an image token too). `key_positions` [batch, query]
+// is the column each query's own token occupies, `key_columns` [1, keys] every column. Image
+// tokens with the same count of text tokens before them form one run (one image), as
+// transformers' block ids do.
+Value* DecoderIO::image_block_mask(Value* key_positions, Value* key_columns) {
+  if (image_blocks_) return image_blocks_;
+  Value* one = b_.const_i64({1});
+  Value* image = b_.compare(OpKind::Equal, token_type_ids_, one);
+  Value* text_before = b_.cumsum(b_.sub(one, b_.cast(image, DType::I64)), 1);
+  Value* block = b_.where(image, text_before, b_.const_i64({-1}));  // [batch, query]
+  Value* same = b_.logical_and(b_.compare(OpKind::Equal, b_.unsqueeze(block, {2}), b_.unsqueeze(block, {1})),
+                               b_.unsqueeze(image, {2}));
+  Value* at_column = b_.compare(OpKind::Equal, b_.unsqueeze(key_positions, {2}), b_.unsqueeze(key_columns, {0}));
+  Value* reach = b_.matmul(b_.cast(same, DType::F32), b_.cast(at_column, DType::F32));  // [batch, query, keys]
+  image_blocks_ = b_.unsqueeze(b_.compare(OpKind::Greater, reach, b_.scalar(0.0, DType::F32)), {1});
+  return image_blocks_;
 }
 
 // Declares the layer's cache as graph state and updates it with this call's rows; a backend's

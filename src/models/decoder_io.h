@@ -36,6 +36,9 @@ struct DecoderVariant {
   // Takes inputs_embeds instead of input_ids whatever the configured inputs (a vision-language
   // model's language model: the caller merges image features into the embeddings).
   bool inputs_embeds = false;
+  // Takes token_type_ids [batch, query] (1: an image token) and lets the image tokens of one image
+  // (a run of them) attend to each other both ways, besides the pattern (Gemma 3's image blocks).
+  bool image_blocks = false;
 };
 
 // Which keys a query sees besides the padding: none later than itself (causal), optionally only
@@ -70,6 +73,9 @@ class DecoderIO {
   // The caller's [batch, total] int64 mask (dynamic cache or none; null when not taken).
   Value* attention_mask() const { return variant_.cache == CacheKind::Static ? nullptr : attention_mask_; }
   Value* position_ids() const { return position_ids_; }
+  // Image tokens also attend to later ones of their image: the masks are not causal-only (a fused
+  // kernel that applies the causal rule itself must not run them).
+  bool has_image_blocks() const { return token_type_ids_ != nullptr; }
   // [batch, 1, query, keys] bool, true = attend: the pattern over cache slots, and padding. Built
   // once per pattern.
   Value* mask(const MaskPattern& pattern);
@@ -86,6 +92,9 @@ class DecoderIO {
  private:
   Value* computed_mask(const MaskPattern& pattern);
   Value* static_mask(std::optional<int64_t> window);
+  Value* image_block_mask(Value* key_positions, Value* key_columns);
+  Value* token_type_ids_ = nullptr;  // image_blocks only
+  Value* image_blocks_ = nullptr;    // [batch, 1, query, keys] bool, built once
   Value* update_one(const std::string& name, Value* fresh);
   Value* arange_positions();
   Value* positions_after_past();

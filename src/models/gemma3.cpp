@@ -3,8 +3,19 @@
 // layers use rope_local_base_freq with the default type, full layers rope_theta with its scaling.
 // Sliding layers come from layer_types, else every layer but each sliding_window_pattern-th.
 // use_bidirectional_attention (EmbeddingGemma) makes every mask bidirectional: a forward only.
+// Gemma 3 (gemma3, Gemma3ForConditionalGeneration): a SigLIP tower's last_hidden_state, average-
+// pooled on the patch grid to mm_tokens_per_image tokens, RMSNorm (1 + w), times
+// mm_input_projection_weight; the gemma3_text language model over inputs_embeds, where each image's
+// tokens also attend to each other both ways (token_type_ids), as a vision-language model's three
+// components (vision_language.h).
+#include <cmath>
+
 #include "core/error.h"
+#include "models/clip.h"
+#include "models/encoder.h"
 #include "models/gemma.h"
+#include "models/seq2seq.h"
+#include "models/vision_language.h"
 
 namespace hfx {
 namespace {
@@ -62,8 +73,62 @@ class Gemma3TextDecoder : public Decoder {
   }
 };
 
+constexpr int64_t kMaxImages = 64;
+
+// [images, grid * grid, hidden] -> [images, (grid / k)^2, hidden]: the mean of each k x k block of
+// patches (AvgPool2d with kernel and stride k), blocks in row-major order.
+Value* average_pooled(Builder& b, Value* x, int64_t grid, int64_t k, int64_t hidden) {
+  const Dim images = x->shape[0], side(grid / k), kd(k), h(hidden);
+  x = b.reshape(x, {images, side, kd, side, kd, h});
+  x = b.reduce(OpKind::ReduceMean, x, {2, 4}, false);
+  return b.reshape(x, {images, Dim((grid / k) * (grid / k)), h});
+}
+
+std::unique_ptr<Graph> gemma3_vision_encoder(const Checkpoint& ckpt, const ExportConfig& config,
+                                             const VisionTowerConfig& v, const VisionLanguageLayout& at,
+                                             int64_t tokens, int64_t text_hidden, std::set<std::string>& dims) {
+  ModelBuilder m(ckpt, config);
+  Builder& b = m.b();
+  Value* pixels = vision_pixels(m, v, "images", kMaxImages);
+  Value* x = vision_hidden_states(m, at.vision_tower, v, pixels, v.layers).back();
+  x = vision_last_hidden_state(m, at.vision_tower, v, x);
+  const std::string p = at.projector;
+  b.set_scope(p + "avg_pool");
+  const int64_t grid = v.image / v.patch, side = static_cast<int64_t>(std::sqrt(static_cast<double>(tokens)));
+  x = average_pooled(b, x, grid, grid / side, v.hidden);
+  b.set_scope(p + "mm_soft_emb_norm");
+  x = b.rms_norm(x, m.plus(m.weight(p + "mm_soft_emb_norm.weight", {v.hidden}), 1.0), v.eps);
+  b.set_scope(p + "mm_input_projection");
+  b.output(b.matmul(x, m.weight(p + "mm_input_projection_weight", {v.hidden, text_hidden})), "image_features");
+  tolerate_outside_vision(m, ckpt, at, v.layers, {"head."});
+  return finish_component(m, "BaseModelOutputWithPooling", v.layers, dims);
+}
+
+ExportModel build_gemma3(const Checkpoint& ckpt, const ExportConfig& config) {
+  const JsonConfig& c = ckpt.config();
+  const auto vision_config = c.object("vision_config");
+  if (!vision_config) c.invalid("vision_config", "gemma3 needs the vision tower's vision_config");
+  const VisionTowerConfig v = parse_vision_tower(*vision_config, "siglip_vision_model");
+  const int64_t tokens = c.positive("mm_tokens_per_image", 256), grid = v.image / v.patch;
+  const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(tokens))));
+  if (side * side != tokens || grid % side != 0)
+    c.invalid("mm_tokens_per_image", str("must be a square whose side divides the ", grid, "-patch grid"));
+  const VisionLanguageLayout at = vision_language_layout(ckpt, "mm_input_projection_weight");
+  VisionLanguageSpec spec;
+  spec.model_type = "gemma3";
+  spec.vision_encoder = [&](int64_t text_hidden, std::set<std::string>& dims) {
+    return gemma3_vision_encoder(ckpt, config, v, at, tokens, text_hidden, dims);
+  };
+  spec.image_token_id = c.integer("image_token_index", c.integer("image_token_id", 262144));
+  spec.features_per_image = tokens;
+  spec.image_blocks = true;
+  spec.output_type = "transformers.models.gemma3.modeling_gemma3.Gemma3CausalLMOutputWithPast";
+  return build_vision_language(ckpt, config, at, spec);
+}
+
 }  // namespace
 
 HFX_REGISTER_DECODER("gemma3_text", Gemma3TextDecoder, kGemma3Text)
+HFX_REGISTER_ARCH("gemma3", build_gemma3)
 
 }  // namespace hfx

@@ -8,7 +8,7 @@
 // vision_encoder (pixel_values -> image_features [images, image_seq_length, hidden]),
 // token_embedding (input_ids -> inputs_embeds) and text_decoder (inputs_embeds -> logits, with the
 // cache the generation config asks for: one graph serves the prompt and each step).
-// Checkpoints as transformers 4.x and 5 save them (LlavaLayout).
+// Checkpoints as transformers 4.x and 5 save them (VisionLanguageLayout).
 #include <algorithm>
 
 #include "core/error.h"
@@ -19,37 +19,12 @@
 #include "models/model_builder.h"
 #include "models/registry.h"
 #include "models/seq2seq.h"
+#include "models/vision_language.h"
 
 namespace hfx {
 namespace {
 
 constexpr int64_t kMaxImages = 64;
-
-// Where a checkpoint keeps each part: transformers 5 saves the 4.x names (language_model.model.,
-// language_model.lm_head, multi_modal_projector.) with the vision tower's own 5.x names
-// (vision_tower.embeddings.), the Hub's 4.x checkpoints add vision_model., and
-// save_pretrained(save_original_format=False) writes the 5.x modules (model.language_model., lm_head).
-struct LlavaLayout {
-  std::string language_model, head, vision_tower, projector;
-};
-
-// The first of `prefixes` under which the checkpoint holds `name` (else the last one, whose missing
-// tensors the builder then reports).
-std::string prefix_holding(const Checkpoint& ckpt, const std::vector<std::string>& prefixes, const std::string& name) {
-  for (const std::string& p : prefixes)
-    if (ckpt.find(p + name)) return p;
-  return prefixes.back();
-}
-
-LlavaLayout layout_of(const Checkpoint& ckpt) {
-  LlavaLayout at;
-  at.language_model = prefix_holding(ckpt, {"language_model.model.", "model.language_model."}, "embed_tokens.weight");
-  at.head = ckpt.find("language_model.lm_head.weight") ? "language_model.lm_head" : "lm_head";
-  at.vision_tower = prefix_holding(ckpt, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.",
-                                          "model.vision_tower."}, "embeddings.patch_embedding.weight");
-  at.projector = prefix_holding(ckpt, {"multi_modal_projector.", "model.multi_modal_projector."}, "linear_1.weight");
-  return at;
-}
 
 struct LlavaConfig {
   std::vector<std::string> architectures;
@@ -77,7 +52,7 @@ std::vector<int64_t> feature_layers(const JsonConfig& c, int64_t layers) {
 LlavaConfig parse_llava(const JsonConfig& c, const JsonConfig& vision_config) {
   LlavaConfig cfg;
   cfg.architectures = architectures(c);
-  cfg.vision = parse_vision_tower(vision_config);
+  cfg.vision = parse_vision_tower(vision_config, "clip_vision_model");
   cfg.feature_layers = feature_layers(c, cfg.vision.layers);
   const std::string strategy = c.string("vision_feature_select_strategy", "default");
   if (strategy != "default" && strategy != "full")
@@ -91,7 +66,7 @@ LlavaConfig parse_llava(const JsonConfig& c, const JsonConfig& vision_config) {
 
 // pixel_values -> image_features [images, tokens, text hidden].
 std::unique_ptr<Graph> vision_encoder(const Checkpoint& ckpt, const ExportConfig& config, const LlavaConfig& cfg,
-                                      const LlavaLayout& at, int64_t text_hidden, std::set<std::string>& dims) {
+                                      const VisionLanguageLayout& at, int64_t text_hidden, std::set<std::string>& dims) {
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   Value* pixels = vision_pixels(m, cfg.vision, "images", kMaxImages);
@@ -115,44 +90,26 @@ std::unique_ptr<Graph> vision_encoder(const Checkpoint& ckpt, const ExportConfig
                m.weight_if(cfg.projector_bias, p + "linear_2.bias", {text_hidden}));
   b.output(x, "image_features");
   // The layers past the deepest feature layer, the post-norm and the language model are others'.
-  const std::string unused_layers = at.vision_tower + "encoder.layers.";
-  for (const TensorView* t : ckpt.tensors()) {
-    const std::string& name = t->name;
-    if (!name.starts_with(at.vision_tower) && !name.starts_with(p)) m.tolerate(name);
-    if (name.starts_with(at.vision_tower + "post_layernorm.") || name.starts_with(at.vision_tower + "head.") ||
-        name.ends_with("embeddings.position_ids"))
-      m.tolerate(name);
-    if (name.starts_with(unused_layers) && std::stoll(name.substr(unused_layers.size())) >= deepest) m.tolerate(name);
-  }
+  tolerate_outside_vision(m, ckpt, at, deepest, {"post_layernorm.", "head."});
   return finish_component(m, "BaseModelOutputWithPooling", deepest, dims);
 }
 
 ExportModel build_llava(const Checkpoint& ckpt, const ExportConfig& config) {
   const JsonConfig& c = ckpt.config();
-  const auto text_config = c.object("text_config");
   const auto vision_config = c.object("vision_config");
-  if (!text_config) c.invalid("text_config", "llava needs the language model's text_config");
   if (!vision_config) c.invalid("vision_config", "llava needs the vision tower's vision_config");
   const LlavaConfig cfg = parse_llava(c, *vision_config);
-  const LlavaLayout at = layout_of(ckpt);
-  const std::unique_ptr<Decoder> decoder = make_decoder(text_config->string("model_type", "llama"), text_config->where());
-  DecoderConfig text = decoder->parse_part(*text_config, at.language_model, at.head);
-  text.tied = text.tied || c.boolean("tie_word_embeddings", false);
-
-  ExportModel out{"llava", cfg.architectures, {}, {}};
-  const Task task = config.task.empty() ? Task::ImageTextToText : *task_named(config.task);
-  if (task != Task::ImageTextToText) fail("task: llava exports image-text-to-text, not ", task_name(task));
-  out.task = task;
-  const int64_t features = cfg.vision.patches() + (cfg.vision.family == VisionFamily::Clip ? 1 : 0) -
-                           (cfg.drop_first_token ? 1 : 0);
-  out.image_tokens = {{"image_token_id", c.integer("image_token_index", c.integer("image_token_id", 32000))},
-                      {"features_per_image", features}};
-  out.components.push_back({Role::VisionEncoder, vision_encoder(ckpt, config, cfg, at, text.hidden, out.dims)});
-  out.components.push_back({Role::TokenEmbedding, decoder->token_embedding_graph(ckpt, config, text, out.dims)});
-  out.components.push_back({Role::TextDecoder, decoder->text_decoder_graph(ckpt, config, text, out.dims)});
-  for (Component& component : out.components) component.graph->num_layers = text.layers;
-  out.components.back().graph->output_type = "transformers.models.llava.modeling_llava.LlavaCausalLMOutputWithPast";
-  return out;
+  const VisionLanguageLayout at = vision_language_layout(ckpt, "linear_1.weight");
+  VisionLanguageSpec spec;
+  spec.model_type = "llava";
+  spec.vision_encoder = [&](int64_t text_hidden, std::set<std::string>& dims) {
+    return vision_encoder(ckpt, config, cfg, at, text_hidden, dims);
+  };
+  spec.image_token_id = c.integer("image_token_index", c.integer("image_token_id", 32000));
+  spec.features_per_image = cfg.vision.patches() + (cfg.vision.family == VisionFamily::Clip ? 1 : 0) -
+                            (cfg.drop_first_token ? 1 : 0);
+  spec.output_type = "transformers.models.llava.modeling_llava.LlavaCausalLMOutputWithPast";
+  return build_vision_language(ckpt, config, at, spec);
 }
 
 }  // namespace

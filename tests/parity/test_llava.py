@@ -124,6 +124,19 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     support_matrix.record("llava", f"image-text-to-text components ({variant})", True, err, backend=fmt)
 
 
+def check_prefill_logits(out, model, inputs: dict) -> None:
+    """The prompt's last logits from the generation export's runner, within 1e-4 of the model's
+    (tokens alone can hide a mask that differs inside an image)."""
+    from hfexport.runner import open_runner
+
+    runner = open_runner(out)
+    runner.set_images(inputs.get("pixel_values"))
+    got = runner.prefill(inputs["input_ids"], inputs["attention_mask"], 8)
+    with torch.no_grad():
+        expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits[:, -1].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def expected_tokens(model, ids, mask, pixels, new: int) -> np.ndarray:
     images_in = {} if pixels is None else {"pixel_values": torch.from_numpy(pixels)}
     with torch.no_grad():
@@ -155,6 +168,8 @@ def test_generation_matches_transformers(tmp_path, export_model, support_matrix,
     expected = expected_tokens(model, ids, mask, pixels, 8)
     got = ExportedModel(out).generate(input_ids=ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=8)
     np.testing.assert_array_equal(np.asarray(got)[:, ids.shape[1]:], expected)
+    inputs = {"input_ids": ids, "attention_mask": mask, **({} if pixels is None else {"pixel_values": pixels})}
+    check_prefill_logits(out, model, inputs)
     support_matrix.record("llava", f"generate ({case})", True, 0.0, backend=fmt)
 
 

@@ -239,7 +239,7 @@ Lowering::Lowering(onnx::GraphProto& g, const Graph& graph, OnnxOpProfile profil
   // one way. Every family's attentions share one head size, so a refusal holds for all of them.
   bool gqa = profile_ == OnnxOpProfile::OrtGqa;
   for (const Node* n : graph.order) {
-    if (!gqa || n->op != OpKind::Attention || !gqa_candidate(*n)) continue;
+    if (!gqa || n->op != OpKind::Attention) continue;
     gqa = gqa_refusal(*n).empty();  // the ort-gqa passes recorded why not (check_gqa_preconditions)
   }
   // Decide fusions up front: nodes absorbed into a later fused op are skipped when reached.
@@ -270,6 +270,12 @@ bool gqa_candidate(const Node& attention) {
 // onnxruntime 1.32's CPU kernel (contrib_ops/cpu/bert/group_query_attention) rejects a head size
 // that is not a multiple of 8 when it runs, not when the session loads.
 std::string gqa_refusal(const Node& attention) {
+  const Node* k = attention.inputs[1]->producer;
+  const bool over_cache = k && k->op == OpKind::KVAppend;
+  if (!gqa_candidate(attention))  // fine as plain attention, unless it reads the cache GQA would own
+    return over_cache && !attention.attrs_as<AttentionAttrs>().causal
+               ? "the mask is not causal-only (image tokens attend to later ones of their image)"
+               : "";
   const int64_t head_size = attention.inputs[0]->shape[3].value();
   if (head_size % 8 != 0) return "head size " + std::to_string(head_size) + " is not a multiple of 8";
   return {};

@@ -28,6 +28,7 @@ void set_value_info(onnx::ValueInfoProto* info, const std::string& name, DType d
 bool maps_natively(const Node& n, OnnxOpProfile profile);
 // Why onnxruntime's CPU GroupQueryAttention cannot run this Attention node ("" when it can): its
 // kernel checks these only at run time, so an export that ignored them would fail in the runtime.
+// An attention GQA cannot take over a cache refuses it for the whole graph (it owns every cache).
 std::string gqa_refusal(const Node& attention);
 // Whether ort-gqa would make this Attention a GroupQueryAttention: a causal mask (GQA applies the
 // causal rule itself), and keys that a cache append produces (GQA absorbs it) or as long as the

@@ -210,7 +210,7 @@ class OnnxWriter final : public ExportWriter {
 void check_gqa_preconditions(const Graph& graph, OnnxOpProfile profile, PassReport& report) {
   if (profile != OnnxOpProfile::OrtGqa) return;
   for (const Node* n : graph.order) {
-    if (n->op != OpKind::Attention || !gqa_candidate(*n)) continue;
+    if (n->op != OpKind::Attention) continue;
     if (std::string why = gqa_refusal(*n); !why.empty()) {
       report.kernel_fallbacks.push_back({"GroupQueryAttention", why + " (onnxruntime's CPU kernel)",
                                          n->input(4) ? "the reference decomposition of attention with sinks"

@@ -1,0 +1,63 @@
+#include "models/vision_language.h"
+
+#include "core/error.h"
+
+namespace hfx {
+namespace {
+
+// The first of `prefixes` under which the checkpoint holds `name` (else the last one, whose missing
+// tensors the builder then reports).
+std::string prefix_holding(const Checkpoint& ckpt, const std::vector<std::string>& prefixes, const std::string& name) {
+  for (const std::string& p : prefixes)
+    if (ckpt.find(p + name)) return p;
+  return prefixes.back();
+}
+
+}  // namespace
+
+VisionLanguageLayout vision_language_layout(const Checkpoint& ckpt, const std::string& projector_weight) {
+  VisionLanguageLayout at;
+  at.language_model = prefix_holding(ckpt, {"language_model.model.", "model.language_model."}, "embed_tokens.weight");
+  at.head = ckpt.find("language_model.lm_head.weight") ? "language_model.lm_head" : "lm_head";
+  at.vision_tower = prefix_holding(ckpt, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.",
+                                          "model.vision_tower."}, "embeddings.patch_embedding.weight");
+  at.projector = prefix_holding(ckpt, {"multi_modal_projector.", "model.multi_modal_projector."}, projector_weight);
+  return at;
+}
+
+void tolerate_outside_vision(ModelBuilder& m, const Checkpoint& ckpt, const VisionLanguageLayout& at,
+                             int64_t first_unused_layer, const std::vector<std::string>& unused) {
+  const std::string layers = at.vision_tower + "encoder.layers.";
+  for (const TensorView* t : ckpt.tensors()) {
+    const std::string& name = t->name;
+    bool tolerated = !name.starts_with(at.vision_tower) && !name.starts_with(at.projector);
+    tolerated = tolerated || name.ends_with("embeddings.position_ids");
+    for (const std::string& module : unused) tolerated = tolerated || name.starts_with(at.vision_tower + module);
+    if (name.starts_with(layers)) tolerated = tolerated || std::stoll(name.substr(layers.size())) >= first_unused_layer;
+    if (tolerated) m.tolerate(name);
+  }
+}
+
+ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& config, const VisionLanguageLayout& at,
+                                  const VisionLanguageSpec& spec) {
+  const JsonConfig& c = ckpt.config();
+  const auto text_config = c.object("text_config");
+  if (!text_config) c.invalid("text_config", spec.model_type + " needs the language model's text_config");
+  const std::unique_ptr<Decoder> decoder = make_decoder(text_config->string("model_type", "llama"), text_config->where());
+  DecoderConfig text = decoder->parse_part(*text_config, at.language_model, at.head);
+  text.tied = text.tied || c.boolean("tie_word_embeddings", false);
+
+  ExportModel out{spec.model_type, architectures(c), {}, {}};
+  const Task task = config.task.empty() ? Task::ImageTextToText : *task_named(config.task);
+  if (task != Task::ImageTextToText) fail("task: ", spec.model_type, " exports image-text-to-text, not ", task_name(task));
+  out.task = task;
+  out.image_tokens = {{"image_token_id", spec.image_token_id}, {"features_per_image", spec.features_per_image}};
+  out.components.push_back({Role::VisionEncoder, spec.vision_encoder(text.hidden, out.dims)});
+  out.components.push_back({Role::TokenEmbedding, decoder->token_embedding_graph(ckpt, config, text, out.dims)});
+  out.components.push_back({Role::TextDecoder, decoder->text_decoder_graph(ckpt, config, text, out.dims, spec.image_blocks)});
+  for (Component& component : out.components) component.graph->num_layers = text.layers;
+  out.components.back().graph->output_type = spec.output_type;
+  return out;
+}
+
+}  // namespace hfx
