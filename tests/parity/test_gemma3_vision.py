@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_llava import check_prefill_logits, component, left_padded
+from test_llava import assert_generates_like, component, left_padded
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 BOI, EOI, IMAGE = 127, 128, 129
@@ -99,8 +99,6 @@ GENERATIONS = {
 @pytest.mark.parametrize("case", list(GENERATIONS))
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_generation_matches_transformers(tmp_path, export_model, support_matrix, fmt, case):
-    from hfexport import ExportedModel
-
     model = build(tmp_path / "model")
     image_count, rows = GENERATIONS[case]
     if fmt == "executorch" and len(rows) > 1:
@@ -111,30 +109,18 @@ def test_generation_matches_transformers(tmp_path, export_model, support_matrix,
     inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types(ids)}
     if pixels is not None:
         inputs["pixel_values"] = pixels
-    with torch.no_grad():
-        expected = model.generate(**{k: torch.from_numpy(v) for k, v in inputs.items()}, max_new_tokens=8,
-                                  do_sample=False)[:, ids.shape[1]:].numpy()
-    got = ExportedModel(out).generate(**inputs, max_new_tokens=8)
-    np.testing.assert_array_equal(np.asarray(got)[:, ids.shape[1]:], expected)
-    check_prefill_logits(out, model, inputs)
+    assert_generates_like(model, out, inputs)
     support_matrix.record("gemma3", f"generate ({case})", True, 0.0, backend=fmt)
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "executorch"])
 def test_static_cache_generation(tmp_path, export_model, fmt):
-    from hfexport import ExportedModel
-
     model = build(tmp_path / "model")
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt, "--for-generation", "--static-cache",
                        "--max-cache-len", "64")
     ids, mask = left_padded([prompt(2, [5, 6, 7])])
-    pixels = images(2)
-    with torch.no_grad():
-        expected = model.generate(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                  token_type_ids=torch.from_numpy(token_types(ids)), pixel_values=torch.from_numpy(pixels),
-                                  max_new_tokens=8, do_sample=False)[:, ids.shape[1]:].numpy()
-    got = ExportedModel(out).generate(input_ids=ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=8)
-    np.testing.assert_array_equal(np.asarray(got)[:, ids.shape[1]:], expected)
+    assert_generates_like(model, out, {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types(ids),
+                                       "pixel_values": images(2)})
 
 
 def test_refusals(tmp_path, run_hfexport):

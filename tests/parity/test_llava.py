@@ -137,12 +137,16 @@ def check_prefill_logits(out, model, inputs: dict) -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def expected_tokens(model, ids, mask, pixels, new: int) -> np.ndarray:
-    images_in = {} if pixels is None else {"pixel_values": torch.from_numpy(pixels)}
+def assert_generates_like(model, out, inputs: dict, new: int = 8) -> None:
+    """ExportedModel.generate on the processor-shaped `inputs` (numpy) gives generate's greedy
+    tokens, and the prompt's logits match."""
+    from hfexport import ExportedModel
+
     with torch.no_grad():
-        out = model.generate(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **images_in,
-                             max_new_tokens=new, do_sample=False)
-    return out[:, ids.shape[1]:].numpy()
+        expected = model.generate(**{k: torch.from_numpy(v) for k, v in inputs.items()}, max_new_tokens=new,
+                                  do_sample=False)
+    np.testing.assert_array_equal(np.asarray(ExportedModel(out).generate(**inputs, max_new_tokens=new)), expected.numpy())
+    check_prefill_logits(out, model, inputs)
 
 
 GENERATIONS = {
@@ -156,34 +160,24 @@ GENERATIONS = {
 @pytest.mark.parametrize("case", list(GENERATIONS))
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_generation_matches_transformers(tmp_path, export_model, support_matrix, fmt, case):
-    from hfexport import ExportedModel
-
     model = build(tmp_path / "model")
     image_count, rows = GENERATIONS[case]
     if fmt == "executorch" and len(rows) > 1:
         pytest.skip("covered on the other formats; the .pte's batch is exercised by its dynamic cache elsewhere")
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt, "--for-generation")
     ids, mask = left_padded([prompt(model, n, text) for n, text in rows])
-    pixels = images(image_count) if image_count else None
-    expected = expected_tokens(model, ids, mask, pixels, 8)
-    got = ExportedModel(out).generate(input_ids=ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=8)
-    np.testing.assert_array_equal(np.asarray(got)[:, ids.shape[1]:], expected)
-    inputs = {"input_ids": ids, "attention_mask": mask, **({} if pixels is None else {"pixel_values": pixels})}
-    check_prefill_logits(out, model, inputs)
+    inputs = {"input_ids": ids, "attention_mask": mask, **({"pixel_values": images(image_count)} if image_count else {})}
+    assert_generates_like(model, out, inputs)
     support_matrix.record("llava", f"generate ({case})", True, 0.0, backend=fmt)
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "executorch"])
 def test_static_cache_generation(tmp_path, export_model, fmt):
-    from hfexport import ExportedModel
-
     model = build(tmp_path / "model")
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt, "--for-generation", "--static-cache",
                        "--max-cache-len", "64")
     ids, mask = left_padded([prompt(model, 1, [5, 6, 7])])
-    pixels = images(1)
-    got = ExportedModel(out).generate(input_ids=ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=8)
-    np.testing.assert_array_equal(np.asarray(got)[:, ids.shape[1]:], expected_tokens(model, ids, mask, pixels, 8))
+    assert_generates_like(model, out, {"input_ids": ids, "attention_mask": mask, "pixel_values": images(1)})
 
 
 def rename(folder, rule):
