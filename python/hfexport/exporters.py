@@ -507,7 +507,7 @@ class ExportedModel(Mapping):
                  chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None,
                  input_features=None, language: str | None = None, task: str | None = None,
                  return_timestamps: bool = False, return_segments: bool = False, pixel_values=None, images=None,
-                 **kwargs):
+                 image_grid_thw=None, **kwargs):
         """Like model.generate: prompt ids [batch, seq] (left-padded, with attention_mask) in,
         prompt + new ids out (rows that finished padded with pad_token_id). A string (or a list of
         strings) is tokenized with the export's tokenizer (`chat=True`: through its chat template,
@@ -517,17 +517,18 @@ class ExportedModel(Mapping):
         `return_timestamps`; over 3000 frames: audio longer than 30 s, decoded sequentially, with
         `attention_mask` [batch, frames] for rows of different lengths) and returns the new ids, or
         with `return_segments` {"sequences", "segments"}, as WhisperForConditionalGeneration.generate does.
-        A vision-language export (LLaVA) takes `pixel_values` [images, channels, height, width] for
-        the prompt's image tokens (what its processor returns: `generate(**processor(...))`), or
+        A vision-language export (LLaVA, Gemma 3, Qwen2-VL) takes `pixel_values` [images, channels,
+        height, width] for the prompt's image tokens (Qwen2-VL: flattened patches with
+        `image_grid_thw`; what its processor returns: `generate(**processor(...))`), or
         `images` (files or Pillow images) with a prompt string, which is then formatted as the
         model's processor does (its image placeholders expanded; with chat, image entries)."""
         from .runner import generate as run_loop
         from .sampling import Sampler
         from .text import TextStream
 
-        # token_type_ids (a vision-language processor's): the image tokens follow from the ids.
+        # token_type_ids, mm_token_type_ids (vision-language processors'): the image tokens follow from the ids.
         unknown = [k for k in kwargs if k not in ("pad_token_id", "eos_token_id", "use_cache", "return_dict_in_generate",
-                                                  "token_type_ids")]
+                                                  "token_type_ids", "mm_token_type_ids")]
         if unknown:
             raise TypeError(f"generate() got unsupported arguments {unknown}")
         if input_features is not None or self.manifest.get("task") == "automatic-speech-recognition":
@@ -542,13 +543,15 @@ class ExportedModel(Mapping):
         if images is not None:
             if not (text_in and isinstance(prompts, str)):
                 raise ValueError("generate(images=...) takes one prompt string (or pass the processor's inputs)")
-            from .vision import pixel_values as preprocess
-            from .vlm import encode_image_prompt
+            from .vision import image_inputs
+            from .vlm import encode_image_prompt, features_per_image
 
             images = list(images) if isinstance(images, (list, tuple)) else [images]
-            row = encode_image_prompt(load_manifest(self.directory), self.codec, prompts, len(images), chat, system)
+            manifest = load_manifest(self.directory)
+            processed = image_inputs(self.directory, images)
+            row = encode_image_prompt(manifest, self.codec, prompts, features_per_image(manifest, processed), chat, system)
             input_ids, attention_mask = np.array([row], np.int64), None
-            pixel_values = preprocess(self.directory, images)
+            pixel_values, image_grid_thw = processed["pixel_values"], processed.get("image_grid_thw")
         elif text_in:
             input_ids, attention_mask = self._encode_texts(prompts, chat, system)
         elif input_ids is None:
@@ -571,7 +574,8 @@ class ExportedModel(Mapping):
                     streamer(text)
         runner = self._runner()
         if hasattr(runner, "set_images"):  # a vision-language export: the prompt's images, or none
-            runner.set_images(None if pixel_values is None else _to_numpy(pixel_values))
+            grids = None if image_grid_thw is None else _to_numpy(image_grid_thw)
+            runner.set_images(None if pixel_values is None else _to_numpy(pixel_values), grids)
         elif pixel_values is not None:
             raise ValueError("generate() got pixel_values, but this export has no vision encoder")
         new = run_loop(runner, ids, mask, max_new_tokens=settings["max_new_tokens"], sampler=sampler,

@@ -64,17 +64,21 @@ def main(argv: list[str] | None = None) -> int:
             return generate_text2text(runner, args, sampler)
         if args.image and not hasattr(runner, "set_images"):
             raise GenerationError(f"--image: {args.out_dir} has no vision encoder")
+        features: list[int] = []  # per image: the image tokens it fills
         if hasattr(runner, "set_images"):
-            from .vision import pixel_values
+            from .vision import image_inputs
+            from .vlm import features_per_image
 
-            runner.set_images(pixel_values(args.out_dir, args.image) if args.image else None)
+            images = image_inputs(args.out_dir, args.image) if args.image else {}
+            runner.set_images(images.get("pixel_values"), images.get("image_grid_thw"))
+            features = features_per_image(runner.manifest, images) if images else []
         clock = StepClock()
         if args.prompt is not None:
-            status = generate_text(runner, args, sampler, clock)
+            status = generate_text(runner, args, sampler, clock, features)
             if args.stats:
                 print(f"hfexport: {clock.summary()}", file=sys.stderr)
             return status
-        ids = expand_image_tokens(runner, parse_ids(args.input_ids), len(args.image))
+        ids = expand_image_tokens(runner, parse_ids(args.input_ids), features)
         logits = next(o for o in runner.manifest.component(runner.STEP)["outputs"] if o["name"] == "logits")
         vocab_limit = logits["shape"][-1]
         if ids.min() < 0 or ids.max() >= vocab_limit:
@@ -91,19 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def expand_image_tokens(runner, ids: np.ndarray, images: int) -> np.ndarray:
-    """--input-ids: each image token id -> as many image tokens as an image has features; the
-    image tokens must match the images."""
+def expand_image_tokens(runner, ids: np.ndarray, features: list[int]) -> np.ndarray:
+    """--input-ids: the i-th image token id -> as many image tokens as image i has features (as the
+    processor expands its placeholder); one image token per image."""
     if not hasattr(runner, "image_token_id"):
         return ids
-    spec = runner.manifest.data.get("image_tokens", {})
     row = ids[0]
-    placeholders = int((row == runner.image_token_id).sum())
-    if placeholders != images:
-        raise GenerationError(f"the prompt has {placeholders} image placeholders for {images} images")
-    per_image = int(spec.get("features_per_image", 1))
-    expanded = np.concatenate([np.full(per_image, t) if t == runner.image_token_id else [t] for t in row])
-    return expanded.astype(np.int64)[None]
+    slots = np.flatnonzero(row == runner.image_token_id)
+    if len(slots) != len(features):
+        raise GenerationError(f"the prompt has {len(slots)} image placeholders for {len(features)} images")
+    pieces = np.split(row, slots)
+    expanded = [pieces[0]] + [np.concatenate([np.full(n, runner.image_token_id), piece[1:]])
+                              for n, piece in zip(features, pieces[1:])]
+    return np.concatenate(expanded).astype(np.int64)[None]
 
 
 class StepClock:
@@ -148,7 +152,7 @@ def generate_text2text(runner, args, sampler: Sampler) -> int:
     return 0
 
 
-def generate_text(runner, args, sampler: Sampler, clock: StepClock) -> int:
+def generate_text(runner, args, sampler: Sampler, clock: StepClock, features: list[int]) -> int:
     """Streams the text of the new tokens to stdout as each becomes final; a newline at the end."""
     from .text import TextCodec, TextStream
 
@@ -156,7 +160,7 @@ def generate_text(runner, args, sampler: Sampler, clock: StepClock) -> int:
     if hasattr(runner, "set_images"):  # a vision-language export: the processor's prompt format
         from .vlm import encode_image_prompt
 
-        row = encode_image_prompt(runner.manifest, codec, args.prompt, len(args.image), args.chat, args.system)
+        row = encode_image_prompt(runner.manifest, codec, args.prompt, features, args.chat, args.system)
     else:
         row = codec.encode_prompt(args.prompt, chat=args.chat, system=args.system)
     ids = np.array([row], dtype=np.int64)

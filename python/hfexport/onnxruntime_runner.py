@@ -232,7 +232,8 @@ class OnnxRuntimeRunner(DecodeRunner):
         batch, length = input_ids.shape
         capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
         if self.prefill_session is not None:
-            feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask, "position_ids": positions}
+            feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
+                     "position_ids": self._position_ids(positions)}
             logits = self._run_dynamic(self.prefill_session, feeds, None)
             self._allocate_shared(batch, capacity, attention_mask, self.past)
             self.past = None
@@ -241,12 +242,13 @@ class OnnxRuntimeRunner(DecodeRunner):
             for name, value in self._token_inputs(input_ids).items():
                 self.binding.bind_cpu_input(name, value)
             if "position_ids" in self.decode_input_names:
-                self.binding.bind_cpu_input("position_ids", positions)
+                self.binding.bind_cpu_input("position_ids", self._position_ids(positions))
             logits = self._run_shared(length, length)
         if self.TOKENS == "input_ids":  # bound once: each step writes its tokens into step_ids
             self.binding.bind_cpu_input("input_ids", self.step_ids)
         if "position_ids" in self.decode_input_names:  # else the graph counts them
-            self.binding.bind_cpu_input("position_ids", self.step_positions)
+            if self._position_ids(self.step_positions) is self.step_positions:  # else bound per step
+                self.binding.bind_cpu_input("position_ids", self.step_positions)
         self.length = length
         return logits
 
@@ -299,7 +301,8 @@ class OnnxRuntimeRunner(DecodeRunner):
             return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
         if self.shared:
             return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
-        feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask, "position_ids": positions}
+        feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
+                     "position_ids": self._position_ids(positions)}
         if self.prefill_session is not None:
             return self._run_dynamic(self.prefill_session, feeds, None)
         return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
@@ -321,9 +324,14 @@ class OnnxRuntimeRunner(DecodeRunner):
                 for name, value in self._token_inputs(self.step_ids).items():
                     self.binding.bind_cpu_input(name, value)
             self.step_positions[:] = positions
+            if "position_ids" in self.decode_input_names:
+                feed = self._position_ids(self.step_positions)
+                if feed is not self.step_positions:
+                    self.binding.bind_cpu_input("position_ids", np.ascontiguousarray(feed))
             return self._run_shared(self.length, 1)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask, "position_ids": positions}
+        feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask,
+                 "position_ids": self._position_ids(positions)}
         return self._run_dynamic(self.decode, feeds, self.past)
 
 

@@ -29,6 +29,12 @@ class DecodeRunner(ABC):
     def _token_inputs(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         return {"input_ids": ids}
 
+    def _position_ids(self, positions: np.ndarray) -> np.ndarray:
+        """The graph's position_ids for these text positions [batch, query] (each feed calls it
+        after `_token_inputs` of the same tokens): themselves, or a multimodal RoPE's rows
+        [3, batch, query] (hfexport.vlm)."""
+        return positions
+
     @abstractmethod
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
         """Runs the (left-padded) prompt [batch, seq]; returns the last position's logits [batch, vocab].

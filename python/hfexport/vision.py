@@ -3,11 +3,13 @@ says, step for step as transformers' image processors do on their Pillow backend
 use without torchvision): convert to RGB (transparency onto white), resize (to height x width, or the shortest edge keeping
 the aspect ratio, with the configured Pillow resampling filter), center crop, rescale (in float64,
 then float32), normalize with the mean and std. ViT's, CLIP's and SigLIP's processors are such
-sequences. The result is `pixel_values` [batch, channels, height, width] float32."""
+sequences. The result is `pixel_values` [batch, channels, height, width] float32. Qwen2-VL's processor
+resizes each image to its own size (smart_resize) and returns flattened patches with image_grid_thw."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +23,16 @@ class ImageError(ValueError):
 _DEFAULTS = {"do_resize": True, "resample": 2, "do_center_crop": False, "do_rescale": True,
              "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.5, 0.5],
              "image_std": [0.5, 0.5, 0.5], "do_convert_rgb": True}
+
+
+QWEN2_VL = "Qwen2VLImageProcessor"  # Qwen2-VL's and Qwen2.5-VL's
+_CLIP_MEAN, _CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+_QWEN2_VL_DEFAULTS = {**_DEFAULTS, "resample": 3, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD, "patch_size": 14,
+                      "temporal_patch_size": 2, "merge_size": 2}
+
+
+def _kind(config: dict[str, Any]) -> str:
+    return config.get("image_processor_type", "").removesuffix("Fast").removesuffix("Pil")
 
 
 def _stored_settings(directory: Path) -> tuple[Path, dict[str, Any]]:
@@ -39,10 +51,12 @@ def processor_config(directory: str | Path) -> dict[str, Any]:
     path, stored = _stored_settings(Path(directory))
     config = {**_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
     known = ("ViTImageProcessor", "CLIPImageProcessor", "SiglipImageProcessor", "BitImageProcessor",
-             "Gemma3ImageProcessor")
+             "Gemma3ImageProcessor", QWEN2_VL)
     kind = config.get("image_processor_type", "")
-    if kind.removesuffix("Fast").removesuffix("Pil") not in known:
+    if _kind(config) not in known:
         raise ImageError(f"{path}: image_processor_type {kind!r} is not supported (supported: {', '.join(known)})")
+    if _kind(config) == QWEN2_VL:  # its class's defaults for the keys a config omits
+        config = {**_QWEN2_VL_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
     if config.get("do_pan_and_scan"):
         raise ImageError(f"{path}: do_pan_and_scan (Gemma 3's crops) is not supported yet")
     return config
@@ -107,6 +121,10 @@ def preprocess(image, config: dict[str, Any]) -> np.ndarray:
         if top < 0 or left < 0:
             raise ImageError(f"an image of {pixels.shape[1]}x{pixels.shape[2]} is smaller than the crop {crop}")
         pixels = pixels[:, top:top + crop["height"], left:left + crop["width"]]
+    return _rescaled_normalized(pixels, config)
+
+
+def _rescaled_normalized(pixels: np.ndarray, config: dict[str, Any]) -> np.ndarray:
     pixels = (pixels.astype(np.float64) * config["rescale_factor"] if config["do_rescale"] else pixels).astype(np.float32)
     if config["do_normalize"]:
         mean = np.array(config["image_mean"], np.float32).reshape(-1, 1, 1)
@@ -115,9 +133,70 @@ def preprocess(image, config: dict[str, Any]) -> np.ndarray:
     return pixels
 
 
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Qwen2-VL's target size: both sides multiples of `factor` (patch x merge), the area within
+    [min_pixels, max_pixels], the aspect ratio kept as closely as that allows."""
+    if max(height, width) / min(height, width) > 200:
+        raise ImageError(f"an image of {height}x{width}: Qwen2-VL's processor takes aspect ratios below 200")
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _pixel_bounds(config: dict[str, Any]) -> tuple[int, int]:
+    """min_pixels / max_pixels: the 4.x keys, else size's shortest_edge / longest_edge (5.x)."""
+    size = config.get("size") if isinstance(config.get("size"), dict) else {}
+    low = config.get("min_pixels") or size.get("shortest_edge") or size.get("min_pixels") or 56 * 56
+    high = config.get("max_pixels") or size.get("longest_edge") or size.get("max_pixels") or 28 * 28 * 1280
+    return int(low), int(high)
+
+
+def qwen2_vl_patches(image, config: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
+    """One Pillow image -> its flattened patches [grid_h * grid_w, channels * temporal * patch^2]
+    (each merge x merge block of patches consecutive, the frame repeated over the temporal patch)
+    and its grid [1, grid_h, grid_w], as Qwen2VLImageProcessor makes them."""
+    from PIL import Image
+
+    patch, merge, temporal = int(config["patch_size"]), int(config["merge_size"]), int(config["temporal_patch_size"])
+    if config["do_convert_rgb"]:
+        image = _rgb(image)
+    height, width = image.height, image.width
+    if config["do_resize"]:
+        height, width = smart_resize(height, width, patch * merge, *_pixel_bounds(config))
+        image = image.resize((width, height), resample=Image.Resampling(int(config["resample"])))
+    pixels = np.array(image)
+    pixels = _rescaled_normalized(pixels[None] if pixels.ndim == 2 else np.moveaxis(pixels, -1, 0), config)
+    channels, grid_h, grid_w = pixels.shape[0], height // patch, width // patch
+    if height % (patch * merge) or width % (patch * merge):
+        raise ImageError(f"an image of {height}x{width} does not divide into {patch * merge}-pixel blocks (do_resize is off)")
+    blocks = pixels.reshape(channels, grid_h // merge, merge, patch, grid_w // merge, merge, patch)
+    blocks = blocks.transpose(1, 4, 2, 5, 0, 3, 6)[:, :, :, :, :, None]
+    blocks = np.broadcast_to(blocks, (*blocks.shape[:5], temporal, patch, patch))
+    return np.ascontiguousarray(blocks.reshape(grid_h * grid_w, -1), dtype=np.float32), [1, grid_h, grid_w]
+
+
+def image_inputs(directory: str | Path, images: Sequence) -> dict[str, np.ndarray]:
+    """What the model's processor gives the vision encoder for image files (or Pillow images):
+    pixel_values [batch, channels, height, width]; Qwen2-VL's flattened patches and image_grid_thw."""
+    config = processor_config(directory)
+    if _kind(config) != QWEN2_VL:
+        return {"pixel_values": pixel_values(directory, images)}
+    opened = [open_image(i) if isinstance(i, (str, Path)) else i for i in images]
+    patches, grids = zip(*(qwen2_vl_patches(image, config) for image in opened))
+    return {"pixel_values": np.concatenate(patches), "image_grid_thw": np.array(grids, np.int64)}
+
+
 def pixel_values(directory: str | Path, images: Sequence) -> np.ndarray:
     """pixel_values [batch, channels, height, width] for image files (or Pillow images)."""
     config = processor_config(directory)
+    if _kind(config) == QWEN2_VL:
+        raise ImageError("Qwen2-VL's processor makes flattened patches with image_grid_thw (hfexport.vision.image_inputs)")
     opened = [open_image(i) if isinstance(i, (str, Path)) else i for i in images]
     batch = [preprocess(image, config) for image in opened]
     if len({b.shape for b in batch}) > 1:

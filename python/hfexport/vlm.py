@@ -1,4 +1,4 @@
-"""Generation with a vision-language export (llava): its `vision_encoder` turns the images into
+"""Generation with a vision-language export (llava, gemma3, qwen2_vl): its `vision_encoder` turns the images into
 features, its `token_embedding` the prompt's ids into embeddings, and the features replace the
 embeddings of the image tokens (as the model's forward does with masked_scatter) before the
 `text_decoder` runs the decode loop over inputs_embeds. Each format's decode-loop runner serves
@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -32,28 +33,63 @@ class VisionLanguage:
         spec = manifest.data.get(IMAGE_TOKENS) or {}
         self.image_token_id = int(spec.get("image_token_id", -1))
         self.image_features: np.ndarray | None = None
-        self.takes_token_types = any(i["name"] == "token_type_ids" for i in manifest.component(TEXT_DECODER)["inputs"])
+        decoder_inputs = {i["name"]: i for i in manifest.component(TEXT_DECODER)["inputs"]}
+        self.takes_token_types = "token_type_ids" in decoder_inputs
+        # Qwen2-VL's multimodal RoPE: position_ids [3, batch, query] from the images' grids.
+        self.rope_index = spec.get("rope_index")
+        self.merge_size = int(spec.get("spatial_merge_size", 1))
+        self.image_grids: np.ndarray | None = None
+        self.rope_deltas: np.ndarray | None = None  # per row, from the prompt: step positions' offset
+        self.last_ids: np.ndarray | None = None
+        self.in_prompt = False
 
-    def set_images(self, pixel_values) -> None:
-        """The images of the next prompt, [images, channels, height, width] in the order their
-        image tokens appear (row by row); None for a prompt without images."""
+    def set_images(self, pixel_values, image_grid_thw=None) -> None:
+        """The images of the next prompt, in the order their image tokens appear (row by row):
+        pixel_values as the model's processor returns them ([images, channels, height, width]; Qwen2-VL's
+        flattened patches [patches, patch size] with image_grid_thw [images, 3]); None for a prompt
+        without images."""
+        self.image_grids = None if image_grid_thw is None else np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
         if pixel_values is None:
             self.image_features = None
             return
         pixels = np.ascontiguousarray(np.asarray(pixel_values, dtype=np.float32))
-        features = self.vision({"pixel_values": pixels})["image_features"]
+        feeds = {"pixel_values": pixels}
+        if self.rope_index is not None:
+            if self.image_grids is None:
+                raise GenerationError("this export's vision encoder takes image_grid_thw with pixel_values "
+                                      "(what its processor returns)")
+            feeds["image_grid_thw"] = np.ascontiguousarray(self.image_grids)
+        features = self.vision(feeds)["image_features"]
         self.image_features = np.asarray(features).reshape(-1, features.shape[-1])
 
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        self.rope_deltas = None  # this prompt sets them
+        self.in_prompt = True  # only the prompt's image tokens take the features (a step's are plain tokens)
+        try:
+            return super().prefill(input_ids, attention_mask, max_new_tokens)
+        finally:
+            self.in_prompt = False
+
     def _token_inputs(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        self.last_ids = ids
         inputs = {"inputs_embeds": self._embeddings(ids)}
         if self.takes_token_types:  # 1 marks the image tokens (Gemma 3's image attention)
             inputs["token_type_ids"] = (ids == self.image_token_id).astype(np.int64)
         return inputs
 
+    def _position_ids(self, positions: np.ndarray) -> np.ndarray:
+        if self.rope_index is None:
+            return positions
+        if self.rope_deltas is None:  # the prompt: its images' grid positions
+            rows, self.rope_deltas = qwen2_vl_rope_index(self.last_ids, positions, self.image_grids,
+                                                         self.image_token_id, self.merge_size)
+            return rows
+        return np.ascontiguousarray(np.broadcast_to((positions + self.rope_deltas[:, None])[None], (3, *positions.shape)))
+
     def _embeddings(self, ids: np.ndarray) -> np.ndarray:
         embeds = np.array(self.embedder({"input_ids": np.ascontiguousarray(ids, dtype=np.int64)})["inputs_embeds"])
         slots = ids == self.image_token_id
-        count = int(slots.sum())
+        count = int(slots.sum()) if self.in_prompt else 0
         if count:
             have = 0 if self.image_features is None else len(self.image_features)
             if count != have:
@@ -62,46 +98,116 @@ class VisionLanguage:
         return embeds
 
 
-def _llava_placeholder(directory: Path, codec, spec: dict) -> tuple[str, str]:
-    """LlavaProcessor: each image token of the text becomes features_per_image of them."""
+def qwen2_vl_rope_index(ids: np.ndarray, positions: np.ndarray, grids: np.ndarray | None, image_token_id: int,
+                        merge: int) -> tuple[np.ndarray, np.ndarray]:
+    """Qwen2-VL's get_rope_index for a left-padded prompt (`positions`: its text positions, so a
+    row's real tokens are its last positions[:, -1] + 1): text tokens count on in all three rows;
+    an image's tokens take (start, start + row, start + column) over its merged grid, and the text
+    after it goes on from start + max(rows, columns). Returns [3, batch, seq] and each row's offset
+    of later positions (max + 1 - real length); padding gets position 0."""
+    batch, length = ids.shape
+    out = np.zeros((3, batch, length), np.int64)
+    deltas = np.zeros(batch, np.int64)
+    grid_list = [] if grids is None else [tuple(int(v) for v in g) for g in grids]
+    next_grid = 0
+    for b in range(batch):
+        real = int(positions[b, -1]) + 1
+        row = ids[b, length - real:]
+        parts, current, i = [], 0, 0
+        while i < real:
+            if row[i] == image_token_id:
+                if next_grid >= len(grid_list):
+                    raise GenerationError("the prompt has more images (runs of image tokens) than image_grid_thw rows")
+                t, h, w = grid_list[next_grid]
+                next_grid += 1
+                tt, hh, ww = np.meshgrid(np.arange(t), np.arange(h // merge), np.arange(w // merge), indexing="ij")
+                parts.append(np.stack([tt.ravel(), hh.ravel(), ww.ravel()]) + current)
+                current += max(h, w) // merge
+                i += tt.size
+            else:
+                end = i
+                while end < real and row[end] != image_token_id:
+                    end += 1
+                parts.append(np.broadcast_to(np.arange(end - i) + current, (3, end - i)))
+                current += end - i
+                i = end
+        rows = np.concatenate(parts, axis=1)
+        out[:, b, length - real:] = rows
+        deltas[b] = rows.max() + 1 - real
+    return out, deltas
+
+
+class ImagePrompt(NamedTuple):
+    """How a model's processor writes images into a prompt: the placeholder the text carries per
+    image, what is put before a prompt that lacks one, and the text an image of n features becomes."""
+
+    placeholder: str
+    missing: str
+    expand: Callable[[int], str]
+
+
+def _llava_prompt(directory: Path, codec, spec: dict) -> ImagePrompt:
+    """LlavaProcessor: each image token of the text becomes one per feature."""
     path = directory / "processor_config.json"
     settings = json.loads(path.read_text()) if path.is_file() else {}
     token = settings.get("image_token") or codec.token(int(spec["image_token_id"]))
-    return token, token * int(spec["features_per_image"])
+    return ImagePrompt(token, token, lambda n: token * n)
 
 
-def _gemma3_placeholder(directory: Path, codec, spec: dict) -> tuple[str, str]:
+def _gemma3_prompt(directory: Path, codec, spec: dict) -> ImagePrompt:
     """Gemma3Processor: each <start_of_image> becomes "\n\n<start_of_image>", the image tokens,
     "<end_of_image>\n\n"."""
     config = json.loads((directory / "config.json").read_text())
     boi, eoi = codec.token(int(config.get("boi_token_index", 255999))), codec.token(int(config.get("eoi_token_index", 256000)))
     image = codec.token(int(spec["image_token_id"]))
-    return boi, f"\n\n{boi}{image * int(spec['features_per_image'])}{eoi}\n\n"
+    return ImagePrompt(boi, boi, lambda n: f"\n\n{boi}{image * n}{eoi}\n\n")
 
 
-# model_type -> (directory, codec, export.json's image_tokens) -> (the placeholder a prompt writes
-# for an image, the text its processor puts there).
-IMAGE_PLACEHOLDERS = {"llava": _llava_placeholder, "gemma3": _gemma3_placeholder}
+def _qwen2_vl_prompt(directory: Path, codec, spec: dict) -> ImagePrompt:
+    """Qwen2VLProcessor: each <|image_pad|> becomes one per merged patch of its image; the chat
+    template puts <|vision_start|><|image_pad|><|vision_end|> where an image goes."""
+    config = json.loads((directory / "config.json").read_text())
+    start = int(spec.get("vision_start_token_id", 151652))
+    pad = codec.token(int(spec["image_token_id"]))
+    missing = codec.token(start) + pad + codec.token(int(config.get("vision_end_token_id", start + 1)))
+    return ImagePrompt(pad, missing, lambda n: pad * n)
 
 
-def encode_image_prompt(manifest: ExportManifest, codec, prompt: str, images: int, chat: bool = False,
+# model_type -> (directory, codec, export.json's image_tokens) -> its processor's ImagePrompt.
+IMAGE_PROMPTS = {"llava": _llava_prompt, "gemma3": _gemma3_prompt, "qwen2_vl": _qwen2_vl_prompt,
+                 "qwen2_5_vl": _qwen2_vl_prompt}
+
+
+def features_per_image(manifest: ExportManifest, image_inputs: dict) -> list[int]:
+    """How many image tokens each image of the vision encoder's inputs fills."""
+    spec = manifest.data[IMAGE_TOKENS]
+    if "image_grid_thw" in image_inputs:
+        merge = int(spec.get("spatial_merge_size", 1))
+        return [int(np.prod(grid)) // merge**2 for grid in np.asarray(image_inputs["image_grid_thw"])]
+    return [int(spec["features_per_image"])] * len(image_inputs["pixel_values"])
+
+
+def encode_image_prompt(manifest: ExportManifest, codec, prompt: str, features: list[int], chat: bool = False,
                         system: str | None = None) -> list[int]:
-    """A prompt's ids as the model's processor makes them for `images` images: the prompt (through
-    the chat template with chat=True, the images as {"type": "image"} entries), each image's
-    placeholder replaced by its expansion. Without chat, placeholders missing from the prompt are
-    put before it."""
+    """A prompt's ids as the model's processor makes them for images of `features` features each:
+    the prompt (through the chat template with chat=True, the images as {"type": "image"} entries),
+    each image's placeholder replaced by its expansion. Without chat, placeholders missing from the
+    prompt are put before it."""
     model_type = manifest.data.get("source", {}).get("model_type", "")
-    if model_type not in IMAGE_PLACEHOLDERS:
+    if model_type not in IMAGE_PROMPTS:
         raise GenerationError(f"no prompt format for images of model type '{model_type}' "
-                              f"(known: {', '.join(IMAGE_PLACEHOLDERS)}); pass the processor's input_ids")
-    placeholder, expansion = IMAGE_PLACEHOLDERS[model_type](manifest.directory, codec, manifest.data[IMAGE_TOKENS])
+                              f"(known: {', '.join(IMAGE_PROMPTS)}); pass the processor's input_ids")
+    form = IMAGE_PROMPTS[model_type](manifest.directory, codec, manifest.data[IMAGE_TOKENS])
+    images = len(features)
     if not chat:
-        prompt = placeholder * max(images - prompt.count(placeholder), 0) + prompt
+        prompt = form.missing * max(images - prompt.count(form.placeholder), 0) + prompt
     text, special_tokens = codec.prompt_text(prompt, chat=chat, system=system, images=images)
-    if text.count(placeholder) != images:
-        raise GenerationError(f"the prompt has {text.count(placeholder)} image placeholders ({placeholder}) "
+    pieces = text.split(form.placeholder)
+    if len(pieces) - 1 != images:
+        raise GenerationError(f"the prompt has {len(pieces) - 1} image placeholders ({form.placeholder}) "
                               f"for {images} images")
-    return codec.encode(text.replace(placeholder, expansion), add_special_tokens=special_tokens)
+    expanded = pieces[0] + "".join(form.expand(n) + piece for n, piece in zip(features, pieces[1:]))
+    return codec.encode(expanded, add_special_tokens=special_tokens)
 
 
 def _component_graph(manifest: ExportManifest, name: str, options: dict):

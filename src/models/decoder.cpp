@@ -77,12 +77,6 @@ std::vector<std::pair<Role, DecoderVariant>> components_for(const GenerationConf
   return {{Role::Prefill, prefill}, {Role::Decode, {CacheKind::Dynamic, true, true}}};
 }
 
-// Tensors that belong to the other parts of a checkpoint the decoder is one part of.
-void tolerate_other_parts(ModelBuilder& m, const Checkpoint& ckpt, const DecoderConfig& cfg) {
-  for (const TensorView* t : ckpt.tensors())
-    if (!t->name.starts_with(cfg.prefix) && !t->name.starts_with(cfg.head + ".")) m.tolerate(t->name);
-}
-
 // The decoders other models embed, by model_type. Function-local: registrations run in other
 // files' static initialisers.
 std::map<std::string, DecoderFactory>& decoder_factories() {
@@ -290,10 +284,12 @@ void Decoder::finish_task(DecoderGraph& g, Task task, const SentencePooling* poo
 }
 
 std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const ExportConfig& config,
-                                            const DecoderConfig& cfg, const DecoderVariant& variant,
+                                            const DecoderConfig& cfg, const DecoderVariant& base_variant,
                                             std::set<std::string>& dims) const {
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
+  DecoderVariant variant = base_variant;
+  if (!cfg.ropes.empty() && !cfg.ropes.front().mrope_section.empty()) variant.position_rows = 3;
   // Dynamic NTK exists to run past max_position_embeddings; the bound says how far it stretches.
   int64_t max_sequence = cfg.max_positions;
   for (const RopeConfig& rope : cfg.ropes)
@@ -315,7 +311,7 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);
   x = final_norm(g, x);
   finish_task(g, variant.task, variant.pooling, x);
-  if (cfg.part_of_checkpoint) tolerate_other_parts(m, ckpt, cfg);
+  if (cfg.part_of_checkpoint) m.tolerate_outside({cfg.prefix, cfg.head + "."});
   dims.insert(m.dim_names().begin(), m.dim_names().end());
   return m.finish();
 }

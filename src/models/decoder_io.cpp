@@ -67,6 +67,12 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
   batch_ = fixed ? Dim(v.batch) : m.dim("batch", 1, kMaxBatch);
   if (!v.single_token) query_ = m.dim("sequence", 1, max_len);
   const TakenInputs taken = taken_inputs(m.config().inputs, v.cache, v.inputs_embeds);
+  if (v.position_rows && fixed)
+    fail("generation: --static-cache is not supported with multimodal RoPE (its [", v.position_rows,
+         ", batch, sequence] positions are not the cache slots); export the dynamic cache");
+  if (v.position_rows && !taken.position_ids)
+    fail("inputs: must include position_ids (multimodal RoPE's [", v.position_rows, ", batch, sequence] positions, "
+         "which the caller computes as get_rope_index does)");
   if (taken.inputs_embeds) inputs_embeds_ = b.input("inputs_embeds", hidden.dtype, {batch_, query_, Dim(hidden.size)});
   else input_ids_ = b.input("input_ids", DType::I64, {batch_, query_});
   if (taken.cache_position) {
@@ -96,6 +102,10 @@ DecoderIO::DecoderIO(ModelBuilder& m, const DecoderVariant& v, int64_t max_posit
     attention_mask_ = b.input("attention_mask", DType::I64, {batch_, query_});
   }
   if (v.image_blocks) token_type_ids_ = b.input("token_type_ids", DType::I64, {batch_, query_});
+  if (v.position_rows) {  // the caller's rows (Qwen2-VL's get_rope_index); they feed only the RoPE
+    position_ids_ = b.input("position_ids", DType::I64, {Dim(v.position_rows), batch_, query_});
+    return;
+  }
   const bool derive_positions = v.cache == CacheKind::None && !taken.position_ids;
   if (v.positions_from_past && v.cache == CacheKind::Dynamic) position_ids_ = positions_after_past();
   else position_ids_ = derive_positions ? arange_positions() : b.input("position_ids", DType::I64, {batch_, query_});

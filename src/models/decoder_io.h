@@ -39,6 +39,9 @@ struct DecoderVariant {
   // Takes token_type_ids [batch, query] (1: an image token) and lets the image tokens of one image
   // (a run of them) attend to each other both ways, besides the pattern (Gemma 3's image blocks).
   bool image_blocks = false;
+  // position_ids come as [position_rows, batch, query] (3: Qwen2-VL's temporal/height/width rows,
+  // which only feed the RoPE); 0: [batch, query].
+  int64_t position_rows = 0;
 };
 
 // Which keys a query sees besides the padding: none later than itself (causal), optionally only

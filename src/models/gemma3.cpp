@@ -123,7 +123,9 @@ ExportModel build_gemma3(const Checkpoint& ckpt, const ExportConfig& config) {
   spec.features_per_image = tokens;
   spec.image_blocks = true;
   spec.output_type = "transformers.models.gemma3.modeling_gemma3.Gemma3CausalLMOutputWithPast";
-  return build_vision_language(ckpt, config, at, spec);
+  spec.language_model = at.language_model;
+  spec.head = at.head;
+  return build_vision_language(ckpt, config, spec);
 }
 
 }  // namespace

@@ -109,7 +109,9 @@ ExportModel build_llava(const Checkpoint& ckpt, const ExportConfig& config) {
   spec.features_per_image = cfg.vision.patches() + (cfg.vision.family == VisionFamily::Clip ? 1 : 0) -
                             (cfg.drop_first_token ? 1 : 0);
   spec.output_type = "transformers.models.llava.modeling_llava.LlavaCausalLMOutputWithPast";
-  return build_vision_language(ckpt, config, at, spec);
+  spec.language_model = at.language_model;
+  spec.head = at.head;
+  return build_vision_language(ckpt, config, spec);
 }
 
 }  // namespace

@@ -18,6 +18,12 @@ Dim ModelBuilder::dim(const std::string& name, int64_t min, int64_t max) {
   return Dim(graph_->symbol(name, r.min, r.max));
 }
 
+void ModelBuilder::tolerate_outside(const std::vector<std::string>& kept) {
+  for (const TensorView* t : ckpt_.tensors())
+    if (std::none_of(kept.begin(), kept.end(), [&](const std::string& p) { return t->name.starts_with(p); }))
+      tolerate(t->name);
+}
+
 void ModelBuilder::check_checkpoint() const {
   std::vector<std::string> problems;
   for (const auto& [name, shape] : expected_) {

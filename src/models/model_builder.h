@@ -46,6 +46,9 @@ class ModelBuilder {
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
   // A tensor that may be present but is not read (e.g. lm_head.weight with tied embeddings).
   void tolerate(const std::string& name) { tolerated_.insert(name); }
+  // Tolerates every tensor of the checkpoint outside the modules under `kept` (the other parts of
+  // a checkpoint this graph is one part of).
+  void tolerate_outside(const std::vector<std::string>& kept);
   // Throws one Error naming the first missing, unexpected, mis-shaped or mis-typed tensor.
   void check_checkpoint() const;
 

@@ -103,6 +103,21 @@ void apply_longrope(RopeConfig& r, const JsonConfig& p, const JsonConfig& config
   }
 }
 
+void read_mrope_section(RopeConfig& r, const JsonConfig& p) {
+  const auto& section = p.at("mrope_section");
+  int64_t sum = 0;
+  if (section.is_array() && section.size() == 3)
+    for (const auto& s : section) {
+      if (!s.is_number_integer() || s.get<int64_t>() < 0) p.invalid("mrope_section", "entries must be non-negative integers");
+      r.mrope_section.push_back(s.get<int64_t>());
+      sum += s.get<int64_t>();
+    }
+  const auto half = static_cast<int64_t>(r.inv_freq.size());
+  if (r.mrope_section.size() != 3 || sum != half)
+    p.invalid("mrope_section", str("must list 3 sizes (temporal, height, width) summing to ", half, " (rotary dimension / 2)"));
+  if (r.type != "default") p.invalid("mrope_section", str("multimodal RoPE with rope type '", r.type, "' is not supported"));
+}
+
 }  // namespace
 
 RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::optional<JsonConfig> params) {
@@ -113,6 +128,7 @@ RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::opti
   if (!params) params = JsonConfig(nlohmann::json::object(), config.where());
   RopeConfig r;
   r.type = params->string("rope_type", params->string("type", "default"));
+  if (r.type == "mrope") r.type = "default";  // transformers 4.x's name for Qwen2-VL's, which it renames so
   r.theta = params->number("rope_theta", config.number("rope_theta", d.theta));
   if (r.theta <= 0) config.invalid("rope_theta", "must be positive");
   // The RoPE entry's factor first: transformers' configs fill it from the top-level key only when unset.
@@ -146,6 +162,7 @@ RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::opti
   }
   if ((r.type == "linear" || r.type == "dynamic") && r.factor <= 0)
     params->invalid("factor", "must be positive");
+  if (params->has("mrope_section")) read_mrope_section(r, *params);
   return r;
 }
 
@@ -159,10 +176,36 @@ Value* positions_seen(Builder& b, Value* position_ids) {
   return b.add(b.reduce(OpKind::ReduceMax, last, {}, false), b.const_i64({1}));
 }
 
+// Qwen2-VL: each frequency's position from its section's row of [3, batch, sequence], picked by a
+// one-hot [3, half] matmul (exact for integer positions), then the default table over those.
+std::pair<Value*, Value*> mrope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids) {
+  const auto half = static_cast<int64_t>(rope.inv_freq.size());
+  std::vector<float> pick(static_cast<size_t>(3 * half), 0.0f);
+  int64_t first = 0;
+  for (int64_t row = 0; row < 3; ++row) {
+    for (int64_t i = first; i < first + rope.mrope_section[static_cast<size_t>(row)]; ++i)
+      pick[static_cast<size_t>(row * half + i)] = 1.0f;
+    first += rope.mrope_section[static_cast<size_t>(row)];
+  }
+  Value* rows_last = b.transpose(b.cast(position_ids, DType::F32), {1, 2, 0});        // [B, S, 3]
+  Value* per_freq = b.matmul(rows_last, b.const_f32(pick, {3, half}));                 // [B, S, half]
+  Value* freqs = b.mul(per_freq, b.const_f32(rope.inv_freq, {half}));
+  Value* emb = b.concat({freqs, freqs}, -1);
+  Value* cos = b.unary(OpKind::Cos, emb);
+  Value* sin = b.unary(OpKind::Sin, emb);
+  if (rope.attention_scaling != 1.0) {
+    Value* s = b.scalar(rope.attention_scaling, DType::F32);
+    cos = b.mul(cos, s);
+    sin = b.mul(sin, s);
+  }
+  return {cos, sin};
+}
+
 }  // namespace
 
 std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids) {
   const auto half = static_cast<int64_t>(rope.inv_freq.size());
+  if (!rope.mrope_section.empty()) return mrope_cos_sin(b, rope, position_ids);
   Value* inv_freq;
   if (rope.type == "dynamic") {
     // NTK: base' = base * (factor * L / max_pos - (factor - 1)) ** (dim / (dim - 2)),

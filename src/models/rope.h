@@ -23,6 +23,9 @@ struct RopeConfig {
   // when a call's positions reach past original_max_position_embeddings.
   std::vector<float> long_inv_freq;
   int64_t original_max_position_embeddings = 0;
+  // Multimodal RoPE (Qwen2-VL): positions come as [3, batch, sequence] (temporal, height, width)
+  // and frequency i of the rotary half takes its position from the row whose section holds i.
+  std::vector<int64_t> mrope_section;
 };
 
 // What a family's configuration class fixes about its RoPE.
@@ -40,7 +43,8 @@ struct RopeDefaults {
 RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& defaults,
                       std::optional<JsonConfig> params = std::nullopt);
 
-// cos and sin of shape [batch, sequence, rotary_dim] in float32, as HF's rotary embedding module.
+// cos and sin of shape [batch, sequence, rotary_dim] in float32, as HF's rotary embedding module
+// (position_ids [batch, sequence], or [3, batch, sequence] for a multimodal RoPE).
 std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids);
 
 }  // namespace hfx

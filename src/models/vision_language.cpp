@@ -1,5 +1,7 @@
 #include "models/vision_language.h"
 
+#include <optional>
+
 #include "core/error.h"
 
 namespace hfx {
@@ -27,24 +29,27 @@ VisionLanguageLayout vision_language_layout(const Checkpoint& ckpt, const std::s
 
 void tolerate_outside_vision(ModelBuilder& m, const Checkpoint& ckpt, const VisionLanguageLayout& at,
                              int64_t first_unused_layer, const std::vector<std::string>& unused) {
+  m.tolerate_outside({at.vision_tower, at.projector});
   const std::string layers = at.vision_tower + "encoder.layers.";
   for (const TensorView* t : ckpt.tensors()) {
     const std::string& name = t->name;
-    bool tolerated = !name.starts_with(at.vision_tower) && !name.starts_with(at.projector);
-    tolerated = tolerated || name.ends_with("embeddings.position_ids");
+    bool tolerated = name.ends_with("embeddings.position_ids");
     for (const std::string& module : unused) tolerated = tolerated || name.starts_with(at.vision_tower + module);
     if (name.starts_with(layers)) tolerated = tolerated || std::stoll(name.substr(layers.size())) >= first_unused_layer;
     if (tolerated) m.tolerate(name);
   }
 }
 
-ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& config, const VisionLanguageLayout& at,
-                                  const VisionLanguageSpec& spec) {
+ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& config, const VisionLanguageSpec& spec) {
   const JsonConfig& c = ckpt.config();
-  const auto text_config = c.object("text_config");
-  if (!text_config) c.invalid("text_config", spec.model_type + " needs the language model's text_config");
-  const std::unique_ptr<Decoder> decoder = make_decoder(text_config->string("model_type", "llama"), text_config->where());
-  DecoderConfig text = decoder->parse_part(*text_config, at.language_model, at.head);
+  std::optional<JsonConfig> text_config = c.object("text_config");
+  std::string text_type = text_config ? text_config->string("model_type", spec.text_model_type.empty() ? "llama" : spec.text_model_type)
+                                      : spec.text_model_type;
+  if (!text_config && spec.text_model_type.empty())
+    c.invalid("text_config", spec.model_type + " needs the language model's text_config");
+  if (!text_config) text_config = c;  // the text keys at the top level
+  const std::unique_ptr<Decoder> decoder = make_decoder(text_type, text_config->where());
+  DecoderConfig text = decoder->parse_part(*text_config, spec.language_model, spec.head);
   text.tied = text.tied || c.boolean("tie_word_embeddings", false);
 
   ExportModel out{spec.model_type, architectures(c), {}, {}};
@@ -52,6 +57,7 @@ ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& co
   if (task != Task::ImageTextToText) fail("task: ", spec.model_type, " exports image-text-to-text, not ", task_name(task));
   out.task = task;
   out.image_tokens = {{"image_token_id", spec.image_token_id}, {"features_per_image", spec.features_per_image}};
+  out.image_tokens.update(spec.image_tokens_extra);
   out.components.push_back({Role::VisionEncoder, spec.vision_encoder(text.hidden, out.dims)});
   out.components.push_back({Role::TokenEmbedding, decoder->token_embedding_graph(ckpt, config, text, out.dims)});
   out.components.push_back({Role::TextDecoder, decoder->text_decoder_graph(ckpt, config, text, out.dims, spec.image_blocks)});

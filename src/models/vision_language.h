@@ -27,15 +27,19 @@ void tolerate_outside_vision(ModelBuilder& m, const Checkpoint& ckpt, const Visi
 
 struct VisionLanguageSpec {
   std::string model_type;
+  std::string language_model, head;  // the language model's prefix and head module
+  // The decoder type of a config that keeps the text keys at its top level (Qwen2-VL's 4.x
+  // configs) instead of in text_config; empty: text_config is required.
+  std::string text_model_type;
   // pixel_values -> image_features, given the language model's width.
   std::function<std::unique_ptr<Graph>(int64_t text_hidden, std::set<std::string>& dims)> vision_encoder;
   int64_t image_token_id = 0, features_per_image = 0;
   bool image_blocks = false;  // the text decoder takes token_type_ids (Gemma 3's image attention)
   const char* output_type = "";
+  nlohmann::json image_tokens_extra = nlohmann::json::object();  // more of export.json's image_tokens
 };
 
 // The export: the spec's vision encoder, and text_config's decoder as token_embedding and text_decoder.
-ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& config, const VisionLanguageLayout& at,
-                                  const VisionLanguageSpec& spec);
+ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& config, const VisionLanguageSpec& spec);
 
 }  // namespace hfx

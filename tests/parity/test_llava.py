@@ -130,7 +130,7 @@ def check_prefill_logits(out, model, inputs: dict) -> None:
     from hfexport.runner import open_runner
 
     runner = open_runner(out)
-    runner.set_images(inputs.get("pixel_values"))
+    runner.set_images(inputs.get("pixel_values"), inputs.get("image_grid_thw"))
     got = runner.prefill(inputs["input_ids"], inputs["attention_mask"], 8)
     with torch.no_grad():
         expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits[:, -1].numpy()
