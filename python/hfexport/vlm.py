@@ -35,6 +35,12 @@ class VisionLanguage:
         self.image_features: np.ndarray | None = None
         decoder_inputs = {i["name"]: i for i in manifest.component(TEXT_DECODER)["inputs"]}
         self.takes_token_types = "token_type_ids" in decoder_inputs
+        self.hidden_size = int(decoder_inputs["inputs_embeds"]["shape"][-1])
+        embedder_inputs = {i["name"]: i for i in manifest.component(TOKEN_EMBEDDING)["inputs"]}
+        self.merges_features = "image_features" in embedder_inputs
+        # the features' dtype (the export's); numpy has no bfloat16: such an export is fed float32
+        self.feature_dtype = np.dtype({"float16": np.float16}.get(
+            embedder_inputs.get("image_features", {}).get("dtype"), np.float32))
         # Qwen2-VL's multimodal RoPE: position_ids [3, batch, query] from the images' grids.
         self.rope_index = spec.get("rope_index")
         self.merge_size = int(spec.get("spatial_merge_size", 1))
@@ -87,13 +93,17 @@ class VisionLanguage:
         return np.ascontiguousarray(np.broadcast_to((positions + self.rope_deltas[:, None])[None], (3, *positions.shape)))
 
     def _embeddings(self, ids: np.ndarray) -> np.ndarray:
-        embeds = np.array(self.embedder({"input_ids": np.ascontiguousarray(ids, dtype=np.int64)})["inputs_embeds"])
         slots = ids == self.image_token_id
         count = int(slots.sum()) if self.in_prompt else 0
-        if count:
-            have = 0 if self.image_features is None else len(self.image_features)
-            if count != have:
-                raise GenerationError(f"the prompt has {count} image tokens but the images give {have} features")
+        have = 0 if self.image_features is None else len(self.image_features)
+        if count and count != have:
+            raise GenerationError(f"the prompt has {count} image tokens but the images give {have} features")
+        feeds = {"input_ids": np.ascontiguousarray(ids, dtype=np.int64)}
+        if self.merges_features:  # the graph puts them at the image tokens (a step's get none)
+            features = self.image_features if count else np.zeros((0, self.hidden_size))
+            feeds["image_features"] = np.ascontiguousarray(features, dtype=self.feature_dtype)
+        embeds = np.array(self.embedder(feeds)["inputs_embeds"])
+        if count and not self.merges_features:
             embeds[slots] = self.image_features.astype(embeds.dtype)
         return embeds
 

@@ -304,8 +304,6 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
     if (config.generation.enabled)
       manifest[key::kGeneration] = generation_json(graph_config.generation, model, ckpt, cache_pairs, stateful, shares_buffer,
                                                      keys_by_slot);
-    backend->write_runtime_files(manifest, ckpt.config(), out.path());
-    Manifest(std::move(manifest)).save(out.path());
     for (const char* name : kCompanionFiles) {
       if (ckpt.dir().empty()) break;  // a checkpoint in memory has no files to copy
       const fs::path src = ckpt.model_dir() / name;
@@ -315,6 +313,9 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
     }
     write_sentence_transformers_files(ckpt, out.path());
     write_image_processor_file(ckpt, out.path());
+    // After the companions: a runtime's files may derive from them (the image processor's settings).
+    backend->write_runtime_files(manifest, ckpt.config(), out.path());
+    Manifest(std::move(manifest)).save(out.path());
     out.commit();
   } catch (const Error& e) {
     throw Error(out.as_target(e.what()));

@@ -77,6 +77,30 @@ std::vector<std::pair<Role, DecoderVariant>> components_for(const GenerationConf
   return {{Role::Prefill, prefill}, {Role::Decode, {CacheKind::Dynamic, true, true}}};
 }
 
+// inputs_embeds with image_features [features, hidden] (an input) at the image tokens, in order
+// over the rows: feature i goes to the i-th image token of the batch; image tokens past the last
+// feature keep their embedding (a decode step's, fed no features). Indices past the features read
+// a zero row after them, which keeps the gather in range.
+Value* merge_image_features(ModelBuilder& m, Value* ids, Value* embeds, int64_t image_token, int64_t max_features) {
+  Builder& b = m.b();
+  b.set_scope("merge_image_features");
+  const Dim hidden = embeds->shape.back();
+  const Dim count = m.dim("image_features", 0, max_features);
+  Value* features = b.input("image_features", embeds->dtype, {count, hidden});
+  Value* is_image = b.compare(OpKind::Equal, ids, b.const_i64({image_token}));
+  Value* ones = b.cast(is_image, DType::I64);
+  Value* per_row = b.reduce(OpKind::ReduceSum, ones, {1}, false);
+  Value* before_row = b.sub(b.cumsum(per_row, 0), per_row);
+  Value* index = b.add(b.unsqueeze(before_row, {1}), b.sub(b.cumsum(ones, 1), b.const_i64({1})));
+  Value* padded = b.concat({features, b.cast(b.const_f32(std::vector<float>(static_cast<size_t>(hidden.value()), 0.0f),
+                                                         {1, hidden.value()}), embeds->dtype)},
+                           0, m.graph().dim(dim_plus(count, 1)));
+  Value* rows = b.gather(b.shape_of(features), b.const_i64({0}), 0);
+  Value* gathered = b.gather(padded, b.min(b.max(index, b.const_i64({0})), rows), 0);  // past the end: the zero row
+  Value* available = b.compare(OpKind::Less, index, rows);
+  return b.where(b.unsqueeze(b.logical_and(is_image, available), {2}), gathered, embeds);
+}
+
 // The decoders other models embed, by model_type. Function-local: registrations run in other
 // files' static initialisers.
 std::map<std::string, DecoderFactory>& decoder_factories() {
@@ -363,7 +387,8 @@ DecoderConfig Decoder::parse_part(const JsonConfig& text_config, std::string pre
 }
 
 std::unique_ptr<Graph> Decoder::token_embedding_graph(const Checkpoint& ckpt, const ExportConfig& config,
-                                                      const DecoderConfig& cfg, std::set<std::string>& dims) const {
+                                                      const DecoderConfig& cfg, std::set<std::string>& dims,
+                                                      std::optional<int64_t> image_token) const {
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   b.set_scope("inputs");
@@ -371,7 +396,9 @@ std::unique_ptr<Graph> Decoder::token_embedding_graph(const Checkpoint& ckpt, co
   const int64_t longest = config.generation.static_cache() ? config.generation.max_cache_len : cfg.max_positions;
   Value* ids = b.input("input_ids", DType::I64, {m.dim("batch", 1, 4096), m.dim("sequence", 1, longest)});
   DecoderGraph g{m, nullptr, cfg, {}};
-  b.output(embed_tokens(g, ids), "inputs_embeds");
+  Value* embeds = embed_tokens(g, ids);
+  if (image_token) embeds = merge_image_features(m, ids, embeds, *image_token, cfg.max_positions);
+  b.output(embeds, "inputs_embeds");
   for (const TensorView* t : ckpt.tensors())
     if (t->name != cfg.prefix + defaults_.names.embed + ".weight") m.tolerate(t->name);
   dims.insert(m.dim_names().begin(), m.dim_names().end());

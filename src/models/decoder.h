@@ -177,9 +177,12 @@ class Decoder {
   // The decoder as a vision-language model's language model: `text_config` parsed, its modules
   // under `prefix` and its head at `head` (the checkpoint layout the model saves).
   DecoderConfig parse_part(const JsonConfig& text_config, std::string prefix, std::string head) const;
-  // token ids [batch, sequence] -> inputs_embeds, as the embedding module computes them.
+  // token ids [batch, sequence] -> inputs_embeds, as the embedding module computes them. With
+  // `image_token`, it also takes image_features [features, hidden] and puts them, in order, at the
+  // tokens with that id (onnxruntime-genai's embedding model; none: [0, hidden]).
   std::unique_ptr<Graph> token_embedding_graph(const Checkpoint& ckpt, const ExportConfig& config,
-                                               const DecoderConfig& cfg, std::set<std::string>& dims) const;
+                                               const DecoderConfig& cfg, std::set<std::string>& dims,
+                                               std::optional<int64_t> image_token = std::nullopt) const;
   // inputs_embeds -> logits, with the cache the config's generation section asks for (one graph
   // that serves the prompt and each step; none without generation).
   // `image_blocks`: it takes token_type_ids and lets each image's tokens attend both ways (Gemma 3).

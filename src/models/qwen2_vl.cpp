@@ -264,6 +264,7 @@ ExportModel build_qwen_vl(const Checkpoint& ckpt, const ExportConfig& config, co
     return qwen_vision_encoder(ckpt, config, vision, at, text_hidden, dims);
   };
   spec.image_token_id = c.integer("image_token_id", 151655);
+  spec.features_in_embedding = true;
   spec.features_per_image = 0;  // image_grid_thw.prod() / merge^2: varies with the image's size
   spec.image_tokens_extra = {{"rope_index", "qwen2_vl"},
                              {"spatial_merge_size", vision.merge},

@@ -35,6 +35,9 @@ struct VisionLanguageSpec {
   std::function<std::unique_ptr<Graph>(int64_t text_hidden, std::set<std::string>& dims)> vision_encoder;
   int64_t image_token_id = 0, features_per_image = 0;
   bool image_blocks = false;  // the text decoder takes token_type_ids (Gemma 3's image attention)
+  // token_embedding takes image_features and merges them at the image tokens (Qwen2-VL: as
+  // onnxruntime-genai's embedding model does).
+  bool features_in_embedding = false;
   const char* output_type = "";
   nlohmann::json image_tokens_extra = nlohmann::json::object();  // more of export.json's image_tokens
 };

@@ -111,7 +111,12 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
                                                   image_grid_thw=torch.from_numpy(grids),
                                                   attention_mask=torch.from_numpy(mask))
         logits = model(**torch_inputs(inputs)).logits
-    np.testing.assert_array_equal(component(out, "token_embedding")({"input_ids": ids})["inputs_embeds"],
+    # token_embedding merges the features at the image tokens (onnxruntime-genai's embedding
+    # model); without features (a decode step) every token keeps its embedding.
+    embed = component(out, "token_embedding")
+    np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"],
+                                  embeds.numpy())
+    np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": np.zeros((0, 64), np.float32)})["inputs_embeds"],
                                   model.get_input_embeddings()(torch.from_numpy(ids)).detach().numpy())
     got = component(out, "text_decoder")({"inputs_embeds": embeds.numpy(), "attention_mask": mask,
                                           "position_ids": positions.numpy()})["logits"]
@@ -323,3 +328,41 @@ def test_cli_and_api_generate_with_image_files(tmp_path, export_model, run_hfexp
     inputs = processor(text=text, images=[Image.open(files[1])], return_tensors="pt")
     got = ExportedModel(out).generate("the cat", images=[files[1]], chat=True, max_new_tokens=6, ignore_eos=True)
     assert got == reference_text(model, processor, inputs, 6)
+
+
+@pytest.mark.parametrize("model_type", list(VISION))
+@pytest.mark.parametrize("with_image", [True, False], ids=["one-image", "no-image"])
+def test_onnxruntime_genai_multimodal(tmp_path, export_model, model_type, with_image):
+    """onnxruntime-genai's qwen2_5_vl model type runs the ONNX export as it is (genai_config.json:
+    vision_encoder, token_embedding as its embedding model, text_decoder; its processor config for
+    onnxruntime-extensions): its multimodal processor gives the processor's ids and pixels (1e-5),
+    and og.Generator's greedy tokens are transformers' for those inputs (its own M-RoPE positions)."""
+    og = pytest.importorskip("onnxruntime_genai")
+    from PIL import Image
+    from test_vit import image_files
+
+    model, processor = with_processor(tmp_path / "model", model_type)
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx", "--for-generation")
+    genai = og.Model(str(out))
+    prompt = ("<|vision_start|><|image_pad|><|vision_end|>" if with_image else "") + "the cat"
+    file = image_files(tmp_path)[0]
+    inputs = genai.create_multimodal_processor()(prompt, images=og.Images.open(str(file)) if with_image else None)
+    ids = inputs["input_ids"].as_numpy().astype(np.int64).reshape(1, -1)
+    expected = processor(text=prompt, images=[Image.open(file)] if with_image else None, return_tensors="np")
+    np.testing.assert_array_equal(ids, expected["input_ids"])
+    reference = {"input_ids": ids, "attention_mask": np.ones_like(ids), "mm_token_type_ids": expected["mm_token_type_ids"]}
+    if with_image:
+        pixels = inputs["pixel_values"].as_numpy()
+        np.testing.assert_allclose(pixels, expected["pixel_values"], rtol=0, atol=1e-5)
+        reference.update(pixel_values=pixels, image_grid_thw=inputs["image_grid_thw"].as_numpy().reshape(-1, 3))
+    params = og.GeneratorParams(genai)
+    params.set_search_options(max_length=ids.shape[1] + 6, min_length=ids.shape[1] + 6, do_sample=False)
+    generator = og.Generator(genai, params)
+    generator.set_inputs(inputs)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    with torch.no_grad():
+        want = model.generate(**torch_inputs(reference), max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    assert tokens == want[0, ids.shape[1]:].tolist()

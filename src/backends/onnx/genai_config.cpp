@@ -1,5 +1,6 @@
 #include "backends/onnx/genai_config.h"
 
+#include <fstream>
 #include <set>
 
 #include <string>
@@ -123,19 +124,120 @@ json whisper_audio_processor(const JsonConfig& hf) {
   return {{"feature_extraction", {{"sequence", sequence}}}};
 }
 
+constexpr const char* kQwenProcessorFile = "genai_processor_config.json";
+
+// onnxruntime-genai's qwen2_5_vl model type (0.18's MultiModalLanguageModel; Qwen2-VL's contract is
+// the same for images): `vision` (pixel_values, image_grid_thw -> image_features), `embedding`
+// (input_ids, image_features -> inputs_embeds: our token_embedding, which merges them), and the
+// decoder over inputs_embeds with the M-RoPE position_ids it computes itself.
+std::optional<json> qwen_vl_genai_config(const json& m, const JsonConfig& hf) {
+  const json& gen = m.value(key::kGeneration, json());
+  const json& components = m.at(key::kComponents);
+  namespace component = manifest::component;
+  for (auto name : {component::kTextDecoder, component::kTokenEmbedding, component::kVisionEncoder})
+    if (!components.contains(name)) return std::nullopt;
+  if (!gen.is_object() || gen.value(key::kCache, "") != manifest::cache::kDynamic) return std::nullopt;
+  const json& decode = components.at(component::kTextDecoder);
+  const json& embedding = components.at(component::kTokenEmbedding);
+  const json* past = tensor(decode, key::kInputs, "past_key_values.0.key");
+  const json* logits = tensor(decode, key::kOutputs, "logits");
+  if (!past || !logits || !tensor(embedding, key::kInputs, "image_features")) return std::nullopt;
+  const JsonConfig text = hf.object("text_config").value_or(hf);
+  const JsonConfig vision = hf.object("vision_config").value_or(JsonConfig(json::object(), hf.where()));
+  const json& tokens = m.at("image_tokens");
+  const int64_t layers = static_cast<int64_t>(gen.at(key::kCachePairs).size()) / 2;
+  const json session = {{"log_id", "onnxruntime-genai"}, {"provider_options", json::array()}};
+  json decoder = {{"filename", decode.at(key::kFile)},
+                  {"session_options", session},
+                  {"head_size", past->at("shape").at(3)},
+                  {"hidden_size", text.integer("hidden_size", 0)},
+                  {"num_attention_heads", text.integer("num_attention_heads", 0)},
+                  {"num_key_value_heads", past->at("shape").at(1)},
+                  {"num_hidden_layers", layers},
+                  {"inputs",
+                   {{"inputs_embeds", "inputs_embeds"},
+                    {"attention_mask", "attention_mask"},
+                    {"position_ids", "position_ids"},
+                    {"past_key_names", "past_key_values.%d.key"},
+                    {"past_value_names", "past_key_values.%d.value"}}},
+                  {"outputs",
+                   {{"logits", "logits"},
+                    {"present_key_names", "present.%d.key"},
+                    {"present_value_names", "present.%d.value"}}}};
+  json embed = {{"filename", embedding.at(key::kFile)},
+                {"session_options", session},
+                {"inputs", {{"input_ids", "input_ids"}, {"image_features", "image_features"}}},
+                {"outputs", {{"inputs_embeds", "inputs_embeds"}}}};
+  json vis = {{"filename", components.at(component::kVisionEncoder).at(key::kFile)},
+              {"config_filename", kQwenProcessorFile},
+              {"session_options", session},
+              {"spatial_merge_size", tokens.value("spatial_merge_size", 2)},
+              {"patch_size", vision.integer("patch_size", 14)},
+              {"tokens_per_second", vision.number("tokens_per_second", 2.0)},
+              {"inputs", {{"pixel_values", "pixel_values"}, {"image_grid_thw", "image_grid_thw"}}},
+              {"outputs", {{"image_features", "image_features"}}}};
+  json model = {{"type", "qwen2_5_vl"},
+                {"decoder", decoder},
+                {"embedding", embed},
+                {"vision", vis},
+                {"image_token_id", tokens.at("image_token_id")},
+                {"video_token_id", hf.integer("video_token_id", 151656)},
+                {"vision_start_token_id", tokens.value("vision_start_token_id", 151652)}},
+       search;
+  add_common(model, search, gen, m.at(key::kDims).at("total_sequence").at("max"), logits->at("shape").back());
+  return json{{"model", model}, {"search", search}};
+}
+
+// The image preprocessing onnxruntime-extensions runs for og's multimodal processor (the sequence
+// onnxruntime-genai's qwen2.5-vl test model carries), with the image processor's settings.
+json qwen_vl_image_processor(const std::filesystem::path& dir) {
+  json p = json::object();
+  if (std::ifstream file(dir / "preprocessor_config.json"); file) p = json::parse(file, nullptr, false);
+  if (!p.is_object()) p = json::object();
+  const json size = p.value("size", json::object());
+  auto pick = [&](const char* top, const char* in_size, int64_t fallback) -> int64_t {
+    if (p.contains(top) && p[top].is_number_integer()) return p[top];
+    if (size.is_object() && size.contains(in_size) && size[in_size].is_number_integer()) return size[in_size];
+    return fallback;
+  };
+  const int64_t patch = p.value("patch_size", 14), merge = p.value("merge_size", 2);
+  auto op = [](const char* name, const char* type, json attrs) {
+    json o = {{"name", name}, {"type", type}};
+    if (!attrs.is_null()) o["attrs"] = std::move(attrs);
+    return json{{"operation", o}};
+  };
+  json transforms = json::array(
+      {op("decode_image", "DecodeImage", {{"color_space", "RGB"}}), op("convert_to_rgb", "ConvertRGB", json()),
+       op("resize", "Resize",
+          {{"width", 540}, {"height", 360}, {"smart_resize", 1}, {"min_pixels", pick("min_pixels", "shortest_edge", 3136)},
+           {"max_pixels", pick("max_pixels", "longest_edge", 12845056)}, {"patch_size", patch}, {"merge_size", merge}}),
+       op("rescale", "Rescale", {{"rescale_factor", p.value("rescale_factor", 1.0 / 255)}}),
+       op("normalize", "Normalize",
+          {{"mean", p.value("image_mean", json::array({0.48145466, 0.4578275, 0.40821073}))},
+           {"std", p.value("image_std", json::array({0.26862954, 0.26130258, 0.27577711}))},
+           {"qwen2_5_vl", 1}}),
+       op("patch_image", "PatchImage",
+          {{"patch_size", patch}, {"temporal_patch_size", p.value("temporal_patch_size", 2)}, {"merge_size", merge}})});
+  return {{"processor", {{"name", "qwen2_5_image_processor"}, {"transforms", transforms}}}};
+}
+
 }  // namespace
 
-std::vector<std::pair<std::string, json>> genai_files(const json& m, const JsonConfig& hf) {
+std::vector<std::pair<std::string, json>> genai_files(const json& m, const JsonConfig& hf, const std::filesystem::path& dir) {
   std::vector<std::pair<std::string, json>> files;
   const auto config = genai_config(m, hf);
   if (!config) return files;
   files.emplace_back("genai_config.json", *config);
-  if (config->at("model").at("type") == "whisper") files.emplace_back("audio_processor_config.json", whisper_audio_processor(hf));
+  const json& type = config->at("model").at("type");
+  if (type == "whisper") files.emplace_back("audio_processor_config.json", whisper_audio_processor(hf));
+  if (type == "qwen2_5_vl") files.emplace_back(kQwenProcessorFile, qwen_vl_image_processor(dir));
   return files;
 }
 
 std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
-  if (m.at(key::kSource).value("model_type", "") == "whisper") return whisper_genai_config(m, hf);
+  const std::string model_type = m.at(key::kSource).value("model_type", "");
+  if (model_type == "whisper") return whisper_genai_config(m, hf);
+  if (model_type == "qwen2_vl" || model_type == "qwen2_5_vl") return qwen_vl_genai_config(m, hf);
   if (!genai_runs(m.at(key::kSource).value("model_type", ""))) return std::nullopt;
   const json& gen = m.value(key::kGeneration, json());
   const json& components = m.at(key::kComponents);

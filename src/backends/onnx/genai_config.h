@@ -17,9 +17,13 @@ namespace hfx {
 // the export (no generation, a static or stateful cache, separate prefill and decode graphs).
 std::optional<nlohmann::json> genai_config(const nlohmann::json& manifest, const JsonConfig& hf_config);
 
-// Every file onnxruntime-genai reads beside the model (name -> content): genai_config.json, and for
-// Whisper the audio_processor_config.json its multimodal processor computes the features by.
+// Every file onnxruntime-genai reads beside the model (name -> content): genai_config.json, and the
+// processor config its multimodal processor computes the inputs by (Whisper's audio features,
+// Qwen2-VL's image patches).
+// `dir` is the export's directory, holding the checkpoint's companion files (the image processor's
+// preprocessor_config.json, which a vision-language model's processor config is written from).
 std::vector<std::pair<std::string, nlohmann::json>> genai_files(const nlohmann::json& manifest,
-                                                                 const JsonConfig& hf_config);
+                                                                 const JsonConfig& hf_config,
+                                                                 const std::filesystem::path& dir);
 
 }  // namespace hfx

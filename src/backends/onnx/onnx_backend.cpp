@@ -324,7 +324,7 @@ class OnnxBackend final : public Backend {
   std::string_view runtime_package() const override { return "onnxruntime"; }
   void write_runtime_files(nlohmann::json& manifest, const JsonConfig& hf_config,
                            const std::filesystem::path& dir) const override {
-    for (const auto& [name, content] : genai_files(manifest, hf_config)) write_file(dir / name, content.dump(4) + "\n");
+    for (const auto& [name, content] : genai_files(manifest, hf_config, dir)) write_file(dir / name, content.dump(4) + "\n");
   }
 };
 
