@@ -176,6 +176,19 @@ Value* positions_seen(Builder& b, Value* position_ids) {
   return b.add(b.reduce(OpKind::ReduceMax, last, {}, false), b.const_i64({1}));
 }
 
+// HF's tables from the angles [B, S, R/2]: cos and sin of them repeated over the rotary dim, scaled.
+std::pair<Value*, Value*> cos_sin(Builder& b, Value* freqs, double scaling) {
+  Value* emb = b.concat({freqs, freqs}, -1);
+  Value* cos = b.unary(OpKind::Cos, emb);
+  Value* sin = b.unary(OpKind::Sin, emb);
+  if (scaling != 1.0) {
+    Value* s = b.scalar(scaling, DType::F32);
+    cos = b.mul(cos, s);
+    sin = b.mul(sin, s);
+  }
+  return {cos, sin};
+}
+
 // Qwen2-VL: each frequency's position from its section's row of [3, batch, sequence], picked by a
 // one-hot [3, half] matmul (exact for integer positions), then the default table over those.
 std::pair<Value*, Value*> mrope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids) {
@@ -190,15 +203,7 @@ std::pair<Value*, Value*> mrope_cos_sin(Builder& b, const RopeConfig& rope, Valu
   Value* rows_last = b.transpose(b.cast(position_ids, DType::F32), {1, 2, 0});        // [B, S, 3]
   Value* per_freq = b.matmul(rows_last, b.const_f32(pick, {3, half}));                 // [B, S, half]
   Value* freqs = b.mul(per_freq, b.const_f32(rope.inv_freq, {half}));
-  Value* emb = b.concat({freqs, freqs}, -1);
-  Value* cos = b.unary(OpKind::Cos, emb);
-  Value* sin = b.unary(OpKind::Sin, emb);
-  if (rope.attention_scaling != 1.0) {
-    Value* s = b.scalar(rope.attention_scaling, DType::F32);
-    cos = b.mul(cos, s);
-    sin = b.mul(sin, s);
-  }
-  return {cos, sin};
+  return cos_sin(b, freqs, rope.attention_scaling);
 }
 
 }  // namespace
@@ -235,15 +240,7 @@ std::pair<Value*, Value*> rope_cos_sin(Builder& b, const RopeConfig& rope, Value
   }
   Value* pos = b.unsqueeze(b.cast(position_ids, DType::F32), {-1});  // [B, S, 1]
   Value* freqs = b.mul(pos, inv_freq);                               // [B, S, R/2]
-  Value* emb = b.concat({freqs, freqs}, -1);
-  Value* cos = b.unary(OpKind::Cos, emb);
-  Value* sin = b.unary(OpKind::Sin, emb);
-  if (rope.attention_scaling != 1.0) {
-    Value* s = b.scalar(rope.attention_scaling, DType::F32);
-    cos = b.mul(cos, s);
-    sin = b.mul(sin, s);
-  }
-  return {cos, sin};
+  return cos_sin(b, freqs, rope.attention_scaling);
 }
 
 }  // namespace hfx

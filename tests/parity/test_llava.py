@@ -236,15 +236,20 @@ def test_refusals(tmp_path, run_hfexport, edit, mentions):
     assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, *mentions)
 
 
-def test_missing_projector_weight(tmp_path, run_hfexport):
+def assert_missing_tensor_refused(folder, run_hfexport, name: str) -> None:
+    """The checkpoint at `folder` without tensor `name`: the export fails naming it, writing nothing."""
     import safetensors.torch as st
 
+    tensors = st.load_file(folder / "model.safetensors")
+    del tensors[name]
+    st.save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    out = folder.parent / "out"
+    assert_clean_error(run_hfexport("export", folder, "-o", out), out, name)
+
+
+def test_missing_projector_weight(tmp_path, run_hfexport):
     build(tmp_path / "model")
-    tensors = st.load_file(tmp_path / "model" / "model.safetensors")
-    del tensors["multi_modal_projector.linear_2.weight"]
-    st.save_file(tensors, tmp_path / "model" / "model.safetensors", metadata={"format": "pt"})
-    out = tmp_path / "out"
-    assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "multi_modal_projector.linear_2.weight")
+    assert_missing_tensor_refused(tmp_path / "model", run_hfexport, "multi_modal_projector.linear_2.weight")
 
 
 CORPUS = ["a cat sat on the mat. the quick brown fox jumps over the lazy dog 0123456789"] * 20
@@ -306,24 +311,32 @@ def test_openvino_genai_vlm_pipeline(tmp_path, export_model):
     """OpenVINO GenAI's VLMPipeline loads the OpenVINO export as it is (its language, text
     embeddings and vision embeddings models, the image processor's settings) and generates
     transformers' text for an image and a prompt."""
-    genai = pytest.importorskip("openvino_genai")
-    ov_tokenizers = pytest.importorskip("openvino_tokenizers")
-    import openvino as ov
+    pytest.importorskip("openvino_genai")
     from PIL import Image
     from test_vit import image_files
 
     model, processor = with_processor(tmp_path / "model")
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", "openvino", "--for-generation")
-    tok, detok = ov_tokenizers.convert_tokenizer(processor.tokenizer, with_detokenizer=True)
+    image = Image.open(image_files(tmp_path)[0]).convert("RGB")
+    inputs = processor(text="<image>the cat", images=image, return_tensors="pt")
+    assert vlm_pipeline_text(out, processor.tokenizer, image, "the cat", 6) == reference_text(model, processor, inputs, 6)
+
+
+def vlm_pipeline_text(out, tokenizer, image, prompt: str, new: int) -> str:
+    """OpenVINO GenAI's VLMPipeline over the export `out` (its tokenizer converted beside it): the
+    greedy text for one image and the prompt, without a chat template."""
+    genai = pytest.importorskip("openvino_genai")
+    ov_tokenizers = pytest.importorskip("openvino_tokenizers")
+    import openvino as ov
+
+    tok, detok = ov_tokenizers.convert_tokenizer(tokenizer, with_detokenizer=True)
     ov.save_model(tok, str(out / "openvino_tokenizer.xml"))
     ov.save_model(detok, str(out / "openvino_detokenizer.xml"))
-    image = Image.open(image_files(tmp_path)[0]).convert("RGB")
     config = genai.GenerationConfig()
-    config.max_new_tokens, config.ignore_eos, config.apply_chat_template = 6, True, False
-    result = genai.VLMPipeline(str(out), "CPU").generate("the cat", images=[ov.Tensor(np.asarray(image)[None])],
+    config.max_new_tokens, config.ignore_eos, config.apply_chat_template = new, True, False
+    result = genai.VLMPipeline(str(out), "CPU").generate(prompt, images=[ov.Tensor(np.asarray(image)[None])],
                                                           generation_config=config)
-    inputs = processor(text="<image>the cat", images=image, return_tensors="pt")
-    assert result.texts[0] == reference_text(model, processor, inputs, 6)
+    return result.texts[0]
 
 
 def test_executorch_multimodal_runner(tmp_path, export_model):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import assert_clean_error
-from test_llava import assert_generates_like, component, left_padded
+from test_llava import assert_generates_like, assert_missing_tensor_refused, component, left_padded
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 IMAGE, VIDEO, START, END = 290, 291, 292, 293
@@ -210,14 +210,8 @@ def test_refusals(tmp_path, run_hfexport, case):
 
 
 def test_missing_vision_weight(tmp_path, run_hfexport):
-    import safetensors.torch as st
-
     build(tmp_path / "model")
-    tensors = st.load_file(tmp_path / "model" / "model.safetensors")
-    del tensors["visual.merger.mlp.2.weight"]
-    st.save_file(tensors, tmp_path / "model" / "model.safetensors", metadata={"format": "pt"})
-    out = tmp_path / "out"
-    assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "visual.merger.mlp.2.weight")
+    assert_missing_tensor_refused(tmp_path / "model", run_hfexport, "visual.merger.mlp.2.weight")
 
 
 CORPUS = ["a cat sat on the mat. the quick brown fox jumps over the lazy dog 0123456789"] * 20
