@@ -528,7 +528,8 @@ class ExportedModel(Mapping):
 
         # token_type_ids, mm_token_type_ids (vision-language processors'): the image tokens follow from the ids.
         unknown = [k for k in kwargs if k not in ("pad_token_id", "eos_token_id", "use_cache", "return_dict_in_generate",
-                                                  "token_type_ids", "mm_token_type_ids")]
+                                                  "token_type_ids", "mm_token_type_ids",
+                                                  "pixel_attention_mask")]
         if unknown:
             raise TypeError(f"generate() got unsupported arguments {unknown}")
         if input_features is not None or self.manifest.get("task") == "automatic-speech-recognition":
@@ -575,7 +576,9 @@ class ExportedModel(Mapping):
         runner = self._runner()
         if hasattr(runner, "set_images"):  # a vision-language export: the prompt's images, or none
             grids = None if image_grid_thw is None else _to_numpy(image_grid_thw)
-            runner.set_images(None if pixel_values is None else _to_numpy(pixel_values), grids)
+            pixel_mask = kwargs.get("pixel_attention_mask")
+            runner.set_images(None if pixel_values is None else _to_numpy(pixel_values), grids,
+                              None if pixel_mask is None else _to_numpy(pixel_mask))
         elif pixel_values is not None:
             raise ValueError("generate() got pixel_values, but this export has no vision encoder")
         new = run_loop(runner, ids, mask, max_new_tokens=settings["max_new_tokens"], sampler=sampler,

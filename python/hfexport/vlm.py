@@ -49,16 +49,16 @@ class VisionLanguage:
         self.last_ids: np.ndarray | None = None
         self.in_prompt = False
 
-    def set_images(self, pixel_values, image_grid_thw=None) -> None:
+    def set_images(self, pixel_values, image_grid_thw=None, pixel_attention_mask=None) -> None:
         """The images of the next prompt, in the order their image tokens appear (row by row):
         pixel_values as the model's processor returns them ([images, channels, height, width]; Qwen2-VL's
-        flattened patches [patches, patch size] with image_grid_thw [images, 3]); None for a prompt
-        without images."""
+        flattened patches [patches, patch size] with image_grid_thw [images, 3]; SmolVLM's 5-D tiles
+        with their padding images and pixel_attention_mask); None for a prompt without images."""
         self.image_grids = None if image_grid_thw is None else np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
         if pixel_values is None:
             self.image_features = None
             return
-        pixels = np.ascontiguousarray(np.asarray(pixel_values, dtype=np.float32))
+        pixels = np.ascontiguousarray(real_images(np.asarray(pixel_values, dtype=np.float32), pixel_attention_mask))
         feeds = {"pixel_values": pixels}
         if self.rope_index is not None:
             if self.image_grids is None:
@@ -106,6 +106,24 @@ class VisionLanguage:
         if count and not self.merges_features:
             embeds[slots] = self.image_features.astype(embeds.dtype)
         return embeds
+
+
+def real_images(pixel_values: np.ndarray, pixel_attention_mask=None) -> np.ndarray:
+    """A processor's 5-D pixel_values [batch, images, channels, height, width] (SmolVLM's tiles,
+    padded with all-zero images where rows have fewer) as the vision encoder's [images, ...]: the
+    real images in order, as get_image_features keeps them. Others pass through."""
+    pixels = np.asarray(pixel_values)
+    if pixels.ndim != 5:
+        return pixels
+    flat = pixels.reshape(-1, *pixels.shape[2:])
+    real = (flat != 0).any(axis=(1, 2, 3))
+    real[0] |= not real.any()
+    if pixel_attention_mask is not None:
+        mask = np.asarray(pixel_attention_mask).reshape(len(flat), -1)
+        if not mask[real].all():
+            raise ValueError("pixel_attention_mask marks padding inside an image: only whole images (the processor's "
+                             "tiles at the tower's size) are supported")
+    return flat[real]
 
 
 def qwen2_vl_rope_index(ids: np.ndarray, positions: np.ndarray, grids: np.ndarray | None, image_token_id: int,

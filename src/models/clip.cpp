@@ -13,6 +13,7 @@
 // a patch convolution with bias, no class token, post_layernorm over every patch, pooled by the
 // multi-head attention pooling head (a learned probe attending to the patches, LayerNorm, MLP);
 // its text tower: bidirectional over the padding mask, pooled at the last position through `head`.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -37,6 +38,7 @@ struct TowerConfig {
 
 struct VisionConfig : TowerConfig {
   int64_t image = 0, patch = 0, channels = 0;
+  std::vector<int64_t> position_ids;  // empty: each patch's own index
 };
 
 struct TextConfig : TowerConfig {
@@ -151,7 +153,9 @@ Value* vision_embeddings(ModelBuilder& m, const std::string& p, const VisionConf
     x = b.concat({per_row_token(b, token, pixels, v.hidden), x}, 1);
   }
   b.set_scope(e + "position_embedding");
-  x = b.add(x, m.weight(e + "position_embedding.weight", {patches + (clip ? 1 : 0), v.hidden}));
+  Value* table = m.weight(e + "position_embedding.weight", {patches + (clip ? 1 : 0), v.hidden});
+  if (!v.position_ids.empty()) table = b.embedding(table, b.const_i64(v.position_ids, {patches}));
+  x = b.add(x, table);
   return clip ? encoder_layer_norm(m, p + "pre_layrnorm", x, v.eps) : x;
 }
 
@@ -351,14 +355,41 @@ ExportModel build_siglip_text(const Checkpoint& ckpt, const ExportConfig& config
 
 }  // namespace
 
+// SmolVLM's position ids for a full patch grid of side n, as its embeddings compute them in
+// float32: coordinate i * (1 / n) bucketized by torch.arange(1 / n, 1, 1 / n) (whose rounding
+// makes some rows differ from i: e.g. n = 27).
+std::vector<int64_t> navit_position_ids(int64_t n) {
+  const double step = 1.0 / static_cast<double>(n);
+  const auto count = static_cast<int64_t>(std::ceil((1.0 - step) / step));  // torch.arange's length
+  std::vector<float> boundaries;
+  for (int64_t k = 0; k < count; ++k) boundaries.push_back(static_cast<float>(step + static_cast<double>(k) * step));
+  const float inverse = 1.0f / static_cast<float>(n);
+  std::vector<int64_t> bucket;
+  for (int64_t i = 0; i < n; ++i) {
+    const float coordinate = std::min(static_cast<float>(i) * inverse, static_cast<float>(1.0 - 1e-6));
+    bucket.push_back(std::count_if(boundaries.begin(), boundaries.end(), [&](float b) { return b <= coordinate; }));
+  }
+  std::vector<int64_t> ids;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < n; ++c) ids.push_back(bucket[static_cast<size_t>(r)] * n + bucket[static_cast<size_t>(c)]);
+  return ids;
+}
+
 VisionTowerConfig parse_vision_tower(const JsonConfig& c, const std::string& default_type) {
   const std::string type = c.string("model_type", default_type);
-  if (type != "clip_vision_model" && type != "siglip_vision_model")
-    c.invalid("model_type", "'" + type + "' is not a supported vision tower (clip_vision_model, siglip_vision_model)");
-  const FamilyInfo f = info(type == "clip_vision_model" ? Family::Clip : Family::Siglip);
-  const VisionConfig v = parse_vision(c, f);
-  return {f.family, v.hidden, v.layers, v.heads, v.ffn,
-          v.eps, v.activation, v.image, v.patch, v.channels};
+  const bool navit = type == "smolvlm_vision" || type == "idefics3_vision";
+  if (type != "clip_vision_model" && type != "siglip_vision_model" && !navit)
+    c.invalid("model_type", "'" + type + "' is not a supported vision tower (clip_vision_model, siglip_vision_model, "
+                                         "smolvlm_vision, idefics3_vision)");
+  FamilyInfo f = info(type == "clip_vision_model" ? Family::Clip : Family::Siglip);
+  if (navit) f.patch = 32, f.eps = 1e-6;  // SmolVLMVisionConfig's defaults
+  VisionConfig v = parse_vision(c, f);
+  if (navit) {
+    v.hidden = c.positive("hidden_size", 1152);
+    v.heads = c.positive("num_attention_heads", 16);
+    v.position_ids = navit_position_ids(v.image / v.patch);
+  }
+  return {f.family, v.hidden, v.layers, v.heads, v.ffn, v.eps, v.activation, v.image, v.patch, v.channels, v.position_ids};
 }
 
 Value* vision_pixels(ModelBuilder& m, const VisionTowerConfig& t, const char* batch_dim, int64_t max_batch) {
@@ -371,7 +402,7 @@ std::vector<Value*> vision_hidden_states(ModelBuilder& m, const std::string& p, 
                                          Value* pixels, int64_t layers) {
   VisionConfig v;
   static_cast<TowerConfig&>(v) = {t.hidden, t.layers, t.heads, t.ffn, t.eps, t.activation};
-  v.image = t.image, v.patch = t.patch, v.channels = t.channels;
+  v.image = t.image, v.patch = t.patch, v.channels = t.channels, v.position_ids = t.position_ids;
   std::vector<Value*> states{vision_embeddings(m, p, v, pixels, t.family)};
   for (int64_t i = 0; i < layers; ++i)
     states.push_back(clip_layer(m, p + "encoder.layers." + std::to_string(i) + ".", v, states.back(), nullptr));

@@ -17,11 +17,15 @@ struct VisionTowerConfig {
   double eps = 1e-5;
   std::string activation;
   int64_t image = 0, patch = 0, channels = 0;
+  // Each patch's row of the position table (SmolVLM's NaViT-style positions); empty: the patch's index.
+  std::vector<int64_t> position_ids;
   int64_t patches() const { return (image / patch) * (image / patch); }
 };
 
-// A vision_config whose model_type is clip_vision_model or siglip_vision_model (the family's
-// defaults for omitted keys; `default_type` when it names none); other types are refused naming the key.
+// A vision_config whose model_type is clip_vision_model, siglip_vision_model or SmolVLM's
+// (smolvlm_vision, idefics3_vision: SigLIP layers, positions bucketed for the patch grid) (the
+// family's defaults for omitted keys; `default_type` when it names none); other types are refused
+// naming the key.
 VisionTowerConfig parse_vision_tower(const JsonConfig& vision_config, const std::string& default_type);
 // pixel_values [batch_dim, channels, image, image] of the graph dtype.
 Value* vision_pixels(ModelBuilder& m, const VisionTowerConfig& v, const char* batch_dim, int64_t max_batch);
