@@ -545,12 +545,12 @@ class ExportedModel(Mapping):
             if not (text_in and isinstance(prompts, str)):
                 raise ValueError("generate(images=...) takes one prompt string (or pass the processor's inputs)")
             from .vision import image_inputs
-            from .vlm import encode_image_prompt, features_per_image
+            from .vlm import encode_image_prompt
 
             images = list(images) if isinstance(images, (list, tuple)) else [images]
             manifest = load_manifest(self.directory)
             processed = image_inputs(self.directory, images)
-            row = encode_image_prompt(manifest, self.codec, prompts, features_per_image(manifest, processed), chat, system)
+            row = encode_image_prompt(manifest, self.codec, prompts, processed, chat, system)
             input_ids, attention_mask = np.array([row], np.int64), None
             pixel_values, image_grid_thw = processed["pixel_values"], processed.get("image_grid_thw")
         elif text_in:

@@ -64,21 +64,19 @@ def main(argv: list[str] | None = None) -> int:
             return generate_text2text(runner, args, sampler)
         if args.image and not hasattr(runner, "set_images"):
             raise GenerationError(f"--image: {args.out_dir} has no vision encoder")
-        features: list[int] = []  # per image: the image tokens it fills
+        images: dict = {}  # the vision encoder's inputs for --image (and what the prompt's expansion needs)
         if hasattr(runner, "set_images"):
             from .vision import image_inputs
-            from .vlm import features_per_image
 
             images = image_inputs(args.out_dir, args.image) if args.image else {}
             runner.set_images(images.get("pixel_values"), images.get("image_grid_thw"))
-            features = features_per_image(runner.manifest, images) if images else []
         clock = StepClock()
         if args.prompt is not None:
-            status = generate_text(runner, args, sampler, clock, features)
+            status = generate_text(runner, args, sampler, clock, images)
             if args.stats:
                 print(f"hfexport: {clock.summary()}", file=sys.stderr)
             return status
-        ids = expand_image_tokens(runner, parse_ids(args.input_ids), features)
+        ids = expand_image_tokens(runner, parse_ids(args.input_ids), images)
         logits = next(o for o in runner.manifest.component(runner.STEP)["outputs"] if o["name"] == "logits")
         vocab_limit = logits["shape"][-1]
         if ids.min() < 0 or ids.max() >= vocab_limit:
@@ -95,11 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def expand_image_tokens(runner, ids: np.ndarray, features: list[int]) -> np.ndarray:
+def expand_image_tokens(runner, ids: np.ndarray, images: dict) -> np.ndarray:
     """--input-ids: the i-th image token id -> as many image tokens as image i has features (as the
     processor expands its placeholder); one image token per image."""
     if not hasattr(runner, "image_token_id"):
         return ids
+    from .vlm import features_per_image
+
+    if "rows" in images:
+        raise GenerationError("--input-ids with --image: this model's processor writes text around each image tile; "
+                              "give --prompt (or the processor's input_ids without --image)")
+    features = features_per_image(runner.manifest, images) if images else []
     row = ids[0]
     slots = np.flatnonzero(row == runner.image_token_id)
     if len(slots) != len(features):
@@ -152,7 +156,7 @@ def generate_text2text(runner, args, sampler: Sampler) -> int:
     return 0
 
 
-def generate_text(runner, args, sampler: Sampler, clock: StepClock, features: list[int]) -> int:
+def generate_text(runner, args, sampler: Sampler, clock: StepClock, images: dict) -> int:
     """Streams the text of the new tokens to stdout as each becomes final; a newline at the end."""
     from .text import TextCodec, TextStream
 
@@ -160,7 +164,7 @@ def generate_text(runner, args, sampler: Sampler, clock: StepClock, features: li
     if hasattr(runner, "set_images"):  # a vision-language export: the processor's prompt format
         from .vlm import encode_image_prompt
 
-        row = encode_image_prompt(runner.manifest, codec, args.prompt, features, args.chat, args.system)
+        row = encode_image_prompt(runner.manifest, codec, args.prompt, images, args.chat, args.system)
     else:
         row = codec.encode_prompt(args.prompt, chat=args.chat, system=args.system)
     ids = np.array([row], dtype=np.int64)

@@ -31,6 +31,11 @@ _QWEN2_VL_DEFAULTS = {**_DEFAULTS, "resample": 3, "image_mean": _CLIP_MEAN, "ima
                       "temporal_patch_size": 2, "merge_size": 2}
 
 
+SMOLVLM = "SmolVLMImageProcessor"
+_SMOLVLM_DEFAULTS = {**_DEFAULTS, "resample": 1, "size": {"longest_edge": 4 * 364}, "max_image_size": {"longest_edge": 364},
+                     "do_image_splitting": True}
+
+
 def _kind(config: dict[str, Any]) -> str:
     return config.get("image_processor_type", "").removesuffix("Fast").removesuffix("Pil")
 
@@ -51,12 +56,13 @@ def processor_config(directory: str | Path) -> dict[str, Any]:
     path, stored = _stored_settings(Path(directory))
     config = {**_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
     known = ("ViTImageProcessor", "CLIPImageProcessor", "SiglipImageProcessor", "BitImageProcessor",
-             "Gemma3ImageProcessor", QWEN2_VL)
+             "Gemma3ImageProcessor", QWEN2_VL, SMOLVLM)
     kind = config.get("image_processor_type", "")
     if _kind(config) not in known:
         raise ImageError(f"{path}: image_processor_type {kind!r} is not supported (supported: {', '.join(known)})")
-    if _kind(config) == QWEN2_VL:  # its class's defaults for the keys a config omits
-        config = {**_QWEN2_VL_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
+    defaults = {QWEN2_VL: _QWEN2_VL_DEFAULTS, SMOLVLM: _SMOLVLM_DEFAULTS}.get(_kind(config))
+    if defaults:  # its class's defaults for the keys a config omits
+        config = {**defaults, **{k: v for k, v in stored.items() if v is not None}}
     if config.get("do_pan_and_scan"):
         raise ImageError(f"{path}: do_pan_and_scan (Gemma 3's crops) is not supported yet")
     return config
@@ -181,13 +187,65 @@ def qwen2_vl_patches(image, config: dict[str, Any]) -> tuple[np.ndarray, list[in
     return np.ascontiguousarray(blocks.reshape(grid_h * grid_w, -1), dtype=np.float32), [1, grid_h, grid_w]
 
 
+def _longest_edge_size(height: int, width: int, longest: int) -> tuple[int, int]:
+    """SmolVLM's resize: the longest side to `longest`, the other in proportion (truncated, then
+    made even), at most 4096 a side."""
+    ratio = width / height
+    if width >= height:
+        width, height = longest, int(longest / ratio)
+        height += height % 2
+    else:
+        height, width = longest, int(longest * ratio)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    if max(height, width) > 4096:
+        height, width = _longest_edge_size(height, width, 4096)
+    return height, width
+
+
+def smolvlm_tiles(image, config: dict[str, Any]) -> tuple[list[np.ndarray], int, int]:
+    """One Pillow image -> SmolVLMImageProcessor's frames [channels, tile, tile] float32: the image
+    resized (longest edge), then to whole tiles, cut into rows x cols tiles, and the whole image
+    at one tile's size last (or the image alone when it is one tile); with its rows and cols."""
+    from PIL import Image
+
+    if not config["do_image_splitting"]:
+        raise ImageError("SmolVLM's processor without do_image_splitting is not supported yet")
+    if config["do_convert_rgb"]:
+        image = _rgb(image)
+    resample = Image.Resampling(int(config["resample"]))
+    tile = int(config["max_image_size"]["longest_edge"])
+    if config["do_resize"]:
+        height, width = _longest_edge_size(image.height, image.width, int(config["size"]["longest_edge"]))
+        image = image.resize((width, height), resample=resample)
+    height, width, ratio = image.height, image.width, image.width / image.height
+    if width >= height:  # whole tiles, as resize_for_vision_encoder
+        width = math.ceil(width / tile) * tile
+        height = math.ceil(int(width / ratio) / tile) * tile
+    else:
+        height = math.ceil(height / tile) * tile
+        width = math.ceil(int(height * ratio) / tile) * tile
+    image = image.resize((width, height), resample=resample)
+    frames, rows, cols = [image], 0, 0
+    if height > tile or width > tile:
+        rows, cols = (height - tile) // tile + 1, (width - tile) // tile + 1
+        frames = [image.crop((c * tile, r * tile, (c + 1) * tile, (r + 1) * tile)) for r in range(rows) for c in range(cols)]
+        frames.append(image.resize((tile, tile), resample=resample))
+    return [_rescaled_normalized(np.moveaxis(np.array(f), -1, 0), config) for f in frames], rows, cols
+
+
 def image_inputs(directory: str | Path, images: Sequence) -> dict[str, np.ndarray]:
     """What the model's processor gives the vision encoder for image files (or Pillow images):
-    pixel_values [batch, channels, height, width]; Qwen2-VL's flattened patches and image_grid_thw."""
+    pixel_values [batch, channels, height, width]; Qwen2-VL's flattened patches and image_grid_thw;
+    SmolVLM's tiles of every image in order, with each image's rows and cols."""
     config = processor_config(directory)
-    if _kind(config) != QWEN2_VL:
-        return {"pixel_values": pixel_values(directory, images)}
     opened = [open_image(i) if isinstance(i, (str, Path)) else i for i in images]
+    if _kind(config) == SMOLVLM:
+        split = [smolvlm_tiles(image, config) for image in opened]
+        return {"pixel_values": np.stack([f for frames, _, _ in split for f in frames]),
+                "rows": [r for _, r, _ in split], "cols": [c for _, _, c in split]}
+    if _kind(config) != QWEN2_VL:
+        return {"pixel_values": pixel_values(directory, opened)}
     patches, grids = zip(*(qwen2_vl_patches(image, config) for image in opened))
     return {"pixel_values": np.concatenate(patches), "image_grid_thw": np.array(grids, np.int64)}
 

@@ -167,65 +167,86 @@ def qwen2_vl_rope_index(ids: np.ndarray, positions: np.ndarray, grids: np.ndarra
 
 class ImagePrompt(NamedTuple):
     """How a model's processor writes images into a prompt: the placeholder the text carries per
-    image, what is put before a prompt that lacks one, and the text an image of n features becomes."""
+    image, what is put before a prompt that lacks one, and the text image i of n features becomes."""
 
     placeholder: str
     missing: str
-    expand: Callable[[int], str]
+    expand: Callable[[int, int], str]
 
 
-def _llava_prompt(directory: Path, codec, spec: dict) -> ImagePrompt:
+def _llava_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePrompt:
     """LlavaProcessor: each image token of the text becomes one per feature."""
     path = directory / "processor_config.json"
     settings = json.loads(path.read_text()) if path.is_file() else {}
     token = settings.get("image_token") or codec.token(int(spec["image_token_id"]))
-    return ImagePrompt(token, token, lambda n: token * n)
+    return ImagePrompt(token, token, lambda i, n: token * n)
 
 
-def _gemma3_prompt(directory: Path, codec, spec: dict) -> ImagePrompt:
+def _gemma3_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePrompt:
     """Gemma3Processor: each <start_of_image> becomes "\n\n<start_of_image>", the image tokens,
     "<end_of_image>\n\n"."""
     config = json.loads((directory / "config.json").read_text())
     boi, eoi = codec.token(int(config.get("boi_token_index", 255999))), codec.token(int(config.get("eoi_token_index", 256000)))
     image = codec.token(int(spec["image_token_id"]))
-    return ImagePrompt(boi, boi, lambda n: f"\n\n{boi}{image * n}{eoi}\n\n")
+    return ImagePrompt(boi, boi, lambda i, n: f"\n\n{boi}{image * n}{eoi}\n\n")
 
 
-def _qwen2_vl_prompt(directory: Path, codec, spec: dict) -> ImagePrompt:
+def _qwen2_vl_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePrompt:
     """Qwen2VLProcessor: each <|image_pad|> becomes one per merged patch of its image; the chat
     template puts <|vision_start|><|image_pad|><|vision_end|> where an image goes."""
     config = json.loads((directory / "config.json").read_text())
     start = int(spec.get("vision_start_token_id", 151652))
     pad = codec.token(int(spec["image_token_id"]))
     missing = codec.token(start) + pad + codec.token(int(config.get("vision_end_token_id", start + 1)))
-    return ImagePrompt(pad, missing, lambda n: pad * n)
+    return ImagePrompt(pad, missing, lambda i, n: pad * n)
 
 
-# model_type -> (directory, codec, export.json's image_tokens) -> its processor's ImagePrompt.
+def _smolvlm_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePrompt:
+    """SmolVLMProcessor: each <image> becomes, per tile, <fake_token_around_image><row_r_col_c> and
+    the tile's image tokens (a newline after each row), then "\n<fake_token_around_image><global-img>",
+    the whole image's tokens and <fake_token_around_image>; an image not split, just the last part."""
+    image = codec.token(int(spec["image_token_id"]))
+    fake, glob = "<fake_token_around_image>", "<global-img>"
+    per_tile = int(spec["features_per_image"])
+    rows, cols = images.get("rows", []), images.get("cols", [])
+
+    def expand(i: int, n: int) -> str:
+        tiles = ""
+        for r in range(rows[i]):
+            tiles += "".join(f"{fake}<row_{r + 1}_col_{c + 1}>{image * per_tile}" for c in range(cols[i])) + "\n"
+        return (tiles + "\n" if tiles else "") + f"{fake}{glob}{image * per_tile}{fake}"
+    return ImagePrompt(image, image, expand)
+
+
+# model_type -> (directory, codec, export.json's image_tokens, the images' inputs) -> its processor's ImagePrompt.
 IMAGE_PROMPTS = {"llava": _llava_prompt, "gemma3": _gemma3_prompt, "qwen2_vl": _qwen2_vl_prompt,
-                 "qwen2_5_vl": _qwen2_vl_prompt}
+                 "qwen2_5_vl": _qwen2_vl_prompt, "smolvlm": _smolvlm_prompt}
 
 
 def features_per_image(manifest: ExportManifest, image_inputs: dict) -> list[int]:
-    """How many image tokens each image of the vision encoder's inputs fills."""
+    """How many image tokens each image of the vision encoder's inputs fills (SmolVLM: each image's
+    tiles and its global view)."""
     spec = manifest.data[IMAGE_TOKENS]
     if "image_grid_thw" in image_inputs:
         merge = int(spec.get("spatial_merge_size", 1))
         return [int(np.prod(grid)) // merge**2 for grid in np.asarray(image_inputs["image_grid_thw"])]
+    if "rows" in image_inputs:
+        return [(r * c + 1) * int(spec["features_per_image"]) for r, c in zip(image_inputs["rows"], image_inputs["cols"])]
     return [int(spec["features_per_image"])] * len(image_inputs["pixel_values"])
 
 
-def encode_image_prompt(manifest: ExportManifest, codec, prompt: str, features: list[int], chat: bool = False,
+def encode_image_prompt(manifest: ExportManifest, codec, prompt: str, image_inputs: dict, chat: bool = False,
                         system: str | None = None) -> list[int]:
-    """A prompt's ids as the model's processor makes them for images of `features` features each:
-    the prompt (through the chat template with chat=True, the images as {"type": "image"} entries),
-    each image's placeholder replaced by its expansion. Without chat, placeholders missing from the
-    prompt are put before it."""
+    """A prompt's ids as the model's processor makes them for the images of `image_inputs` (what
+    hfexport.vision.image_inputs returns; {} for none): the prompt (through the chat template with
+    chat=True, the images as {"type": "image"} entries), each image's placeholder replaced by its
+    expansion. Without chat, placeholders missing from the prompt are put before it."""
     model_type = manifest.data.get("source", {}).get("model_type", "")
     if model_type not in IMAGE_PROMPTS:
         raise GenerationError(f"no prompt format for images of model type '{model_type}' "
                               f"(known: {', '.join(IMAGE_PROMPTS)}); pass the processor's input_ids")
-    form = IMAGE_PROMPTS[model_type](manifest.directory, codec, manifest.data[IMAGE_TOKENS])
+    form = IMAGE_PROMPTS[model_type](manifest.directory, codec, manifest.data[IMAGE_TOKENS], image_inputs)
+    features = features_per_image(manifest, image_inputs) if image_inputs else []
     images = len(features)
     if not chat:
         prompt = form.missing * max(images - prompt.count(form.placeholder), 0) + prompt
@@ -234,7 +255,7 @@ def encode_image_prompt(manifest: ExportManifest, codec, prompt: str, features: 
     if len(pieces) - 1 != images:
         raise GenerationError(f"the prompt has {len(pieces) - 1} image placeholders ({form.placeholder}) "
                               f"for {images} images")
-    expanded = pieces[0] + "".join(form.expand(n) + piece for n, piece in zip(features, pieces[1:]))
+    expanded = pieces[0] + "".join(form.expand(i, n) + piece for i, (n, piece) in enumerate(zip(features, pieces[1:])))
     return codec.encode(expanded, add_special_tokens=special_tokens)
 
 

@@ -123,7 +123,10 @@ def test_quantized_encoder_decoder_matches_dequantized_transformers(tmp_path, mo
     real = inputs.get("attention_mask", np.ones(expected.shape[:2], np.int64)).astype(bool)
     np.testing.assert_allclose(encoded["last_hidden_state"][real], expected[real], rtol=1e-4, atol=1e-4)
     logits = runner.prefill(prompt, np.ones_like(prompt), 1)
-    np.testing.assert_allclose(logits, first, rtol=1e-4, atol=1e-4)
+    # 5e-4 on the logits: onnxruntime's int4 MatMulNBits sums in another order per CPU (an AMD EPYC
+    # gave 1.7e-4 on t5v1.1-gated-untied, with the binary of the commit before too); the dequantized
+    # reference still moves away from the float model by more than 1e-3 (checked below).
+    np.testing.assert_allclose(logits, first, rtol=1e-4, atol=5e-4)
     assert np.abs(first - float_first).max() > 1e-3, "the reference should move away from the float model"
     np.testing.assert_array_equal(our_greedy(open_runner(out), inputs, prompt, 10), greedy(ref, inputs, prompt, 10))
     float_out = export_model(folder, tmp_path / "float", "--for-generation", "--onnx-ops", "ort")

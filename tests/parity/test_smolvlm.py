@@ -148,3 +148,40 @@ def test_generation_matches_transformers(tmp_path, export_model, support_matrix,
 def test_missing_connector_weight(tmp_path, run_hfexport):
     build(tmp_path / "model")
     assert_missing_tensor_refused(tmp_path / "model", run_hfexport, "model.connector.modality_projection.proj.weight")
+
+
+def test_image_preprocessing_and_prompts(tmp_path, export_model, run_hfexport):
+    """hfexport.vision.image_inputs cuts images into the processor's tiles (within 1e-5, its rows
+    and cols), and `hfexport generate OUT --image F --prompt T` / generate(text, images=[...]) write
+    each <image> as the processor does (tiles, rows, the global view): transformers' text."""
+    from PIL import Image
+    from hfexport import ExportedModel
+    from hfexport.vision import image_inputs
+    from test_vit import image_files
+
+    processor = save_processor(tmp_path / "model")
+    model = build(tmp_path / "model", vocab=len(processor.tokenizer),
+                  image_token=processor.tokenizer.convert_tokens_to_ids("<image>"))
+    files = image_files(tmp_path)
+    got = image_inputs(tmp_path / "model", files)
+    expected = processor.image_processor([[Image.open(f)] for f in files], return_row_col_info=True, return_tensors="np")
+    pixels = np.asarray(expected["pixel_values"]).reshape(-1, 3, 32, 32)
+    pixels = pixels[(pixels != 0).any(axis=(1, 2, 3))]
+    np.testing.assert_allclose(got["pixel_values"], pixels, rtol=0, atol=1e-5)
+    assert got["rows"] == [r[0] for r in expected["rows"]] and got["cols"] == [c[0] for c in expected["cols"]]
+
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx", "--for-generation")
+    proc = run_hfexport("generate", out, "--image", files[0], "--prompt", "<image>the cat", "--max-new-tokens", "6",
+                        "--ignore-eos")
+    assert proc.returncode == 0, proc.stderr
+    inputs = processor(text="<image>the cat", images=[[Image.open(files[0])]], return_tensors="pt")
+    with torch.no_grad():
+        new = model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    expected_text = processor.tokenizer.decode(new[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert proc.stdout.rstrip("\n") == expected_text
+    text = "the cat<image>sat<image>"
+    inputs = processor(text=text, images=[[Image.open(files[1]), Image.open(files[2])]], return_tensors="pt")
+    with torch.no_grad():
+        new = model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    got_text = ExportedModel(out).generate(text, images=files[1:], max_new_tokens=6, ignore_eos=True)
+    assert got_text == processor.tokenizer.decode(new[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
