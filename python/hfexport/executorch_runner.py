@@ -189,7 +189,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         self.attention_mask = attention_mask.astype(np.int64)
         self.next_position = positions[:, -1] + 1
         feeds = {**self._token_inputs(input_ids.astype(np.int64)), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(positions.astype(np.int64))}
+                 "position_ids": self._position_ids(input_ids, positions.astype(np.int64))}
         if PREFILL in self.components:
             return self._call(PREFILL, feeds)
         import torch
@@ -206,7 +206,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         self.next_position = self.next_position + 1
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         return self._call(self.STEP, {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                                      "position_ids": self._position_ids(positions), **self.past})
+                                      "position_ids": self._position_ids(ids, positions), **self.past})
 
 
 class _EncoderMethod:

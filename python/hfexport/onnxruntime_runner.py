@@ -213,6 +213,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         # A step's token and position: each step writes them in place (bound after the prompt).
         self.step_ids = np.zeros([batch, 1], np.int64)
         self.step_positions = np.zeros([batch, 1], np.int64)
+        self.step_position_ids = self.step_positions  # the graph's position_ids, if the hook maps them
 
     def _run_shared(self, length: int, rows: int) -> np.ndarray:
         """Runs the decode graph over the shared buffers with the mask's first `length` columns and
@@ -233,7 +234,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
         if self.prefill_session is not None:
             feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
-                     "position_ids": self._position_ids(positions)}
+                     "position_ids": self._position_ids(input_ids, positions)}
             logits = self._run_dynamic(self.prefill_session, feeds, None)
             self._allocate_shared(batch, capacity, attention_mask, self.past)
             self.past = None
@@ -242,13 +243,16 @@ class OnnxRuntimeRunner(DecodeRunner):
             for name, value in self._token_inputs(input_ids).items():
                 self.binding.bind_cpu_input(name, value)
             if "position_ids" in self.decode_input_names:
-                self.binding.bind_cpu_input("position_ids", self._position_ids(positions))
+                self.binding.bind_cpu_input("position_ids", self._position_ids(input_ids, positions))
             logits = self._run_shared(length, length)
         if self.TOKENS == "input_ids":  # bound once: each step writes its tokens into step_ids
             self.binding.bind_cpu_input("input_ids", self.step_ids)
         if "position_ids" in self.decode_input_names:  # else the graph counts them
-            if self._position_ids(self.step_positions) is self.step_positions:  # else bound per step
-                self.binding.bind_cpu_input("position_ids", self.step_positions)
+            # Bound once: step_positions, or a buffer (M-RoPE's [3, batch, 1]) each step writes the hook's rows into.
+            rows = self._position_ids(self.step_ids, self.step_positions)
+            if rows is not self.step_positions:
+                self.step_position_ids = np.array(rows, np.int64)
+            self.binding.bind_cpu_input("position_ids", self.step_position_ids)
         self.length = length
         return logits
 
@@ -302,7 +306,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         if self.shared:
             return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
         feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
-                     "position_ids": self._position_ids(positions)}
+                     "position_ids": self._position_ids(input_ids, positions)}
         if self.prefill_session is not None:
             return self._run_dynamic(self.prefill_session, feeds, None)
         return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
@@ -324,14 +328,12 @@ class OnnxRuntimeRunner(DecodeRunner):
                 for name, value in self._token_inputs(self.step_ids).items():
                     self.binding.bind_cpu_input(name, value)
             self.step_positions[:] = positions
-            if "position_ids" in self.decode_input_names:
-                feed = self._position_ids(self.step_positions)
-                if feed is not self.step_positions:
-                    self.binding.bind_cpu_input("position_ids", np.ascontiguousarray(feed))
+            if self.step_position_ids is not self.step_positions:
+                self.step_position_ids[:] = self._position_ids(self.step_ids, self.step_positions)
             return self._run_shared(self.length, 1)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(positions)}
+                 "position_ids": self._position_ids(ids, positions)}
         return self._run_dynamic(self.decode, feeds, self.past)
 
 

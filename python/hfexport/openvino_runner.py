@@ -36,7 +36,7 @@ class OpenVinoRunner(DecodeRunner):
     def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         batch = ids.shape[0]
         feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(positions),
+                 "position_ids": self._position_ids(ids, positions),
                  "beam_idx": np.arange(batch, dtype=np.int32), **self.fixed}
         # An encoder-decoder's stateful decoder counts its positions and masks nothing.
         self.request.infer({name: value for name, value in feeds.items() if name in self.input_names})

@@ -29,10 +29,9 @@ class DecodeRunner(ABC):
     def _token_inputs(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         return {"input_ids": ids}
 
-    def _position_ids(self, positions: np.ndarray) -> np.ndarray:
-        """The graph's position_ids for these text positions [batch, query] (each feed calls it
-        after `_token_inputs` of the same tokens): themselves, or a multimodal RoPE's rows
-        [3, batch, query] (hfexport.vlm)."""
+    def _position_ids(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The graph's position_ids for the tokens `ids` at these text positions [batch, query]:
+        the positions themselves, or a multimodal RoPE's rows [3, batch, query] (hfexport.vlm)."""
         return positions
 
     @abstractmethod

@@ -254,7 +254,7 @@ class TorchProgramRunner(DecodeRunner):
                     self.buffers[i["name"]] = self.torch.zeros((), dtype=self.torch.int64)
             return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
         feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
-                 "position_ids": self._position_ids(positions)}
+                 "position_ids": self._position_ids(input_ids, positions)}
         if self.prefill_module is not None:
             return self._run_dynamic(self.prefill_module, self.prefill_outputs, feeds, {})
         empty = {name: self._cache_tensor(name, batch, 0) for name, _ in self.pairs}
@@ -270,7 +270,7 @@ class TorchProgramRunner(DecodeRunner):
             return self._run_static(ids, positions, np.ones_like(ids))
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(positions)}
+                 "position_ids": self._position_ids(ids, positions)}
         return self._run_dynamic(self.decode, self.decode_outputs, feeds, self.past)
 
 

@@ -46,7 +46,6 @@ class VisionLanguage:
         self.merge_size = int(spec.get("spatial_merge_size", 1))
         self.image_grids: np.ndarray | None = None
         self.rope_deltas: np.ndarray | None = None  # per row, from the prompt: step positions' offset
-        self.last_ids: np.ndarray | None = None
         self.in_prompt = False
 
     def set_images(self, pixel_values, image_grid_thw=None, pixel_attention_mask=None) -> None:
@@ -77,17 +76,16 @@ class VisionLanguage:
             self.in_prompt = False
 
     def _token_inputs(self, ids: np.ndarray) -> dict[str, np.ndarray]:
-        self.last_ids = ids
         inputs = {"inputs_embeds": self._embeddings(ids)}
         if self.takes_token_types:  # 1 marks the image tokens (Gemma 3's image attention)
             inputs["token_type_ids"] = (ids == self.image_token_id).astype(np.int64)
         return inputs
 
-    def _position_ids(self, positions: np.ndarray) -> np.ndarray:
+    def _position_ids(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         if self.rope_index is None:
             return positions
         if self.rope_deltas is None:  # the prompt: its images' grid positions
-            rows, self.rope_deltas = qwen2_vl_rope_index(self.last_ids, positions, self.image_grids,
+            rows, self.rope_deltas = qwen2_vl_rope_index(ids, positions, self.image_grids,
                                                          self.image_token_id, self.merge_size)
             return rows
         return np.ascontiguousarray(np.broadcast_to((positions + self.rope_deltas[:, None])[None], (3, *positions.shape)))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_llava import assert_generates_like, component, left_padded
+from test_llava import assert_generates_like, check_text_decoder, component, left_padded
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 BOI, EOI, IMAGE = 127, 128, 129
@@ -74,17 +74,7 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     err = float(np.abs(got - expected.numpy()).max())
 
     ids, mask = left_padded([prompt(2, [5, 6, 7, 8, 9]), prompt(2, [10, 11])][:batch])
-    with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.from_numpy(ids))
-        embeds[torch.from_numpy(ids == IMAGE)] = expected.reshape(-1, embeds.shape[-1])
-        positions = torch.from_numpy(np.clip(np.cumsum(mask, -1) - 1, 0, None))
-        logits = model(inputs_embeds=embeds, attention_mask=torch.from_numpy(mask), position_ids=positions,
-                       token_type_ids=torch.from_numpy(token_types(ids))).logits
-    got = component(out, "text_decoder")({"inputs_embeds": embeds.numpy(), "attention_mask": mask,
-                                          "position_ids": positions.numpy(), "token_type_ids": token_types(ids)})["logits"]
-    real = mask.astype(bool)
-    np.testing.assert_allclose(got[real], logits.numpy()[real], rtol=1e-4, atol=1e-4)
-    err = max(err, float(np.abs(got[real] - logits.numpy()[real]).max()))
+    err = max(err, check_text_decoder(out, model, ids, mask, expected, IMAGE, token_type_ids=token_types(ids))[1])
     support_matrix.record("gemma3", "image-text-to-text components", True, err, backend=fmt)
 
 

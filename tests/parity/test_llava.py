@@ -91,6 +91,28 @@ def component(out, name: str):
     return open_graph(manifest.format, out / entry["file"], manifest.data, **program)
 
 
+def check_text_decoder(out, model, ids: np.ndarray, mask: np.ndarray, features: torch.Tensor, image_token: int,
+                       positions: np.ndarray | None = None, reference: dict | None = None,
+                       **extra: np.ndarray) -> tuple[np.ndarray, float]:
+    """text_decoder over the token embeddings with `features` at the image tokens (as the model's forward
+    merges them), within 1e-4 of the model's logits at the real tokens. positions: left-padded text
+    positions if None (Qwen2-VL: its M-RoPE rows [3, batch, seq]); extra: further inputs both take
+    (Gemma 3's token_type_ids); reference: the model's inputs instead (e.g. the pixels, for its whole
+    forward). Returns the merged embeddings and the largest difference."""
+    if positions is None:
+        positions = np.clip(np.cumsum(mask, -1) - 1, 0, None)
+    with torch.no_grad():
+        embeds = model.get_input_embeddings()(torch.from_numpy(ids))
+        slots = torch.from_numpy(ids == image_token)
+        embeds[slots] = features.reshape(-1, embeds.shape[-1])[: int(slots.sum())]
+        inputs = {"inputs_embeds": embeds.numpy(), "attention_mask": mask, "position_ids": positions, **extra}
+        logits = model(**{k: torch.from_numpy(v) for k, v in (reference or inputs).items()}).logits.numpy()
+    got = component(out, "text_decoder")(inputs)["logits"]
+    real = mask.astype(bool)
+    np.testing.assert_allclose(got[real], logits[real], rtol=1e-4, atol=1e-4)
+    return inputs["inputs_embeds"], float(np.abs(got[real] - logits[real]).max())
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_components_match_transformers(tmp_path, export_model, support_matrix, fmt, variant):
@@ -109,18 +131,9 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     err = float(np.abs(got - expected.numpy()).max())
 
     ids, mask = left_padded([prompt(model, 1, [5, 6, 7]), [1, 9, 10]][:batch])
-    with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.from_numpy(ids))
-        embeds[torch.from_numpy(ids == IMAGE_TOKEN)] = expected.reshape(-1, embeds.shape[-1])[: int((ids == IMAGE_TOKEN).sum())]
-        positions = torch.from_numpy(np.clip(np.cumsum(mask, -1) - 1, 0, None))
-        logits = model(inputs_embeds=embeds, attention_mask=torch.from_numpy(mask), position_ids=positions).logits
     np.testing.assert_array_equal(component(out, "token_embedding")({"input_ids": ids})["inputs_embeds"],
                                   model.get_input_embeddings()(torch.from_numpy(ids)).detach().numpy())
-    got = component(out, "text_decoder")({"inputs_embeds": embeds.numpy(), "attention_mask": mask,
-                                          "position_ids": positions.numpy()})["logits"]
-    real = mask.astype(bool)
-    np.testing.assert_allclose(got[real], logits.numpy()[real], rtol=1e-4, atol=1e-4)
-    err = max(err, float(np.abs(got[real] - logits.numpy()[real]).max()))
+    err = max(err, check_text_decoder(out, model, ids, mask, expected, IMAGE_TOKEN)[1])
     support_matrix.record("llava", f"image-text-to-text components ({variant})", True, err, backend=fmt)
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import assert_clean_error
-from test_llava import assert_generates_like, assert_missing_tensor_refused, component, left_padded
+from test_llava import assert_generates_like, assert_missing_tensor_refused, check_text_decoder, component, left_padded
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 IMAGE, VIDEO, START, END = 290, 291, 292, 293
@@ -105,24 +105,18 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
 
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.from_numpy(ids))
-        embeds[torch.from_numpy(ids == IMAGE)] = expected
         positions, _ = model.model.get_rope_index(torch.from_numpy(ids), torch.from_numpy(inputs["mm_token_type_ids"]),
                                                   image_grid_thw=torch.from_numpy(grids),
                                                   attention_mask=torch.from_numpy(mask))
-        logits = model(**torch_inputs(inputs)).logits
+    # Against the model's whole forward (its own image features and M-RoPE positions).
+    embeds, decoder_err = check_text_decoder(out, model, ids, mask, expected, IMAGE, positions.numpy(), reference=inputs)
     # token_embedding merges the features at the image tokens (onnxruntime-genai's embedding
     # model); without features (a decode step) every token keeps its embedding.
     embed = component(out, "token_embedding")
-    np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"],
-                                  embeds.numpy())
+    np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"], embeds)
     np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": np.zeros((0, 64), np.float32)})["inputs_embeds"],
                                   model.get_input_embeddings()(torch.from_numpy(ids)).detach().numpy())
-    got = component(out, "text_decoder")({"inputs_embeds": embeds.numpy(), "attention_mask": mask,
-                                          "position_ids": positions.numpy()})["logits"]
-    real = mask.astype(bool)
-    np.testing.assert_allclose(got[real], logits.numpy()[real], rtol=1e-4, atol=1e-4)
-    err = max(err, float(np.abs(got[real] - logits.numpy()[real]).max()))
+    err = max(err, decoder_err)
     support_matrix.record(model_type, "image-text-to-text components", True, err, backend=fmt)
 
 

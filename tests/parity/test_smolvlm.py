@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from test_llava import CORPUS, assert_generates_like, assert_missing_tensor_refused, component, left_padded
+from test_llava import (CORPUS, assert_generates_like, assert_missing_tensor_refused, check_text_decoder, component,
+                        left_padded)
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 TEXT = dict(model_type="llama", hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -87,19 +88,10 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     np.testing.assert_allclose(got.reshape(-1, got.shape[-1]), expected.numpy(), rtol=1e-4, atol=1e-4)
     err = float(np.abs(got.reshape(-1, got.shape[-1]) - expected.numpy()).max())
     ids, mask = left_padded([[5] + [129] * TOKENS_PER_IMAGE + [6, 7], [8, 9]][: len(pixels)])
-    with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.from_numpy(ids))
-        embeds[torch.from_numpy(ids == 129)] = expected[:TOKENS_PER_IMAGE]
-        positions = torch.from_numpy(np.clip(np.cumsum(mask, -1) - 1, 0, None))
-        logits = model(inputs_embeds=embeds, attention_mask=torch.from_numpy(mask), position_ids=positions).logits
     np.testing.assert_array_equal(component(out, "token_embedding")({"input_ids": ids})["inputs_embeds"],
                                   model.get_input_embeddings()(torch.from_numpy(ids)).detach().numpy())
-    got = component(out, "text_decoder")({"inputs_embeds": embeds.numpy(), "attention_mask": mask,
-                                          "position_ids": positions.numpy()})["logits"]
-    real = mask.astype(bool)
-    np.testing.assert_allclose(got[real], logits.numpy()[real], rtol=1e-4, atol=1e-4)
-    support_matrix.record("smolvlm", "image-text-to-text components", True, max(err, float(np.abs(got[real] - logits.numpy()[real]).max())),
-                          backend=fmt)
+    err = max(err, check_text_decoder(out, model, ids, mask, expected, 129)[1])
+    support_matrix.record("smolvlm", "image-text-to-text components", True, err, backend=fmt)
 
 
 def test_bucketed_positions(tmp_path, export_model):
