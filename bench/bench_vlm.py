@@ -38,12 +38,12 @@ import argparse
 import json
 import math
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from bench_export import checkpoint_bytes, default_hfexport, measure, mib
 from bench_generate import machine_environment, run_worker
+from bench_vision import run_json
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -52,14 +52,6 @@ SPEEDUP_TARGET = 20.0
 RSS_TARGET = 0.25
 PROCESSOR_FILES = ("preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.json",
                    "chat_template.jinja")
-
-
-def run_json(cmd: list, log: Path) -> dict:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def ensure_checkpoint(args) -> Path:
