@@ -162,13 +162,23 @@ def export_transformers(ckpt: str, out: str, image: str) -> dict:
 def timed_side(kind: str, folder: str, image: str):
     """A function new_tokens -> (generated token count) for the side, loaded once."""
     if kind == "hfexport":
+        import hfexport.runner
         from hfexport import ExportedModel
 
         model = ExportedModel(folder)
+        generated = {}
+        loop = hfexport.runner.generate
+
+        def counting_loop(*args, **kwargs):  # the default path returns text: count the ids it generated
+            new = loop(*args, **kwargs)
+            generated["count"] = int(new.shape[1])
+            return new
+        hfexport.runner.generate = counting_loop  # generate() imports it per call
 
         def run(new: int) -> int:
-            text = model.generate(PROMPT, images=[image], chat=True, max_new_tokens=new, ignore_eos=True)
-            return new if text is not None else 0
+            generated.clear()
+            model.generate(PROMPT, images=[image], chat=True, max_new_tokens=new, ignore_eos=True)
+            return generated["count"]
         return run
     if kind == "vlmpipeline":
         import openvino as ov
@@ -183,7 +193,7 @@ def timed_side(kind: str, folder: str, image: str):
             config.max_new_tokens = config.min_new_tokens = new
             config.ignore_eos = True
             result = pipe.generate(PROMPT, images=[picture], generation_config=config)
-            return len(result.perf_metrics.raw_metrics.m_new_token_times) or new
+            return int(result.perf_metrics.get_num_generated_tokens())
         return run
     if kind == "eager":
         import torch
@@ -215,6 +225,8 @@ def time_side(kind: str, folder: str, image: str, new: int, repeats: int) -> dic
         counts.append(run(new))
         full.append(time.perf_counter() - start)
     ttft, total = statistics.median(first), statistics.median(full)
+    if any(count != new for count in counts):
+        raise SystemExit(f"{kind} generated {counts} tokens, not {new}: its decode rate would be wrong")
     return {"load_s": load_s, "ttft_s": ttft, "total_s": total, "new_tokens": counts,
             "decode_tok_s": (new - 1) / max(total - ttft, 1e-9), "ttft_samples": first, "total_samples": full}
 

@@ -15,6 +15,32 @@ from .versions import check_runtime_versions
 # f32 inference by default: the parity contract is against transformers' float32 logits. The
 # CPU plugin keeps its fused KV cache in u8/f16 by default; f32 matches transformers.
 F32_INFERENCE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+# Ops a head may apply after its MatMul (logit softcapping, scaling, a bias): walked through to find it.
+HEAD_TAIL_OPS = {"Multiply", "Divide", "Tanh", "Add", "Convert"}
+
+
+def slice_before_head(model: ov.Model) -> ov.Model:
+    """The decode loop reads only the last position's logits: cut the hidden states to it before the
+    LM head's MatMul, as OpenVINO GenAI does at load, so a prompt of S tokens skips S-1 vocabulary-sized
+    rows. The file keeps every position's logits; a head of another shape is left as it is."""
+    node = model.output("logits").get_node().input_value(0).get_node()
+    while node.get_type_name() in HEAD_TAIL_OPS:
+        varying = [v for v in node.input_values() if v.get_node().get_type_name() != "Constant"]
+        if len(varying) != 1:
+            return model
+        node = varying[0].get_node()
+    if node.get_type_name() != "MatMul" or node.get_attributes().get("transpose_a"):
+        return model
+    hidden = node.input_value(0)
+    if hidden.get_partial_shape().rank != ov.Dimension(3) or hidden.get_node().get_type_name() == "Constant":
+        return model
+    import openvino.opset8 as ops
+
+    last = ops.slice(hidden, np.array([-1], np.int64), np.array([np.iinfo(np.int64).max], np.int64),
+                     np.array([1], np.int64), np.array([1], np.int64))
+    node.input(0).replace_source_output(last.output(0))
+    model.validate_nodes_and_infer_types()
+    return model
 
 
 class OpenVinoRunner(DecodeRunner):
@@ -28,7 +54,8 @@ class OpenVinoRunner(DecodeRunner):
             raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
         path = manifest.file_of(self.STEP)
         config = F32_INFERENCE if config is None else config
-        self.compiled = ov.Core().compile_model(str(path), device, config)
+        core = ov.Core()
+        self.compiled = core.compile_model(slice_before_head(core.read_model(str(path))), device, config)
         self.request = self.compiled.create_infer_request()
         self.fixed: dict[str, np.ndarray] = {}  # inputs every call takes unchanged (an encoder's output)
         self.input_names = {i.get_any_name() for i in self.compiled.inputs}

@@ -1024,6 +1024,11 @@ def test_openvino_greedy_matches_transformers(name, dtype, tiny, tmp_path, expor
         return err
 
     record(support_matrix, tm.model_type, f"generate-{dtype}-{name.split('-', 1)[1]}", run, backend="openvino")
+    # the runner slices the hidden states before the head (softcapped ones too): a prompt computes one row of logits
+    runner = hfexport.open_runner(out)
+    ids, mask = tm.prompts(BATCH)
+    runner.prefill(ids, mask, 1)
+    assert runner.request.get_tensor("logits").shape[:2] == (len(ids), 1), name
 
 
 def test_openvino_cpu_plugin_fuses_attention_rmsnorm_and_rope(tiny, tmp_path, export_model):
