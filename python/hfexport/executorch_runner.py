@@ -195,9 +195,12 @@ class ExecutorchDynamicRunner(DecodeRunner):
         import torch
 
         specs = {i["name"]: i for i in self.components[self.STEP]["inputs"]}
+        # States each call replaces whole (convolution, recurrent) start as zeros of their shape.
+        replaced = {s["input"] for s in self.components[self.STEP].get("states", []) if s.get("policy") == "replace"}
         for past, _ in self.pairs:  # multi-token: the prompt over an empty past
             shape = specs[past]["shape"]
-            feeds[past] = torch.zeros((input_ids.shape[0], shape[1], 0, shape[3]), dtype=getattr(torch, specs[past]["dtype"]))
+            empty = [input_ids.shape[0], *shape[1:]] if past in replaced else [input_ids.shape[0], shape[1], 0, shape[3]]
+            feeds[past] = torch.zeros(empty, dtype=getattr(torch, specs[past]["dtype"]))
         return self._call(self.STEP, feeds)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:

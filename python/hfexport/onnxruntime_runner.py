@@ -125,6 +125,9 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         inputs = {i.name: i for i in self.decode.get_inputs()}
         self.cache_specs = {name: inputs[name] for name, _ in self.pairs}
+        # States each call replaces whole (convolution, recurrent): fixed shapes, not growing caches.
+        self.replaced = {s["input"] for s in manifest.component(self.STEP).get("states", [])
+                         if s.get("policy") == "replace" and "input" in s}
         self.decode_input_names = set(inputs)
         self.max_cache_len = int(gen.get("max_cache_len", 0))
         self.buffers: dict[str, ort.OrtValue] = {}
@@ -178,11 +181,18 @@ class OnnxRuntimeRunner(DecodeRunner):
     def _prefilled(self, outputs: dict[str, ort.OrtValue]) -> None:
         """What the prefill graph's outputs other than the cache give the steps (none here)."""
 
+    def _state_shape(self, name: str, batch: int, length: int) -> list[int]:
+        """A cache pair's buffer: a KV cache of `length` rows, or a replaced state's fixed shape."""
+        spec = self.cache_specs[name]
+        if name in self.replaced:
+            return [batch, *spec.shape[1:]]
+        return [batch, spec.shape[1], length, spec.shape[3]]
+
     def _empty_past(self, batch: int) -> list[ort.OrtValue]:
         values = []
         for name, _ in self.pairs:
             spec = self.cache_specs[name]
-            shape = [batch, spec.shape[1], 0, spec.shape[3]]
+            shape = self._state_shape(name, batch, 0)  # a replaced state starts as zeros
             values.append(ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, _NUMPY_TYPES[spec.type])))
         return values
 
@@ -196,10 +206,10 @@ class OnnxRuntimeRunner(DecodeRunner):
         self._bind_fixed(self.binding)
         for i, (name, present) in enumerate(self.pairs):
             spec = self.cache_specs[name]
-            buf = np.zeros([batch, spec.shape[1], capacity, spec.shape[3]], _NUMPY_TYPES[spec.type])
+            buf = np.zeros(self._state_shape(name, batch, capacity), _NUMPY_TYPES[spec.type])
             if prompt is not None:
                 rows = prompt[i].numpy()
-                buf[:, :, : rows.shape[2]] = rows
+                buf[:, :, : rows.shape[2]] = rows  # a replaced state: all of it
             value = ort.OrtValue.ortvalue_from_numpy(buf)
             self.buffers[name] = value
             self.binding.bind_ortvalue_input(name, value)
@@ -263,7 +273,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.buffers = {}
         for name, _ in self.pairs:
             spec = self.cache_specs[name]
-            buf = ort.OrtValue.ortvalue_from_numpy(np.zeros([batch, spec.shape[1], length, spec.shape[3]],
+            buf = ort.OrtValue.ortvalue_from_numpy(np.zeros(self._state_shape(name, batch, length),
                                                             _NUMPY_TYPES[spec.type]))
             self.buffers[name] = buf
             self.binding.bind_ortvalue_input(name, buf)

@@ -189,6 +189,10 @@ class TorchProgramRunner(DecodeRunner):
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         specs = {i["name"]: i for i in manifest.component(self.STEP)["inputs"]}
         self.cache_specs = {name: specs[name] for name, _ in self.pairs}
+        # States each call replaces whole (convolution, recurrent): fixed shapes, and the program
+        # copies the new value into the caller's tensor (no output for it).
+        self.replaced = {s["input"] for s in manifest.component(self.STEP).get("states", [])
+                         if s.get("policy") == "replace" and "input" in s}
         self.decode_input_names = set(specs)
         self.decode_outputs = [o["name"] for o in manifest.component(self.STEP)["outputs"]]
         self.prefill_outputs = ([o["name"] for o in manifest.component(PREFILL)["outputs"]]
@@ -198,7 +202,8 @@ class TorchProgramRunner(DecodeRunner):
 
     def _cache_tensor(self, name: str, batch: int, length: int):
         spec = self.cache_specs[name]
-        shape = [batch, spec["shape"][1], length, spec["shape"][3]]
+        shape = ([batch, *spec["shape"][1:]] if name in self.replaced
+                 else [batch, spec["shape"][1], length, spec["shape"][3]])
         return self.torch.zeros(shape, dtype=getattr(self.torch, _DTYPES[spec["dtype"]]))
 
     def _call(self, module, outputs: list[str], **feeds) -> dict:
@@ -233,7 +238,8 @@ class TorchProgramRunner(DecodeRunner):
     # -- dynamic cache --------------------------------------------------------------------------
     def _run_dynamic(self, module, outputs: list[str], feeds: dict, past: dict) -> np.ndarray:
         out = self._call(module, outputs, **feeds, **past, **(self.fixed if module is self.decode else {}))
-        self.past = {name: out[present] for name, present in self.pairs}
+        # a state the program updated in place is the tensor passed in
+        self.past = {name: out[present] if present in out else past[name] for name, present in self.pairs}
         return self._last_logits(out)
 
     # -- DecodeRunner -----------------------------------------------------------------------------

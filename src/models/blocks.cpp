@@ -96,14 +96,14 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
                        const AttentionContext& ctx) {
   Builder& b = m.b();
   b.set_scope(p.substr(0, p.size() - 1));
-  auto head_norm = [&](const char* name) {
+  auto head_norm = [&](const std::string& module) {
     const bool any = s.qk_norm || s.qk_norm_whole;
-    return HeadNorm{any ? p + name : "", s.qk_norm_whole, s.qk_norm_offset};
+    return HeadNorm{any ? p + module + ".weight" : "", s.qk_norm_whole, s.qk_norm_offset};
   };
   // Built one after another: each projection's weights are declared as it is built.
-  Value* q = project_heads(m, qkv_projection(m, p, s, 0), s.heads, s.head_dim, x, head_norm("q_norm.weight"),
+  Value* q = project_heads(m, qkv_projection(m, p, s, 0), s.heads, s.head_dim, x, head_norm(s.q_norm),
                            s.norm_epsilon);
-  Value* k = project_heads(m, qkv_projection(m, p, s, 1), s.kv_heads, s.head_dim, x, head_norm("k_norm.weight"),
+  Value* k = project_heads(m, qkv_projection(m, p, s, 1), s.kv_heads, s.head_dim, x, head_norm(s.k_norm),
                            s.norm_epsilon);
   Value* v = project_heads(m, qkv_projection(m, p, s, 2), s.kv_heads, s.head_dim, x, {}, 0);
   if (ctx.cos) {
@@ -251,6 +251,20 @@ Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value*
   Value* act = activation(b, s.activation, gate);
   const Projection down = own(m, p + s.down, s.bias, s.hidden, inter);
   return b.linear(b.mul(act, up), down.weight, down.bias);
+}
+
+Value* causal_depthwise_conv(Builder& b, Value* window, Value* taps, Value* bias, Dim length) {
+  const int64_t kernel = taps->shape[0].value();
+  Value* window_length = b.gather(b.shape_of(window), b.const_i64({1}), 0);
+  Value* sum = nullptr;
+  for (int64_t j = 0; j < kernel; ++j) {
+    // out[t] += taps[j] * window[t + j]: rows j .. j + length - 1 of the window.
+    Value* rows = b.range(b.const_i64({j}), b.sub(window_length, b.const_i64({kernel - 1 - j})), b.const_i64({1}),
+                          length);
+    Value* term = b.mul(b.gather(window, rows, 1), b.slice(taps, 0, j, j + 1));
+    sum = sum ? b.add(sum, term) : term;
+  }
+  return bias ? b.add(sum, bias) : sum;
 }
 
 }  // namespace hfx

@@ -18,6 +18,7 @@ struct AttentionSpec {
   // Module names under the block's prefix. `qkv` set: one fused [q + k + v, hidden] weight whose
   // rows are q, then k, then v (Phi-3's qkv_proj); q/k/v are then unused.
   std::string q = "q_proj", k = "k_proj", v = "v_proj", o = "o_proj", qkv;
+  std::string q_norm = "q_norm", k_norm = "k_norm";  // the per-head norms' modules (qk_norm)
   // How a fused qkv weight orders its rows: [q | k | v] (Phi-3, GPT-2) or per head [heads, 3, D]
   // (GPT-NeoX's query_key_value).
   enum class FusedLayout { Blocked, PerHead };
@@ -102,5 +103,12 @@ Value* activation(Builder& b, const std::string& name, Value* x);
 
 // The MLP with HF names under `prefix` (e.g. "model.layers.0.mlp.").
 Value* gated_mlp(ModelBuilder& m, const std::string& prefix, const MlpSpec& spec, Value* x);
+
+// A causal depthwise convolution over `window` [batch, kernel - 1 + length, channels]: the kernel - 1
+// inputs before the call (a convolution state, or zeros) then the call's. out[t] = bias +
+// sum_j taps[j] * window[t + j] for t < length (the call's dim); `taps` [kernel, channels] (a Conv1d weight
+// [channels, 1, kernel] transposed), `bias` [channels] or null. Gathers with ranges, not slices,
+// so that it holds for any symbolic length.
+Value* causal_depthwise_conv(Builder& b, Value* window, Value* taps, Value* bias, Dim length);
 
 }  // namespace hfx

@@ -108,6 +108,15 @@ struct DecoderConfig {
   std::vector<RopeConfig> ropes;
   std::vector<int> layer_rope;
   std::vector<std::optional<int64_t>> layer_window;  // sliding window per layer, if any
+  // Each layer's token mixer as config.json's layer_types names it, where a family mixes kinds
+  // (LFM2's "conv" and "full_attention"); empty: attention in every layer.
+  std::vector<std::string> layer_types;
+  // The short causal convolutions of such layers: taps per channel, and whether their projections
+  // and the convolution carry biases.
+  struct {
+    int64_t kernel = 0;
+    bool bias = false;
+  } conv;
   // Every token attends to the ones after it too (EmbeddingGemma): a forward only, no decode loop.
   bool bidirectional = false;
   MaskPattern layer_mask(int64_t layer) const { return {bidirectional, layer_window[static_cast<size_t>(layer)]}; }

@@ -125,6 +125,7 @@ void DecoderIO::cache_position_inputs(int64_t max_cache_len) {
   total_ = Dim(max_cache_len);
   Value* cache_position = b_.input("cache_position", DType::I64, {query_});
   position_ids_ = b_.expand(b_.unsqueeze(cache_position, {0}), tokens_shape(), {batch_, query_});
+  positions_only_ = true;
   Value* slots = b_.range(b_.const_i64({0}), b_.const_i64({max_cache_len}), b_.const_i64({1}), *total_);
   attention_mask_ = b_.compare(OpKind::LessOrEqual, b_.unsqueeze(slots, {0, 1, 2}), b_.unsqueeze(position_ids_, {1, 3}));
 }
@@ -271,6 +272,54 @@ Value* DecoderIO::update_one(const std::string& name, Value* fresh) {
 std::pair<Value*, Value*> DecoderIO::update_cache(int64_t layer, Value* k, Value* v) {
   const std::string base = "past_key_values." + std::to_string(layer) + variant_.cache_group;
   return {update_one(base + ".key", k), update_one(base + ".value", v)};
+}
+
+Value* DecoderIO::real_tokens(DType dtype) {
+  if (!attention_mask_ || positions_only_) return nullptr;  // every token is real
+  if (variant_.cache == CacheKind::Static) {  // [batch, 1, query, slots]: a pad query sees no slot
+    return b_.reduce(OpKind::ReduceMax, b_.cast(attention_mask_, dtype), {1, 3}, false);
+  }
+  if (!total_) return b_.cast(attention_mask_, dtype);  // the mask covers this call only
+  Value* total = b_.gather(b_.shape_of(attention_mask_), b_.const_i64({1}), 0);
+  Value* query = b_.gather(tokens_shape(), b_.const_i64({1}), 0);
+  Value* columns = b_.range(b_.sub(total, query), total, b_.const_i64({1}), query_);
+  return b_.cast(b_.gather(attention_mask_, columns, 1), dtype);
+}
+
+Value* DecoderIO::continues_sequence() {
+  if (!continues_) {
+    Value* at_start = b_.cast(b_.compare(OpKind::Equal, position_ids_, b_.const_i64({0})), DType::F32);
+    continues_ = b_.compare(OpKind::Less, b_.reduce(OpKind::ReduceMax, at_start, {0, 1}, false), b_.scalar(0.5, DType::F32));
+  }
+  return continues_;
+}
+
+Value* DecoderIO::conv_window(int64_t layer, Value* u, int64_t kernel) {
+  const Dim channels = u->shape[2];
+  const Dim held(kernel - 1);
+  const Dim window = b_.graph().dim(dim_plus(query_, kernel - 1));
+  const std::string name = "past_conv." + std::to_string(layer);
+  auto window_of = [&](Value* before) {  // before: [batch, kernel - 1, channels]
+    return b_.concat({b_.cast(before, u->dtype), u}, 1, window);
+  };
+  Value* zeros = nullptr;
+  if (variant_.cache == CacheKind::None || !variant_.has_past) {
+    Value* shape = b_.concat({b_.gather(tokens_shape(), b_.const_i64({0}, {1}), 0), b_.const_i64({kernel - 1}, {1}),
+                              b_.const_i64({channels.value()}, {1})}, 0);
+    zeros = b_.expand(b_.cast(b_.scalar(0.0, DType::F32), u->dtype), shape, {batch_, held, channels});
+  }
+  if (variant_.cache == CacheKind::None) return window_of(zeros);
+  const int64_t state = b_.declare_state({name, StateKind::Convolution, StateUpdatePolicy::Replace, cache_.dtype,
+                                          {batch_, channels, held}});
+  Value* current = variant_.has_past ? b_.state_read(state) : nullptr;
+  Value* before = current ? b_.transpose(current, {0, 2, 1}) : zeros;
+  // A static cache's buffers outlive a sequence (a runtime's method buffers): a call at position 0
+  // starts a new one, whose convolution sees zeros before it.
+  if (variant_.cache == CacheKind::Static) before = b_.mul(before, b_.cast(continues_sequence(), before->dtype));
+  Value* full = window_of(before);
+  Value* kept = b_.cast(b_.transpose(b_.slice(full, 1, -(kernel - 1), INT64_MAX), {0, 2, 1}), cache_.dtype);
+  b_.state_update(state, current, kept, nullptr, {batch_, channels, held});
+  return full;
 }
 
 void DecoderIO::finish(Value* logits) { b_.output(logits, "logits"); }

@@ -89,6 +89,14 @@ class DecoderIO {
   // call's, `queries` when given) and their dim (dynamic cache); `one` is a [1] int64 constant.
   Value* key_count(Value* one, Value* queries = nullptr);
   Dim key_dim() const { return total_ ? *total_ : query_; }
+  Dim query_dim() const { return query_; }
+  // This call's real tokens, [batch, query] in `dtype` (1; 0 for padding), from the attention
+  // mask's last query columns; null when the graph takes no mask (every token is real).
+  Value* real_tokens(DType dtype);
+  // A causal convolution's window at layer `layer`: the kernel - 1 inputs before this call (state
+  // past_conv.{layer} [batch, channels, kernel - 1], which each call replaces with its own last
+  // ones; zeros where the sequence starts) followed by this call's `u` [batch, query, channels].
+  Value* conv_window(int64_t layer, Value* u, int64_t kernel);
   // Registers the logits as the graph output (state outputs are the backend's state pass's).
   void finish(Value* logits);
 
@@ -96,6 +104,10 @@ class DecoderIO {
   Value* computed_mask(const MaskPattern& pattern);
   Value* static_mask(std::optional<int64_t> window);
   Value* image_block_mask(Value* key_positions, Value* key_columns);
+  // A scalar bool: this call does not start a sequence (no position of it is 0).
+  Value* continues_sequence();
+  Value* continues_ = nullptr;
+  bool positions_only_ = false;  // the cache_position form: the mask is built here, every token real
   Value* token_type_ids_ = nullptr;  // image_blocks only
   Value* image_blocks_ = nullptr;    // [batch, 1, query, keys] bool, built once
   Value* update_one(const std::string& name, Value* fresh);

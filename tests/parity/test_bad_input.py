@@ -463,3 +463,36 @@ def test_aot_failure_leaves_nothing(model, out, hfexport_bin, tmp_path):
                           capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
     assert_clean_error(proc, out, "--aot", "AOTInductor")
     assert not os.path.exists(out)
+
+
+# --------------------------------------------------------------------------------------------
+# hybrid decoders' config keys (LFM2)
+
+
+@pytest.fixture(scope="module")
+def lfm2_base(tmp_path_factory, make_tiny_model) -> Path:
+    d, _ = make_tiny_model(tmp_path_factory.mktemp("bad_input_lfm2") / "hf", "lfm2",
+                           dict(BASE_CONFIG, num_hidden_layers=2, layer_types=["conv", "full_attention"]))
+    return d
+
+
+@pytest.mark.parametrize("edit, key", [
+    (dict(layer_types=["conv", "mamba"]), "layer_types"),
+    (dict(layer_types=["conv"]), "layer_types"),
+    (dict(layer_types=None, full_attn_idxs=[5]), "full_attn_idxs"),
+    (dict(conv_L_cache=0), "conv_L_cache"),
+])
+def test_lfm2_bad_layer_config(edit, key, lfm2_base, tmp_path, out, run_hfexport):
+    model = tmp_path / "lfm2"
+    shutil.copytree(lfm2_base, model)
+    edit_config(model, lambda c: c.update(edit))
+    assert_clean_error(export(run_hfexport, model, out), out, key)
+
+
+def test_lfm2_conv_weight_missing(lfm2_base, tmp_path, out, run_hfexport):
+    model = tmp_path / "lfm2"
+    shutil.copytree(lfm2_base, model)
+    header, data = read_safetensors(model / ST)
+    header.pop("model.layers.0.conv.conv.weight")
+    write_safetensors(model / ST, header, data)
+    assert_clean_error(export(run_hfexport, model, out), out, "model.layers.0.conv.conv.weight")

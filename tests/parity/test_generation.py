@@ -52,6 +52,8 @@ BASE = dict(TINY_CONFIG)
 CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("generation")}
 
 MODES = ("dynamic", "multi-token", "static")
+# Families whose layers carry convolution state besides (or instead of) a KV cache.
+CONV_STATE_TYPES = {"lfm2"}
 # The first generation case of each model type (the reduced-precision suites).
 _FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
 
@@ -107,8 +109,25 @@ def hf_generate(model, ids: np.ndarray, mask: np.ndarray, n: int = NEW_TOKENS, e
         model.generation_config = saved
     if eos is None:
         assert out.sequences.shape[1] - ids.shape[1] == n
-    cache = [(layer.keys.float().numpy(), layer.values.float().numpy()) for layer in out.past_key_values.layers]
-    return Reference(out.sequences[:, ids.shape[1] :].numpy(), [l.float().numpy() for l in out.logits], cache)
+    return Reference(out.sequences[:, ids.shape[1] :].numpy(), [l.float().numpy() for l in out.logits],
+                     [layer_cache(layer) for layer in out.past_key_values.layers])
+
+
+def layer_cache(layer) -> tuple:
+    """A layer's cache after generate: (keys, values), or a convolution layer's (conv_state,) with
+    transformers' kernel columns (the oldest, which no convolution reads, first)."""
+    if hasattr(layer, "keys"):
+        return layer.keys.float().numpy(), layer.values.float().numpy()
+    return (layer.conv_states[0].float().numpy(),)
+
+
+def check_conv_state(got: np.ndarray, pair: dict, ref: "Reference") -> float:
+    """A convolution state (past_conv.{layer}: the last kernel - 1 inputs) against transformers'
+    after the same tokens; every row's last inputs are real tokens by then."""
+    want = ref.cache[int(pair["name"].split(".")[1])][0][..., 1:]
+    d = float(np.abs(got - want).max())
+    assert d <= TOL, f"{pair['input']}: convolution state differs from transformers' by {d:.3e}"
+    return d
 
 
 @dataclass
@@ -226,6 +245,9 @@ def check_static_cache_contents(runner, manifest_pairs, ref: Reference, mask: np
     pad = (mask == 0).sum(axis=1)
     err = 0.0
     for p in manifest_pairs:
+        if p["name"].startswith("past_conv."):
+            err = max(err, check_conv_state(runner.buffers[p["input"]].numpy(), p, ref))
+            continue
         layer, kind = int(p["name"].split(".")[1]), p["name"].split(".")[2]
         want = ref.cache[layer][0 if kind == "key" else 1]  # [batch, kv, S_h, hd] (padded index)
         got = runner.buffers[p["input"]].numpy()
@@ -252,6 +274,9 @@ def check_shared_cache(runner, manifest_pairs, ref: Reference, mask: np.ndarray)
     real = np.concatenate([mask, np.ones((mask.shape[0], fed - mask.shape[1]), mask.dtype)], 1).astype(bool)
     err = 0.0
     for p in manifest_pairs:
+        if p["name"].startswith("past_conv."):
+            err = max(err, check_conv_state(runner.buffers[p["input"]].numpy(), p, ref))
+            continue
         layer, kind = int(p["name"].split(".")[1]), p["name"].split(".")[2]
         want = ref.cache[layer][0 if kind == "key" else 1]
         if want.shape[2] != fed:
@@ -845,11 +870,21 @@ def assert_attention_kernels(out: Path, layers: int) -> None:
         assert calls.count("hfexport::sdpa") == layers, (plan.name, calls)
 
 
-def check_executorch_manifest(manifest: dict, mode: str, layers: int) -> None:
+def attention_layers(config) -> int:
+    """Layers with a KV cache: all but a hybrid's convolution layers (layer_types "conv")."""
+    return sum(t != "conv" for t in (getattr(config, "layer_types", None) or ["attention"] * config.num_hidden_layers))
+
+
+def state_count(config) -> int:
+    """The cache pairs an export carries: keys and values per attention layer, one state per convolution layer."""
+    return 2 * attention_layers(config) + (config.num_hidden_layers - attention_layers(config))
+
+
+def check_executorch_manifest(manifest: dict, mode: str, config) -> None:
     mode = mode.removesuffix(HFX_KERNELS)
     decode, generation = manifest["components"]["decode"], manifest["generation"]
     pairs = generation["cache_pairs"]
-    assert len(pairs) == 2 * layers
+    assert len(pairs) == state_count(config)
     inputs = [i["name"] for i in decode["inputs"]]
     outputs = [o["name"] for o in decode["outputs"]]
     ids = ["input_ids", "attention_mask", "position_ids"]
@@ -881,11 +916,10 @@ def test_executorch_greedy_matches_transformers(name, backend, mode, tiny, tmp_p
     def run() -> float:
         out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--executorch-backend", backend,
                            "--for-generation", *ET_ALL_MODES[mode])
-        check_executorch_manifest(json.loads((out / "export.json").read_text()), mode,
-                                  tm.model.config.num_hidden_layers)
+        check_executorch_manifest(json.loads((out / "export.json").read_text()), mode, tm.model.config)
         if mode.endswith(HFX_KERNELS):
             sinks = tm.model_type == "gpt_oss"
-            assert_attention_kernels(out, 0 if sinks else tm.model.config.num_hidden_layers)
+            assert_attention_kernels(out, 0 if sinks else attention_layers(tm.model.config))
         runner = hfexport.open_runner(out)
         err = 0.0
         for lengths in (SINGLE, (11,) if mode.startswith("static") else BATCH):
@@ -1146,7 +1180,9 @@ def documented_loop(tmp_path_factory) -> Path:
 # The documented loop never reruns the sequence, which transformers does where Phi-3's longrope
 # switches to its long factors (hfexport's runners do it at the manifest's rebuild_cache_at_length).
 @pytest.mark.parametrize("backend", ["portable", "xnnpack"])
-@pytest.mark.parametrize("name", [n for n in CONFIGS if "longrope_switch" not in n])
+# It also checks that each call writes only its own slots: a KV cache's; a convolution state (LFM2's
+# conv layers) is replaced whole each call, which the documented loop does not know.
+@pytest.mark.parametrize("name", [n for n in CONFIGS if "longrope_switch" not in n and CONFIGS[n][0] not in CONV_STATE_TYPES])
 def test_executorch_documented_cpp_loop_zero_copy(name, backend, documented_loop, tiny, tmp_path, export_model):
     """The ExecuTorch C++ decode loop transformers.exporters documents (tests/executorch_loop:
     FileDataLoader, Program::load, planned arenas from method_meta, set_input for every input,

@@ -54,6 +54,27 @@ def dequantize(w: np.ndarray, bits: int, group: int, positive_bf16: bool = False
     return (levels * scale).astype(np.float32).reshape(n, k)
 
 
+def int8_activation_bound(reference, inputs, want: np.ndarray) -> float:
+    """The error bound of a backend that quantizes activations to int8 per token (XNNPACK's 8da
+    linears): 5% of the logit scale, or 1.25x what transformers itself is off by with the same
+    weights and its linears' inputs fake-quantized that way (asymmetric int8 per token), where
+    the architecture amplifies that rounding (LFM2's gated convolutions multiply activations)."""
+    def fake_quantize(_module, args):
+        x = args[0]
+        low, high = x.amin(-1, keepdim=True).clamp(max=0), x.amax(-1, keepdim=True).clamp(min=0)
+        step = torch.where(high > low, (high - low) / 255, torch.ones_like(high))
+        zero = torch.round(-128 - low / step)
+        return ((torch.clamp(torch.round(x / step) + zero, -128, 127) - zero) * step,)
+
+    model = copy.deepcopy(reference)
+    head = model.get_output_embeddings()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module is not head:
+            module.register_forward_pre_hook(fake_quantize)
+    own_error = masked_max_abs_diff(hf_logits(model, inputs), want, inputs[1])
+    return max(0.05 * float(np.abs(want).max()), 1.25 * own_error)
+
+
 def quantized_reference(model, bits: int, group: int | None, positive_bf16: bool = False, experts_group: int = 32):
     """A copy of `model` whose nn.Linear weights (input size divisible by `group`) are dequantized,
     and GPT-2's Conv1D ones ([in, out]: quantized per group of inputs too). A tied embedding stays
@@ -393,10 +414,11 @@ def test_executorch_xnnpack_8da4w(name, kernels, tiny, tmp_path, export_model):
     assert manifest["quantization"]["compute"] == "int8"
     assert (out / "model.pte").read_bytes().count(b"XH00") > 0  # MoE experts stay dequantized matmuls
     inputs = make_inputs(model.config.vocab_size)
-    want = hf_logits(quantized_reference(model, 4, 32, positive_bf16=True), inputs)
+    reference = quantized_reference(model, 4, 32, positive_bf16=True)
+    want = hf_logits(reference, inputs)
     err = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs), want, inputs[1])
-    scale = float(np.abs(want).max())
-    assert err <= 0.05 * scale, f"{name} 8da4w: {err:.3e} vs logit scale {scale:.2f}"
+    bound = int8_activation_bound(reference, inputs, want)
+    assert err <= bound, f"{name} 8da4w: {err:.3e} vs bound {bound:.3e}"
 
 
 @pytest.mark.parametrize("name", DENSE)
@@ -413,10 +435,11 @@ def test_executorch_xnnpack_8da8w(name, tiny, tmp_path, export_model):
     assert manifest["quantization"]["compute"] == "int8"
     assert (out / "model.pte").read_bytes().count(b"XH00") > 0
     inputs = make_inputs(model.config.vocab_size)
-    want = hf_logits(quantized_reference(model, 8, None, positive_bf16=True), inputs)
+    reference = quantized_reference(model, 8, None, positive_bf16=True)
+    want = hf_logits(reference, inputs)
     err = masked_max_abs_diff(et_logits(load_program(out / "model.pte"), inputs), want, inputs[1])
-    scale = float(np.abs(want).max())
-    assert err <= 0.05 * scale, f"{name} 8da8w: {err:.3e} vs logit scale {scale:.2f}"
+    bound = int8_activation_bound(reference, inputs, want)
+    assert err <= bound, f"{name} 8da8w: {err:.3e} vs bound {bound:.3e}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from conftest import TINY_CONFIG, build_tiny_model
 from tiny_configs import cases
 
 import hfexport
+from test_generation import CONV_STATE_TYPES
 
 NEW_TOKENS = 12
 MAX_CACHE_LEN = 64
@@ -203,6 +204,10 @@ def test_optimum_ort_model_for_causal_lm(model_type, layout, family_model, tmp_p
         assert sorted(p.name for p in (out / "onnx").iterdir()) == ["model.onnx", "model.onnx_data"]
     ids, mask = make_prompts(model.config.vocab_size, (9, 5))
     proc = optimum_generate(out, ids, mask, NEW_TOKENS, tmp_path)
+    if model_type in CONV_STATE_TYPES:
+        assert proc.returncode != 0 and "KeyError: 'past_key_values.0.key'" in proc.stderr, proc.stderr[-3000:]
+        pytest.xfail("optimum-onnx's ORTModelForCausalLM feeds past_key_values.{i} to every layer; a convolution "
+                     "layer's state is past_conv.{i} (transformers.js's name), which it does not know")
     if proc.returncode == 3:
         shapes = json.loads(proc.stdout.strip().splitlines()[-1])
         config = model.config

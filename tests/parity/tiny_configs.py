@@ -43,6 +43,7 @@ ARCHITECTURES = {
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
+    "lfm2": "Lfm2ForCausalLM",
 }
 
 
@@ -233,6 +234,12 @@ CASES = [
           dict(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, intermediate_size=32, num_local_experts=3,
                num_experts_per_tok=1, swiglu_limit=0.3, sliding_window=4,
                layer_types=["full_attention", "sliding_attention", "full_attention"]), F, G),
+    # lfm2 (gated short convolutions with convolution state, between GQA layers with q/k norm)
+    _case("lfm2", "conv3-gqa-layer_types",
+          dict(num_hidden_layers=3, layer_types=["conv", "full_attention", "conv"], block_multiple_of=16), F, G, Q),
+    _case("lfm2", "conv4-bias-mha-full_attn_idxs-untied",
+          dict(num_hidden_layers=3, full_attn_idxs=[1], conv_L_cache=4, conv_bias=True, num_key_value_heads=4,
+               tie_word_embeddings=False, block_auto_adjust_ff_dim=False), F, G),
 ]
 
 _BY_NAME = {c.name: c for c in CASES}

@@ -149,7 +149,8 @@ EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& cons
 void EtLowering::plan_in_place_updates() {
   for (const StatePair& pair : graph_.state_pairs) {
     if (pair.carried() && pair.update == StateUpdatePolicy::Replace) {
-      plan_replaced_state(pair);
+      // A static cache's state stays in the method; a dynamic cache's goes in and out with the KV pairs.
+      if (pair.input->shape.at(0).is_static()) plan_replaced_state(pair);
       continue;
     }
     const Node* update = pair.output ? pair.output->producer : nullptr;

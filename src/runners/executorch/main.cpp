@@ -217,18 +217,24 @@ class DynamicSession final : public DecodeSession {
     for (size_t i = 3; i < meta.num_inputs(); ++i) {
       const et::TensorInfo info = take(meta.input_tensor_meta(i), path_ + ": past input");
       const ScalarType type = info.scalar_type();
-      if (info.sizes().size() != 4 ||
+      const size_t rank = info.sizes().size();
+      if ((rank != 4 && rank != 3) ||
           (type != ScalarType::Float && type != ScalarType::Half && type != ScalarType::BFloat16))
-        fail(path_, ": decode input ", i, " is not a float [batch, heads, past, head_dim] cache");
+        fail(path_, ": decode input ", i, " is neither a float [batch, heads, past, head_dim] cache nor a float "
+             "[batch, channels, kernel - 1] convolution state");
       Past& p = past_.emplace_back();
-      p.heads = info.sizes()[1];
-      p.head_dim = info.sizes()[3];
+      p.sizes.assign(info.sizes().begin(), info.sizes().end());
+      p.sizes[0] = 1;
+      p.grows = rank == 4;
       p.type = type;
     }
   }
 
   std::vector<float> prefill(const std::vector<int64_t>& ids) override {
-    for (Past& p : past_) p.data.clear();
+    for (Past& p : past_) {
+      p.data.clear();
+      if (!p.grows) p.data.resize(p.bytes());  // a replaced state starts as zeros
+    }
     length_ = 0;
     std::vector<int64_t> positions(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int64_t>(i);
@@ -239,9 +245,17 @@ class DynamicSession final : public DecodeSession {
 
  private:
   struct Past {
-    int32_t heads = 0, head_dim = 0;
+    // A KV cache's [1, heads, length, head_dim], whose length grows by each call's tokens; or a
+    // convolution state's [1, channels, kernel - 1], which each call replaces.
+    std::vector<executorch::aten::SizesType> sizes;
+    bool grows = true;
     ScalarType type = ScalarType::Float;  // the export's dtype
-    std::vector<std::byte> data;          // [1, heads, length, head_dim]
+    std::vector<std::byte> data;
+    size_t bytes() const {
+      size_t n = type == ScalarType::Float ? 4 : 2;
+      for (const auto d : sizes) n *= static_cast<size_t>(d);
+      return n;
+    }
   };
 
   // ids, an all-ones mask over the past and the new tokens, their positions (and the past);
@@ -260,7 +274,9 @@ class DynamicSession final : public DecodeSession {
     if (with_past)
       for (size_t i = 0; i < past_.size(); ++i) {
         Past& p = past_[i];
-        past.push_back(from_blob(p.data.data(), {1, p.heads, static_cast<int32_t>(length_), p.head_dim}, p.type));
+        std::vector<executorch::aten::SizesType> sizes = p.sizes;
+        if (p.grows) sizes[2] = static_cast<executorch::aten::SizesType>(length_);
+        past.push_back(from_blob(p.data.data(), std::move(sizes), p.type));
         check(method->set_input(et::EValue(*past.back()), 3 + i), path_ + ": past input " + std::to_string(i));
       }
     check(method->execute(), path_ + ": execute");
