@@ -14,7 +14,8 @@
         vlmpipeline  openvino_genai.VLMPipeline(DIR, "CPU", f32).generate(prompt, images=[...])
         eager        transformers' generate on AutoProcessor-shaped inputs (float32)
       time to first token = a call with max_new_tokens=1 (preprocessing included); decode
-      tokens/s from a call with NEW tokens minus that; medians of REPEATS after a warm-up.
+      tokens/s from a call with NEW tokens minus that; medians of REPEATS after a warm-up; every
+      call a new image (the base shifted by a pixel more), so no side reuses an earlier call's work.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -159,8 +161,8 @@ def export_transformers(ckpt: str, out: str, image: str) -> dict:
     return {**timings, "components": json.loads((Path(out) / "export.json").read_text()).get("components")}
 
 
-def timed_side(kind: str, folder: str, image: str):
-    """A function new_tokens -> (generated token count) for the side, loaded once."""
+def timed_side(kind: str, folder: str):
+    """A function (new_tokens, image file) -> generated token count for the side, loaded once."""
     if kind == "hfexport":
         import hfexport.runner
         from hfexport import ExportedModel
@@ -175,7 +177,7 @@ def timed_side(kind: str, folder: str, image: str):
             return new
         hfexport.runner.generate = counting_loop  # generate() imports it per call
 
-        def run(new: int) -> int:
+        def run(new: int, image: str) -> int:
             generated.clear()
             model.generate(PROMPT, images=[image], chat=True, max_new_tokens=new, ignore_eos=True)
             return generated["count"]
@@ -186,9 +188,9 @@ def timed_side(kind: str, folder: str, image: str):
         from PIL import Image
 
         pipe = openvino_genai.VLMPipeline(folder, "CPU", **OV_CONFIG)
-        picture = ov.Tensor(np.asarray(Image.open(image).convert("RGB"), np.uint8)[None])
 
-        def run(new: int) -> int:
+        def run(new: int, image: str) -> int:
+            picture = ov.Tensor(np.asarray(Image.open(image).convert("RGB"), np.uint8)[None])
             config = openvino_genai.GenerationConfig()
             config.max_new_tokens = config.min_new_tokens = new
             config.ignore_eos = True
@@ -202,7 +204,7 @@ def timed_side(kind: str, folder: str, image: str):
         model = transformers.Qwen2VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
         proc = processor(folder)
 
-        def run(new: int) -> int:
+        def run(new: int, image: str) -> int:
             inputs = processor_inputs(proc, image)
             with torch.no_grad():
                 out = model.generate(**inputs, max_new_tokens=new, min_new_tokens=new, do_sample=False)
@@ -211,19 +213,38 @@ def timed_side(kind: str, folder: str, image: str):
     raise SystemExit(f"unknown side {kind!r}")
 
 
+def image_variants(image: str, count: int) -> list[str]:
+    """`count` distinct images of the same size (the base shifted by 1, 2, ... pixels): each call
+    gets a new image, so no side reuses what an earlier call computed (VLMPipeline keeps the last
+    call's KV cache and reuses it for an identical prompt: 0.2 s instead of 4 s of prefill)."""
+    from PIL import Image
+
+    base = np.asarray(Image.open(image).convert("RGB"))
+    folder = Path(tempfile.mkdtemp(prefix="vlm-images-"))
+    paths = []
+    for k in range(count):
+        path = folder / f"image-{k}.png"
+        Image.fromarray(np.ascontiguousarray(np.roll(base, k + 1, axis=1))).save(path)
+        paths.append(str(path))
+    return paths
+
+
 def time_side(kind: str, folder: str, image: str, new: int, repeats: int) -> dict:
     start = time.perf_counter()
-    run = timed_side(kind, folder, image)
+    run = timed_side(kind, folder)
     load_s = time.perf_counter() - start
-    run(2)  # warm-up: compiles, first allocations
+    images = iter(image_variants(image, 1 + 2 * repeats))
+    run(2, next(images))  # warm-up: compiles, first allocations
     first, full, counts = [], [], []
     for _ in range(repeats):
         start = time.perf_counter()
-        run(1)
+        run(1, next(images))
         first.append(time.perf_counter() - start)
         start = time.perf_counter()
-        counts.append(run(new))
+        counts.append(run(new, next(images)))
         full.append(time.perf_counter() - start)
+    if any(count != new for count in counts):
+        raise SystemExit(f"{kind} generated {counts} tokens, not {new}: its decode rate would be wrong")
     ttft, total = statistics.median(first), statistics.median(full)
     if any(count != new for count in counts):
         raise SystemExit(f"{kind} generated {counts} tokens, not {new}: its decode rate would be wrong")

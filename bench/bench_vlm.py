@@ -18,7 +18,8 @@ Export (each in a fresh process: wall time, peak RSS from `/usr/bin/time -v`):
 Targets: each peer's wall time / hfexport's >= 20; hfexport's peak RSS <= 25% of the checkpoint.
 
 Generation (a fresh process per side; one 448x448 image + a short prompt, greedy, a warm-up call,
-medians of --repeats): time to first token (a call with max_new_tokens=1, preprocessing included)
+medians of --repeats; each call a new image: OpenVINO GenAI's VLMPipeline keeps the last call's KV
+cache and reuses it for an identical prompt, which would skip its prefill): time to first token (a call with max_new_tokens=1, preprocessing included)
 and decode tokens/s (a call with --new-tokens minus that), through each side's default path:
   hfexport     ExportedModel(OUT).generate(prompt, images=[file], chat=True)   (OpenVINO, f32)
   vlmpipeline  openvino_genai.VLMPipeline(optimum-intel's export, "CPU", f32 inference and KV cache)

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/error.h"
 #include "io/manifest.h"
 
 namespace hfx {
@@ -32,8 +33,8 @@ json first_id(const json& generation, const char* k) {
 // tests/parity/test_onnxruntime_genai.py): it refuses gpt_neox, olmo2, starcoder2 and the MoE
 // families, and its gpt2 model wants other inputs. The others get no genai_config.json.
 bool genai_runs(const std::string& model_type) {
-  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "gemma",
-                                               "gemma2", "gemma3_text", "phi3", "granite", "smollm3"};
+  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
+                                               "gemma3_text", "phi3", "granite", "smollm3", "lfm2"};
   return kTypes.count(model_type) > 0;
 }
 
@@ -234,6 +235,24 @@ std::vector<std::pair<std::string, json>> genai_files(const json& m, const JsonC
   return files;
 }
 
+// A hybrid decoder's convolution layers (LFM2): which layers carry past_conv.{i} [batch, channels,
+// kernel - 1] instead of a KV cache, as onnxruntime-genai's LFM2 model reads them (layer_types,
+// conv_cache_size, and the state's names).
+void add_conv_state(json& decoder, const json& decode, int64_t layers) {
+  json types = json::array();
+  const json* conv = nullptr;
+  for (int64_t i = 0; i < layers; ++i) {
+    const json* state = tensor(decode, key::kInputs, str("past_conv.", i));
+    types.push_back(state ? "conv" : "full_attention");
+    conv = conv ? conv : state;
+  }
+  if (!conv) return;
+  decoder["layer_types"] = types;
+  decoder["conv_cache_size"] = conv->at("shape").at(2);
+  decoder["inputs"]["past_conv_names"] = "past_conv.%d";
+  decoder["outputs"]["present_conv_names"] = "present_conv.%d";
+}
+
 std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
   const std::string model_type = m.at(key::kSource).value("model_type", "");
   if (model_type == "whisper") return whisper_genai_config(m, hf);
@@ -246,11 +265,15 @@ std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
       !components.contains(manifest::component::kDecode))
     return std::nullopt;
   const json& decode = components.at(manifest::component::kDecode);
-  const json* past = tensor(decode, key::kInputs, "past_key_values.0.key");
+  // The first layer with a KV cache (a hybrid's first layers may carry convolution state instead).
+  const int64_t layers =
+      hf.integer("num_hidden_layers", static_cast<int64_t>(gen.at(key::kCachePairs).size()) / 2);
+  int64_t first_kv = 0;
+  while (first_kv < layers && !tensor(decode, key::kInputs, str("past_key_values.", first_kv, ".key"))) ++first_kv;
+  const json* past = tensor(decode, key::kInputs, str("past_key_values.", first_kv, ".key"));
   const json* logits = tensor(decode, key::kOutputs, "logits");
-  if (!past || !logits || !tensor(decode, key::kOutputs, "present.0.key")) return std::nullopt;
+  if (!past || !logits || !tensor(decode, key::kOutputs, str("present.", first_kv, ".key"))) return std::nullopt;
   const json& past_shape = past->at("shape");  // [batch, kv_heads, past, head_dim]
-  const int64_t layers = static_cast<int64_t>(gen.at(key::kCachePairs).size()) / 2;
   const int64_t context = m.at(key::kDims).at("total_sequence").at("max");
 
   json inputs = {{"input_ids", "input_ids"},
@@ -270,6 +293,7 @@ std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
                    {{"logits", "logits"},
                     {"present_key_names", "present.%d.key"},
                     {"present_value_names", "present.%d.value"}}}};
+  add_conv_state(decoder, decode, layers);
   json model = {{"type", m.at(key::kSource).value("model_type", "")}, {"decoder", decoder}}, search;
   add_common(model, search, gen, context, logits->at("shape").back());
   return json{{"model", model}, {"search", search}};
