@@ -1217,3 +1217,28 @@ def test_cli_generate_rebuilds_the_cache_where_longrope_switches(fmt, tiny, tmp_
                           capture_output=True, text=True, env=cli_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert [int(t) for t in proc.stdout.split()] == want
+
+
+# --------------------------------------------------------------------------------------------
+# convolution state at the edges: a one-token prompt (shorter than the kernel's history) and a
+# second request on the same runner (the state must start from zeros again)
+
+
+CONV_CASES = [n for n, (t, _) in CONFIGS.items() if t in CONV_STATE_TYPES]
+CONV_FORMATS = {"onnx": [], "openvino": [], "pt2": ["--multi-token-decode"],
+                "executorch": ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)]}
+
+
+@pytest.mark.parametrize("fmt", list(CONV_FORMATS))
+@pytest.mark.parametrize("name", CONV_CASES)
+def test_convolution_state_one_token_prompt_and_second_request(name, fmt, tiny, tmp_path, export_model):
+    if fmt == "executorch":
+        pytest.importorskip("executorch")
+    tm = tiny(name)
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", fmt, "--for-generation", *CONV_FORMATS[fmt])
+    runner = hfexport.open_runner(out)
+    for lengths in ((1,), SINGLE, (1,)):  # the last one after a longer request on the same runner
+        ids, mask = tm.prompts(lengths)
+        logits: list = []
+        tokens = hfexport.generate(runner, ids, mask, max_new_tokens=8, ignore_eos=True, step_logits=logits)
+        compare(tokens, logits, tm.reference(lengths, 8), f"{name} {fmt} prompt of {lengths[0]}")
