@@ -1242,3 +1242,21 @@ def test_convolution_state_one_token_prompt_and_second_request(name, fmt, tiny, 
         logits: list = []
         tokens = hfexport.generate(runner, ids, mask, max_new_tokens=8, ignore_eos=True, step_logits=logits)
         compare(tokens, logits, tm.reference(lengths, 8), f"{name} {fmt} prompt of {lengths[0]}")
+
+
+@pytest.mark.parametrize("mode", ["static", "default", "multi-token"])
+def test_convolution_state_in_the_executorch_cpp_runner(mode, tiny, tmp_path, export_model, hfexport_bin):
+    """hfexport-executorch-generate (C++, no Python) on a convolution-state export: the state kept
+    in the method beside a static cache, or passed in and out with a dynamic one (batch 1)."""
+    pytest.importorskip("executorch")
+    tm = tiny(CONV_CASES[0])
+    args = {"static": ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)], "default": [],
+            "multi-token": ["--multi-token-decode"]}[mode]
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--for-generation", *args)
+    ids, _ = tm.prompts(SINGLE)
+    env = dict(os.environ, HFEXPORT_PYTHON="/nonexistent/python")  # the Python runner cannot be what ran
+    proc = subprocess.run([str(hfexport_bin), "generate", str(out), "--input-ids", ",".join(map(str, ids[0])),
+                           "--max-new-tokens", str(NEW_TOKENS), "--ignore-eos"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [int(t) for t in proc.stdout.split()] == tm.reference(SINGLE).tokens[0].tolist()

@@ -147,10 +147,14 @@ EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& cons
 // The update's index is the positions, unsqueezed and expanded over heads and head dims (see
 // lower_state_as_io): index_put_ takes the positions themselves.
 void EtLowering::plan_in_place_updates() {
+  // Replaced state (convolution, recurrent) stays in the method beside a static cache; beside a
+  // dynamic one (appended KV pairs, passed in and out) it is passed in and out with them.
+  const bool dynamic_cache = std::any_of(graph_.state_pairs.begin(), graph_.state_pairs.end(), [](const StatePair& p) {
+    return p.carried() && p.update == StateUpdatePolicy::Append;
+  });
   for (const StatePair& pair : graph_.state_pairs) {
     if (pair.carried() && pair.update == StateUpdatePolicy::Replace) {
-      // A static cache's state stays in the method; a dynamic cache's goes in and out with the KV pairs.
-      if (pair.input->shape.at(0).is_static()) plan_replaced_state(pair);
+      if (!dynamic_cache) plan_replaced_state(pair);
       continue;
     }
     const Node* update = pair.output ? pair.output->producer : nullptr;
