@@ -19,7 +19,8 @@ import numpy as np
 
 from .manifest import (CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, SHARES_BUFFER,
                        ExportManifest)
-from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, static_cache_mask
+from .runner import (DecodeRunner, GenerationError, check_request, left_padded_positions, state_buffer_shape,
+                     static_cache_mask)
 from .versions import check_runtime_versions
 
 
@@ -195,11 +196,9 @@ class ExecutorchDynamicRunner(DecodeRunner):
         import torch
 
         specs = {i["name"]: i for i in self.components[self.STEP]["inputs"]}
-        # States each call replaces whole (convolution, recurrent) start as zeros of their shape.
-        replaced = {s["input"] for s in self.components[self.STEP].get("states", []) if s.get("policy") == "replace"}
+        replaced = self.manifest.replaced_states(self.STEP)
         for past, _ in self.pairs:  # multi-token: the prompt over an empty past
-            shape = specs[past]["shape"]
-            empty = [input_ids.shape[0], *shape[1:]] if past in replaced else [input_ids.shape[0], shape[1], 0, shape[3]]
+            empty = state_buffer_shape(specs[past]["shape"], input_ids.shape[0], 0, past in replaced)
             feeds[past] = torch.zeros(empty, dtype=getattr(torch, specs[past]["dtype"]))
         return self._call(self.STEP, feeds)
 

@@ -64,6 +64,12 @@ class ExportManifest:
         except KeyError:
             raise ManifestError(f"{self.directory}: export has no '{name}' component") from None
 
+    def replaced_states(self, name: str) -> set[str]:
+        """The inputs of component `name`'s states that each call replaces whole (convolution,
+        recurrent): fixed shapes, not caches that grow."""
+        return {s["input"] for s in self.component(name).get("states", [])
+                if s.get("policy") == "replace" and "input" in s}
+
     def file_of(self, name: str) -> Path:
         return self.directory / self.component(name)["file"]
 

@@ -19,7 +19,7 @@ import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .seq2seq import cross_state_names, decoder_feeds, encoder_results
-from .runner import (DecodeRunner, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
+from .runner import (DecodeRunner, state_buffer_shape, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
                      park_padding)
 from .versions import check_runtime_versions
 
@@ -125,9 +125,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         inputs = {i.name: i for i in self.decode.get_inputs()}
         self.cache_specs = {name: inputs[name] for name, _ in self.pairs}
-        # States each call replaces whole (convolution, recurrent): fixed shapes, not growing caches.
-        self.replaced = {s["input"] for s in manifest.component(self.STEP).get("states", [])
-                         if s.get("policy") == "replace" and "input" in s}
+        self.replaced = manifest.replaced_states(self.STEP)
         self.decode_input_names = set(inputs)
         self.max_cache_len = int(gen.get("max_cache_len", 0))
         self.buffers: dict[str, ort.OrtValue] = {}
@@ -182,11 +180,7 @@ class OnnxRuntimeRunner(DecodeRunner):
         """What the prefill graph's outputs other than the cache give the steps (none here)."""
 
     def _state_shape(self, name: str, batch: int, length: int) -> list[int]:
-        """A cache pair's buffer: a KV cache of `length` rows, or a replaced state's fixed shape."""
-        spec = self.cache_specs[name]
-        if name in self.replaced:
-            return [batch, *spec.shape[1:]]
-        return [batch, spec.shape[1], length, spec.shape[3]]
+        return state_buffer_shape(self.cache_specs[name].shape, batch, length, name in self.replaced)
 
     def _empty_past(self, batch: int) -> list[ort.OrtValue]:
         values = []

@@ -67,6 +67,12 @@ def static_cache_mask(positions: np.ndarray, cache_len: int, real: np.ndarray | 
     return mask[:, None]
 
 
+def state_buffer_shape(shape: list, batch: int, length: int, replaced: bool) -> list[int]:
+    """A cache pair's buffer for `batch` rows: a KV cache's [batch, heads, length, head_dim] from its
+    declared shape, or a replaced state's declared shape (its zeros start a sequence)."""
+    return [batch, *shape[1:]] if replaced else [batch, shape[1], length, shape[3]]
+
+
 def check_request(manifest: ExportManifest, input_ids: np.ndarray, max_new_tokens: int) -> None:
     """Refuses a generation request the export cannot serve: a static cache's batch and length, a
     dynamic one's batch and sequence bounds."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, ExportManifest
-from .runner import (DecodeRunner, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
+from .runner import (DecodeRunner, state_buffer_shape, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
                      park_padding)
 from .versions import check_runtime_versions
 
@@ -189,10 +189,8 @@ class TorchProgramRunner(DecodeRunner):
         self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
         specs = {i["name"]: i for i in manifest.component(self.STEP)["inputs"]}
         self.cache_specs = {name: specs[name] for name, _ in self.pairs}
-        # States each call replaces whole (convolution, recurrent): fixed shapes, and the program
-        # copies the new value into the caller's tensor (no output for it).
-        self.replaced = {s["input"] for s in manifest.component(self.STEP).get("states", [])
-                         if s.get("policy") == "replace" and "input" in s}
+        # The program copies a replaced state's new value into the caller's tensor (no output for it).
+        self.replaced = manifest.replaced_states(self.STEP)
         self.decode_input_names = set(specs)
         self.decode_outputs = [o["name"] for o in manifest.component(self.STEP)["outputs"]]
         self.prefill_outputs = ([o["name"] for o in manifest.component(PREFILL)["outputs"]]
@@ -202,8 +200,7 @@ class TorchProgramRunner(DecodeRunner):
 
     def _cache_tensor(self, name: str, batch: int, length: int):
         spec = self.cache_specs[name]
-        shape = ([batch, *spec["shape"][1:]] if name in self.replaced
-                 else [batch, spec["shape"][1], length, spec["shape"][3]])
+        shape = state_buffer_shape(spec["shape"], batch, length, name in self.replaced)
         return self.torch.zeros(shape, dtype=getattr(self.torch, _DTYPES[spec["dtype"]]))
 
     def _call(self, module, outputs: list[str], **feeds) -> dict:
