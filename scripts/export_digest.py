@@ -132,15 +132,17 @@ def export_digest(model_dir: Path, out: Path, fmt: str, args: list[str], args_ca
     return digest_dir(out) | (canonical_onnx(out) if args_canonical else {})
 
 
-def run(models: Path, work: Path, args_canonical: bool = False) -> dict[str, dict]:
+def run(models: Path, work: Path, args_canonical: bool = False, model_types: set[str] | None = None) -> dict[str, dict]:
     result = {}
-    for name, model_dir, head in encoder_cases(models):
+    for name, model_dir, head in encoder_cases(models) if not model_types else []:
         for fmt, mode, args in ENCODER_MODES:
             if (head == "ForMaskedLM") != (mode == "fill-mask"):
                 continue
             result[f"{name} {fmt} {mode}"] = export_digest(model_dir, work / f"{name}-{fmt}-{mode}", fmt, args,
                                                            args_canonical)
     for case in cases():
+        if model_types and case.model_type not in model_types:
+            continue
         model_dir = models / case.name
         if not (model_dir / "config.json").exists():
             build_tiny_model(model_dir, case.model_type, {**TINY_CONFIG, **case.overrides})
@@ -163,9 +165,11 @@ def main() -> int:
     p.add_argument("--canonical", action="store_true",
                    help="also digest each .onnx with intermediate names canonicalised (compare with --ignore-raw)")
     p.add_argument("--ignore-raw", action="store_true", help="compare only the canonical ONNX digests and the data files")
+    p.add_argument("--model-types", help="only these decoder model types (comma-separated; no encoders)")
     args = p.parse_args()
+    model_types = set(args.model_types.split(",")) if args.model_types else None
     with tempfile.TemporaryDirectory() as work:
-        result = run(args.models, Path(work), args.canonical)
+        result = run(args.models, Path(work), args.canonical, model_types)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     if not args.compare:

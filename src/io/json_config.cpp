@@ -10,14 +10,60 @@ namespace hfx {
 
 using nlohmann::json;
 
+namespace {
+
+// Python's json writes float('inf') and float('nan') as bare Infinity / -Infinity / NaN (a 4.x
+// config's time_step_limit); outside strings they become the strings python_float reads.
+std::string quote_python_literals(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const std::string literal : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.compare(i, literal.size(), literal) == 0) {
+        out += '"' + literal + '"';
+        i += literal.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 json read_json_value(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) fail(path.string(), ": cannot read");
   std::stringstream buf;
   buf << in.rdbuf();
   json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) j = json::parse(quote_python_literals(buf.str()), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) fail(path.string(), ": not valid JSON");
   return j;
+}
+
+std::optional<double> python_float(const json& v) {
+  if (v.is_number()) return v.get<double>();
+  const json* text = &v;
+  if (v.is_object() && v.size() == 1 && v.contains("__float__")) text = &v.at("__float__");  // transformers 5.x
+  if (!text->is_string()) return std::nullopt;
+  const std::string s = text->get<std::string>();
+  if (s == "Infinity" || s == "inf") return INFINITY;
+  if (s == "-Infinity" || s == "-inf") return -INFINITY;
+  if (s == "NaN" || s == "nan") return NAN;
+  return std::nullopt;
 }
 
 json read_json_file(const std::filesystem::path& path) {

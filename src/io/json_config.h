@@ -12,6 +12,9 @@ namespace hfx {
 // A JSON file whose top level is an object (config files); read_json_value takes any top level.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 nlohmann::json read_json_value(const std::filesystem::path& path);
+// A float as Python writes it: a number, Infinity / -Infinity / NaN (bare in a 4.x file, read as
+// strings), or transformers 5.x's {"__float__": "Infinity"}; nullopt for anything else.
+std::optional<double> python_float(const nlohmann::json& value);
 
 class JsonConfig {
  public:

@@ -154,12 +154,12 @@ std::pair<Value*, Value*> expert_weights(ModelBuilder& m, const std::string& p, 
       }
       break;
     case MoeSpec::Layout::FusedConcat: {
-      Value* fused = m.view(m.weight(p + "experts.gate_up_proj", {e, 2 * inter, hidden}), {e * 2 * inter, hidden});
+      Value* fused = m.view(m.weight(p + s.fused_gate_up, {e, 2 * inter, hidden}), {e * 2 * inter, hidden});
       for (int64_t i = 0; i < e; ++i)
         gate_up.push_back(m.interleave_rows(m.rows(fused, 2 * i * inter, (2 * i + 1) * inter),
                                             m.rows(fused, (2 * i + 1) * inter, (2 * i + 2) * inter)));
       return {m.view(m.stack(gate_up), {e, 2 * inter, hidden}, p + "experts.gate_up"),
-              m.weight(p + "experts.down_proj", {e, hidden, inter})};
+              m.weight(p + s.fused_down, {e, hidden, inter})};
     }
     case MoeSpec::Layout::FusedInterleavedIn: {  // [E, in, out] per expert: transposed to [out, in]
       Value* fused = m.view(m.weight(p + "experts.gate_up_proj", {e, hidden, 2 * inter}), {e * hidden, 2 * inter});

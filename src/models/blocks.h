@@ -75,6 +75,19 @@ struct MlpSpec {
   bool conv1d = false;  // weights stored [in, out] (GPT-2's Conv1D)
 };
 
+// A Mamba2 mixer's sizes (models/mamba2_mixer.h): heads of head_dim channels, B and C per group
+// of heads, state_size per head channel, a causal conv of `kernel` taps.
+struct Mamba2Spec {
+  int64_t hidden = 0;
+  int64_t heads = 0, head_dim = 0, groups = 0, state_size = 0, kernel = 0;
+  bool proj_bias = false, conv_bias = true;
+  double norm_eps = 1e-5;
+  double dt_min = 0.0, dt_max = 0.0;  // time_step_limit; dt_max 0: no upper clamp (inf)
+  bool residual_in_fp32 = false;      // Mamba2Block keeps the residual stream in float32
+  int64_t intermediate() const { return heads * head_dim; }
+  int64_t conv_channels() const { return intermediate() + 2 * groups * state_size; }
+};
+
 // A sparse mixture-of-experts feed-forward block: a router Linear, then each token through its
 // top-k experts (the IR's MoE op). Expert weights come in one of the Hub's layouts.
 struct MoeSpec {
@@ -90,6 +103,9 @@ struct MoeSpec {
   };
   Layout layout = Layout::PerExpert;
   std::string router = "gate", gate = "gate_proj", up = "up_proj", down = "down_proj";
+  // The fused layouts' tensors under the block's prefix (GraniteMoe on the Hub: input_linear.weight,
+  // output_linear.weight).
+  std::string fused_gate_up = "experts.gate_up_proj", fused_down = "experts.down_proj";
   bool router_bias = false, expert_bias = false;
 };
 

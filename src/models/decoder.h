@@ -117,6 +117,8 @@ struct DecoderConfig {
     int64_t kernel = 0;
     bool bias = false;
   } conv;
+  // The Mamba2 mixers of such layers (granitemoehybrid's "linear_attention" layers).
+  Mamba2Spec mamba;
   // Every token attends to the ones after it too (EmbeddingGemma): a forward only, no decode loop.
   bool bidirectional = false;
   MaskPattern layer_mask(int64_t layer) const { return {bidirectional, layer_window[static_cast<size_t>(layer)]}; }

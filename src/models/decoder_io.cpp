@@ -294,6 +294,12 @@ Value* DecoderIO::continues_sequence() {
   return continues_;
 }
 
+Value* DecoderIO::single_step() {
+  if (variant_.cache == CacheKind::None || !variant_.has_past) return nullptr;
+  Value* one_token = b_.compare(OpKind::Equal, b_.gather(tokens_shape(), b_.const_i64({1}), 0), b_.const_i64({1}));
+  return b_.logical_and(one_token, continues_sequence());
+}
+
 Value* DecoderIO::conv_window(int64_t layer, Value* u, int64_t kernel) {
   const Dim channels = u->shape[2];
   const Dim held(kernel - 1);
@@ -303,11 +309,7 @@ Value* DecoderIO::conv_window(int64_t layer, Value* u, int64_t kernel) {
     return b_.concat({b_.cast(before, u->dtype), u}, 1, window);
   };
   Value* zeros = nullptr;
-  if (variant_.cache == CacheKind::None || !variant_.has_past) {
-    Value* shape = b_.concat({b_.gather(tokens_shape(), b_.const_i64({0}, {1}), 0), b_.const_i64({kernel - 1}, {1}),
-                              b_.const_i64({channels.value()}, {1})}, 0);
-    zeros = b_.expand(b_.cast(b_.scalar(0.0, DType::F32), u->dtype), shape, {batch_, held, channels});
-  }
+  if (variant_.cache == CacheKind::None || !variant_.has_past) zeros = zero_state({kernel - 1, channels.value()}, u->dtype);
   if (variant_.cache == CacheKind::None) return window_of(zeros);
   const int64_t state = b_.declare_state({name, StateKind::Convolution, StateUpdatePolicy::Replace, cache_.dtype,
                                           {batch_, channels, held}});
@@ -320,6 +322,38 @@ Value* DecoderIO::conv_window(int64_t layer, Value* u, int64_t kernel) {
   Value* kept = b_.cast(b_.transpose(b_.slice(full, 1, -(kernel - 1), INT64_MAX), {0, 2, 1}), cache_.dtype);
   b_.state_update(state, current, kept, nullptr, {batch_, channels, held});
   return full;
+}
+
+Value* DecoderIO::zero_state(const std::vector<int64_t>& dims, DType dtype) {
+  std::vector<Value*> parts{b_.gather(tokens_shape(), b_.const_i64({0}, {1}), 0)};
+  Shape shape{batch_};
+  for (int64_t d : dims) {
+    parts.push_back(b_.const_i64({d}, {1}));
+    shape.push_back(Dim(d));
+  }
+  return b_.expand(b_.cast(b_.scalar(0.0, DType::F32), dtype), b_.concat(parts, 0), shape);
+}
+
+Value* DecoderIO::recurrent_state(int64_t layer, const std::vector<int64_t>& dims) {
+  HFX_CHECK(!recurrent_.contains(layer), "recurrent state of layer ", layer, " read twice");
+  Shape shape{batch_};
+  for (int64_t d : dims) shape.push_back(Dim(d));
+  if (variant_.cache == CacheKind::None) return zero_state(dims, DType::F32);
+  const int64_t state = b_.declare_state({"past_ssm." + std::to_string(layer), StateKind::Recurrent,
+                                          StateUpdatePolicy::Replace, DType::F32, shape});
+  Value* current = variant_.has_past ? b_.state_read(state) : nullptr;
+  recurrent_[layer] = {state, current, shape};
+  if (!current) return zero_state(dims, DType::F32);
+  // A static cache's buffers outlive a sequence: a call at position 0 starts from zeros.
+  if (variant_.cache == CacheKind::Static) return b_.mul(current, b_.cast(continues_sequence(), DType::F32));
+  return current;
+}
+
+void DecoderIO::update_recurrent_state(int64_t layer, Value* final_state) {
+  if (variant_.cache == CacheKind::None) return;
+  const auto it = recurrent_.find(layer);
+  HFX_CHECK(it != recurrent_.end(), "recurrent state of layer ", layer, " updated before it was read");
+  b_.state_update(it->second.index, it->second.current, b_.cast(final_state, DType::F32), nullptr, it->second.shape);
 }
 
 void DecoderIO::finish(Value* logits) { b_.output(logits, "logits"); }

@@ -97,6 +97,15 @@ class DecoderIO {
   // past_conv.{layer} [batch, channels, kernel - 1], which each call replaces with its own last
   // ones; zeros where the sequence starts) followed by this call's `u` [batch, query, channels].
   Value* conv_window(int64_t layer, Value* u, int64_t kernel);
+  // A recurrent state at layer `layer` (state past_ssm.{layer}, float32 [batch, *dims], replaced by
+  // each call) as this call finds it: zeros where a sequence starts.
+  Value* recurrent_state(int64_t layer, const std::vector<int64_t>& dims);
+  // A scalar bool: this call is one token after earlier ones of its sequence (transformers' Mamba2
+  // takes its single-step path there, which does not clamp dt to time_step_limit); null when the
+  // graph has no past.
+  Value* single_step();
+  // Stores this call's final recurrent state at `layer` (after recurrent_state(layer)).
+  void update_recurrent_state(int64_t layer, Value* final_state);
   // Registers the logits as the graph output (state outputs are the backend's state pass's).
   void finish(Value* logits);
 
@@ -107,6 +116,14 @@ class DecoderIO {
   // A scalar bool: this call does not start a sequence (no position of it is 0).
   Value* continues_sequence();
   Value* continues_ = nullptr;
+  // Zeros of float32 [batch, *dims] (`dtype`): a state before a sequence's first token.
+  Value* zero_state(const std::vector<int64_t>& dims, DType dtype);
+  struct PendingState {
+    int64_t index;
+    Value* current;  // null: the call starts the state
+    Shape shape;
+  };
+  std::map<int64_t, PendingState> recurrent_;  // declared by recurrent_state, updated once
   bool positions_only_ = false;  // the cache_position form: the mask is built here, every token real
   Value* token_type_ids_ = nullptr;  // image_blocks only
   Value* image_blocks_ = nullptr;    // [batch, 1, query, keys] bool, built once

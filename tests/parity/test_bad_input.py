@@ -496,3 +496,47 @@ def test_lfm2_conv_weight_missing(lfm2_base, tmp_path, out, run_hfexport):
     header.pop("model.layers.0.conv.conv.weight")
     write_safetensors(model / ST, header, data)
     assert_clean_error(export(run_hfexport, model, out), out, "model.layers.0.conv.conv.weight")
+
+
+# --------------------------------------------------------------------------------------------
+# hybrid decoders' config keys (GraniteMoeHybrid: Mamba2 mixers)
+
+
+@pytest.fixture(scope="module")
+def granite_hybrid_base(tmp_path_factory, make_tiny_model) -> Path:
+    d, _ = make_tiny_model(tmp_path_factory.mktemp("bad_input_granitemoehybrid") / "hf", "granitemoehybrid",
+                           dict(BASE_CONFIG, num_hidden_layers=2, layer_types=["mamba", "attention"], mamba_n_heads=8,
+                                mamba_n_groups=2, mamba_d_state=8, num_local_experts=0, shared_intermediate_size=32))
+    return d
+
+
+@pytest.mark.parametrize("edit, key", [
+    (dict(layer_types=["mamba", "conv"]), "layer_types"),
+    (dict(layer_types=None, layers_block_type=["mamba"]), "layers_block_type"),
+    (dict(mamba_n_groups=3), "mamba_n_groups"),
+    (dict(mamba_d_head=7), "mamba_d_head"),
+    (dict(mamba_n_heads=5), "mamba_n_heads"),
+    (dict(time_step_limit=[0.5, 0.1]), "time_step_limit"),
+    (dict(time_step_limit="fast"), "time_step_limit"),
+    (dict(position_embedding_type="alibi"), "position_embedding_type"),
+])
+def test_granitemoehybrid_bad_config(edit, key, granite_hybrid_base, tmp_path, out, run_hfexport):
+    model = tmp_path / "granitemoehybrid"
+    shutil.copytree(granite_hybrid_base, model)
+    edit_config(model, lambda c: c.update(edit))
+    assert_clean_error(export(run_hfexport, model, out), out, key)
+
+
+@pytest.mark.parametrize("tensor, shape", [("model.layers.0.mamba.A_log", None),
+                                           ("model.layers.0.mamba.in_proj.weight", (7, 64)),
+                                           ("model.layers.0.mamba.conv1d.weight", (160, 1, 3))])
+def test_granitemoehybrid_mamba_weight_missing_or_misshaped(tensor, shape, granite_hybrid_base, tmp_path, out,
+                                                            run_hfexport):
+    import torch
+
+    model = tmp_path / "granitemoehybrid"
+    shutil.copytree(granite_hybrid_base, model)
+    _rewrite_tensors(model, lambda t: t.pop(tensor) if shape is None else t.update({tensor: torch.zeros(*shape)}))
+    line = assert_clean_error(export(run_hfexport, model, out), out, tensor)
+    if shape is not None:
+        assert mentions_shape(line, shape), f"actual shape missing: {line}"

@@ -53,7 +53,8 @@ CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("generation")}
 
 MODES = ("dynamic", "multi-token", "static")
 # Families whose layers carry convolution state besides (or instead of) a KV cache.
-CONV_STATE_TYPES = {"lfm2"}
+# Hybrids whose token mixers keep convolution (and recurrent) state instead of a KV cache.
+CONV_STATE_TYPES = {"lfm2", "granitemoehybrid", "mamba2"}
 # The first generation case of each model type (the reduced-precision suites).
 _FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
 
@@ -114,19 +115,28 @@ def hf_generate(model, ids: np.ndarray, mask: np.ndarray, n: int = NEW_TOKENS, e
 
 
 def layer_cache(layer) -> tuple:
-    """A layer's cache after generate: (keys, values), or a convolution layer's (conv_state,) with
-    transformers' kernel columns (the oldest, which no convolution reads, first)."""
+    """A layer's cache after generate: (keys, values), or a convolution / Mamba layer's
+    (conv_state, recurrent_state or None), the conv state with transformers' kernel columns (the
+    oldest, which no convolution reads, first)."""
     if hasattr(layer, "keys"):
         return layer.keys.float().numpy(), layer.values.float().numpy()
-    return (layer.conv_states[0].float().numpy(),)
+    recurrent = (getattr(layer, "recurrent_states", None) or [None])[0]
+    return (layer.conv_states[0].float().numpy(), None if recurrent is None else recurrent.float().numpy())
+
+
+def is_replaced_state(pair: dict) -> bool:
+    return pair["name"].startswith(("past_conv.", "past_ssm."))
 
 
 def check_conv_state(got: np.ndarray, pair: dict, ref: "Reference") -> float:
-    """A convolution state (past_conv.{layer}: the last kernel - 1 inputs) against transformers'
-    after the same tokens; every row's last inputs are real tokens by then."""
-    want = ref.cache[int(pair["name"].split(".")[1])][0][..., 1:]
+    """A convolution state (past_conv.{layer}: the last kernel - 1 inputs) or a Mamba layer's SSM
+    state (past_ssm.{layer}) against transformers' after the same tokens; every row's last inputs are
+    real tokens by then."""
+    kind, layer = pair["name"].split(".")[:2]
+    conv, recurrent = ref.cache[int(layer)]
+    want = conv[..., 1:] if kind == "past_conv" else recurrent
     d = float(np.abs(got - want).max())
-    assert d <= TOL, f"{pair['input']}: convolution state differs from transformers' by {d:.3e}"
+    assert d <= TOL, f"{pair['input']}: {kind} state differs from transformers' by {d:.3e}"
     return d
 
 
@@ -245,7 +255,7 @@ def check_static_cache_contents(runner, manifest_pairs, ref: Reference, mask: np
     pad = (mask == 0).sum(axis=1)
     err = 0.0
     for p in manifest_pairs:
-        if p["name"].startswith("past_conv."):
+        if is_replaced_state(p):
             err = max(err, check_conv_state(runner.buffers[p["input"]].numpy(), p, ref))
             continue
         layer, kind = int(p["name"].split(".")[1]), p["name"].split(".")[2]
@@ -274,7 +284,7 @@ def check_shared_cache(runner, manifest_pairs, ref: Reference, mask: np.ndarray)
     real = np.concatenate([mask, np.ones((mask.shape[0], fed - mask.shape[1]), mask.dtype)], 1).astype(bool)
     err = 0.0
     for p in manifest_pairs:
-        if p["name"].startswith("past_conv."):
+        if is_replaced_state(p):
             err = max(err, check_conv_state(runner.buffers[p["input"]].numpy(), p, ref))
             continue
         layer, kind = int(p["name"].split(".")[1]), p["name"].split(".")[2]
@@ -405,7 +415,9 @@ def test_greedy_matches_transformers(name, mode, profile, tiny, tmp_path, export
             err = max(err, compare(tokens, logits, ref, what))
             pairs = runner.manifest.generation["cache_pairs"]
             shares = runner.manifest.generation["past_present_share_buffer"]
-            assert shares == (profile == "ort-gqa" and mode != "static"), (profile, mode, shares)
+            # GroupQueryAttention shares past and present (none to share without attention layers)
+            gqa = profile == "ort-gqa" and mode != "static" and attention_layers(tm.model.config) > 0
+            assert shares == gqa, (profile, mode, shares)
             if shares:
                 err = max(err, check_shared_cache(runner, pairs, ref, mask))
             if mode == "static":
@@ -870,14 +882,20 @@ def assert_attention_kernels(out: Path, layers: int) -> None:
         assert calls.count("hfexport::sdpa") == layers, (plan.name, calls)
 
 
+# layer_types entries of layers without a KV cache, and the states each keeps.
+STATE_LAYERS = {"conv": 1, "linear_attention": 2, "mamba": 2}
+
+
 def attention_layers(config) -> int:
-    """Layers with a KV cache: all but a hybrid's convolution layers (layer_types "conv")."""
-    return sum(t != "conv" for t in (getattr(config, "layer_types", None) or ["attention"] * config.num_hidden_layers))
+    """Layers with a KV cache: all but a hybrid's convolution and Mamba layers."""
+    return sum(t not in STATE_LAYERS for t in (getattr(config, "layer_types", None) or ["attention"] * config.num_hidden_layers))
 
 
 def state_count(config) -> int:
-    """The cache pairs an export carries: keys and values per attention layer, one state per convolution layer."""
-    return 2 * attention_layers(config) + (config.num_hidden_layers - attention_layers(config))
+    """The cache pairs an export carries: keys and values per attention layer, a convolution state per
+    convolution layer, convolution and SSM states per Mamba layer."""
+    types = getattr(config, "layer_types", None) or ["attention"] * config.num_hidden_layers
+    return sum(STATE_LAYERS.get(t, 2) for t in types)
 
 
 def check_executorch_manifest(manifest: dict, mode: str, config) -> None:
@@ -986,7 +1004,10 @@ def test_executorch_half_precision_generation(name, dtype, mode, tiny, tmp_path,
                            "--dtype", dtype, "--for-generation", *ET_MODES[mode])
         manifest = json.loads((out / "export.json").read_text())
         assert manifest["dtype"] == dtype
-        assert {o["dtype"] for o in manifest["components"]["decode"]["outputs"] if o["name"] != "logits"} <= {dtype}
+        outputs = manifest["components"]["decode"]["outputs"]
+        # KV and convolution state in the model dtype; a Mamba layer's SSM state in float32, as transformers keeps it.
+        assert {o["dtype"] for o in outputs if o["name"] != "logits" and "_ssm." not in o["name"]} <= {dtype}
+        assert {o["dtype"] for o in outputs if "_ssm." in o["name"]} <= {"float32"}
         runner = hfexport.open_runner(out)
         err = 0.0
         for lengths in (SINGLE, (11,) if mode.startswith("static") else BATCH):

@@ -161,7 +161,7 @@ for _case in cases("generation"):
 assert set(FAMILIES) == set(ARCHITECTURES), "every family has a generation case"
 
 
-@pytest.mark.parametrize("model_type", list(FAMILIES))
+@pytest.mark.parametrize("model_type", [t for t in FAMILIES if t != "mamba2"])  # mamba2: no attention
 def test_onnx_default_generation_at_head_size_12_for_every_family(model_type, tmp_path, export_model):
     """The reported crash: the default export of a head size the GQA kernel refuses exported
     silently and died at the first generate. Every family now falls back and generates

@@ -204,6 +204,11 @@ def test_optimum_ort_model_for_causal_lm(model_type, layout, family_model, tmp_p
         assert sorted(p.name for p in (out / "onnx").iterdir()) == ["model.onnx", "model.onnx_data"]
     ids, mask = make_prompts(model.config.vocab_size, (9, 5))
     proc = optimum_generate(out, ids, mask, NEW_TOKENS, tmp_path)
+    if model_type == "granitemoehybrid":
+        assert proc.returncode != 0 and "layer_types must be a list strings in" in proc.stderr, proc.stderr[-3000:]
+        pytest.xfail("optimum-onnx pins transformers < 4.58, whose GraniteMoeHybridConfig refuses the layer_types "
+                     "names transformers 5 writes (linear_attention, full_attention); past that it would feed "
+                     "past_key_values.{i} to every layer, as with lfm2")
     if model_type in CONV_STATE_TYPES:
         assert proc.returncode != 0 and "KeyError: 'past_key_values.0.key'" in proc.stderr, proc.stderr[-3000:]
         pytest.xfail("optimum-onnx's ORTModelForCausalLM feeds past_key_values.{i} to every layer; a convolution "

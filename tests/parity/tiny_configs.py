@@ -44,6 +44,8 @@ ARCHITECTURES = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "mamba2": "Mamba2ForCausalLM",
 }
 
 
@@ -240,6 +242,23 @@ CASES = [
     _case("lfm2", "conv4-bias-mha-full_attn_idxs-untied",
           dict(num_hidden_layers=3, full_attn_idxs=[1], conv_L_cache=4, conv_bias=True, num_key_value_heads=4,
                tie_word_embeddings=False, block_auto_adjust_ff_dim=False), F, G),
+    # granitemoehybrid (Mamba2 mixers with conv and SSM state, between attention layers; shared MLP
+    # beside GraniteMoe experts; Granite multipliers)
+    _case("granitemoehybrid", "mamba-groups2-rope-moe4-4x_names",
+          dict(num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=8, mamba_n_groups=2,
+               mamba_d_state=16, mamba_d_conv=4, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
+               shared_intermediate_size=64, position_embedding_type="rope", embedding_multiplier=2.0,
+               residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=3.0), F, G, Q),
+    _case("granitemoehybrid", "dense-nope-conv3-projbias-dt_limit",
+          dict(layer_types=["linear_attention", "full_attention"], mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1,
+               mamba_d_state=8, mamba_d_conv=3, mamba_conv_bias=False, mamba_proj_bias=True, num_local_experts=0,
+               shared_intermediate_size=48, time_step_limit=[0.01, 0.5]), F, G),
+    # mamba2 (pure state space: conv and SSM state per layer, no KV cache)
+    _case("mamba2", "heads8-groups2-state16-conv4",
+          dict(num_heads=8, head_dim=16, n_groups=2, state_size=16, conv_kernel=4), F, G, Q),
+    _case("mamba2", "heads4-groups1-conv3-bias-tied-dt_limit",
+          dict(num_hidden_layers=3, num_heads=4, head_dim=32, n_groups=1, state_size=8, conv_kernel=3, use_bias=True,
+               use_conv_bias=False, tie_word_embeddings=True, time_step_limit=[0.01, 0.5], residual_in_fp32=False), F, G),
 ]
 
 _BY_NAME = {c.name: c for c in CASES}

@@ -95,7 +95,8 @@ class ExecutorchWriter final : public ExportWriter {
   WrittenComponent write(Role role, Graph& graph) override {
     const bool main_method = is_main_role(role);
     const std::string method = executorch_method(role);
-    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_, hfexport_kernels_);
+    EtLowering lowering(graph, method, constants_, &WeightFile::stored_bytes, xnnpack_, planned_io_, hfexport_kernels_,
+                        config_.generation.static_cache());
     lowering.lower_graph();
     if (main_method || role == Role::TextDecoder) record_metadata(graph);  // what the LLM runners read
     record_bounds(graph);

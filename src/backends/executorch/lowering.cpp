@@ -132,13 +132,15 @@ bool et_maps_natively(const Node& n) {
 }
 
 EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& constants,
-                       uint64_t (*bytes_of)(const Value&), bool xnnpack, bool planned_io, bool hfexport_kernels)
+                       uint64_t (*bytes_of)(const Value&), bool xnnpack, bool planned_io, bool hfexport_kernels,
+                       bool static_cache)
     : graph_(graph),
       constants_(constants),
       bytes_of_(bytes_of),
       xnnpack_(xnnpack),
       planned_io_(planned_io),
       hfexport_kernels_(hfexport_kernels),
+      static_cache_(static_cache),
       plan_(std::make_unique<etfb::ExecutionPlanT>()) {
   plan_->name = std::move(method);
   plan_in_place_updates();
@@ -147,14 +149,12 @@ EtLowering::EtLowering(const Graph& graph, std::string method, EtConstants& cons
 // The update's index is the positions, unsqueezed and expanded over heads and head dims (see
 // lower_state_as_io): index_put_ takes the positions themselves.
 void EtLowering::plan_in_place_updates() {
-  // Replaced state (convolution, recurrent) stays in the method beside a static cache; beside a
-  // dynamic one (appended KV pairs, passed in and out) it is passed in and out with them.
-  const bool dynamic_cache = std::any_of(graph_.state_pairs.begin(), graph_.state_pairs.end(), [](const StatePair& p) {
-    return p.carried() && p.update == StateUpdatePolicy::Append;
-  });
+  // Replaced state (convolution, recurrent) stays in the method with a static cache; with a
+  // dynamic one (KV pairs passed in and out, or none: a pure state-space model) it is passed in and
+  // out like them.
   for (const StatePair& pair : graph_.state_pairs) {
     if (pair.carried() && pair.update == StateUpdatePolicy::Replace) {
-      if (!dynamic_cache) plan_replaced_state(pair);
+      if (static_cache_) plan_replaced_state(pair);
       continue;
     }
     const Node* update = pair.output ? pair.output->producer : nullptr;

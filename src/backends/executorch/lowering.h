@@ -108,7 +108,7 @@ class EtLowering {
   // `hfexport_kernels`: attention runs hfexport's own kernel (hfexport::sdpa.out, a library the
   // caller loads: src/runners/executorch/kernels), reading the cache in place.
   EtLowering(const Graph& graph, std::string method, EtConstants& constants, uint64_t (*bytes_of)(const Value&),
-             bool xnnpack = false, bool planned_io = true, bool hfexport_kernels = false);
+             bool xnnpack = false, bool planned_io = true, bool hfexport_kernels = false, bool static_cache = false);
   // Whether this attention node runs hfexport::sdpa.out (float32, no sinks, a [B, 1, S, T] mask).
   bool runs_hfexport_attention(const Node& n) const;
 
@@ -229,6 +229,7 @@ class EtLowering {
   bool xnnpack_;
   bool planned_io_;
   bool hfexport_kernels_;
+  bool static_cache_;  // replaced state lives in the method (else it is passed in and out)
   std::unique_ptr<etfb::ExecutionPlanT> plan_;
   std::vector<std::unique_ptr<etfb::InstructionT>> instructions_;
   std::map<std::pair<std::string, std::string>, int> operators_;

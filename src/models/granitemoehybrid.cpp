@@ -1,0 +1,121 @@
+// GraniteMoeHybrid (Granite 4.0 H): by layer_types, Mamba2 mixers ("linear_attention", 4.x:
+// "mamba") or attention ("full_attention" / "attention"), RoPE only when position_embedding_type
+// is "rope" (else NoPE); each layer's feed-forward is shared_mlp (input_linear holds gate then up
+// rows, output_linear), plus a GraniteMoe block (router.layer, input_linear [E, 2I, H],
+// output_linear [E, H, I]) when num_local_experts > 0; Granite's four multipliers.
+#include "core/error.h"
+#include "models/granite.h"
+#include "models/mamba2_mixer.h"
+#include "models/moe.h"
+
+namespace hfx {
+namespace {
+
+constexpr DecoderDefaults kGraniteMoeHybrid{
+    .max_position_embeddings = 2048,
+    .attention_bias = AttentionBias::FromConfig,
+    .names = {.mlp = "shared_mlp"},
+    .output_type = "MoeCausalLMOutputWithPast",
+};
+
+constexpr const char* kMamba = "linear_attention";
+constexpr const char* kAttention = "full_attention";
+
+// layer_types (or its alias layers_block_type), with 4.x's "mamba" / "attention" read as 5.x
+// names; every layer is a Mamba2 layer when neither is given.
+std::vector<std::string> mixer_types(const JsonConfig& c, int64_t layers) {
+  const char* key = c.has("layer_types") ? "layer_types" : "layers_block_type";
+  if (!c.has(key)) return std::vector<std::string>(static_cast<size_t>(layers), kMamba);
+  const auto& listed = c.at(key);
+  if (!listed.is_array() || static_cast<int64_t>(listed.size()) != layers)
+    c.invalid(key, str("must list one type for each of the ", layers, " layers"));
+  std::vector<std::string> types;
+  for (const auto& t : listed) {
+    const std::string type = t.is_string() ? t.get<std::string>() : "";
+    if (type == kMamba || type == "mamba") types.emplace_back(kMamba);
+    else if (type == kAttention || type == "attention") types.emplace_back(kAttention);
+    else c.invalid(key, "entries must be \"linear_attention\" (\"mamba\") or \"full_attention\" (\"attention\")");
+  }
+  return types;
+}
+
+Mamba2Spec parse_mamba(const JsonConfig& c, const DecoderConfig& cfg) {
+  Mamba2Spec s;
+  s.hidden = cfg.hidden;
+  s.heads = c.positive("mamba_n_heads", 128);
+  s.groups = c.positive("mamba_n_groups", 1);
+  s.state_size = c.positive("mamba_d_state", 256);
+  s.kernel = c.positive("mamba_d_conv", 4);
+  const int64_t inner = c.positive("mamba_expand", 2) * cfg.hidden;
+  const bool automatic = !c.has("mamba_d_head") || (c.at("mamba_d_head").is_string() && c.at("mamba_d_head") == "auto");
+  if (automatic && inner % s.heads != 0)
+    c.invalid("mamba_n_heads", str("must divide mamba_expand * hidden_size (", inner, ")"));
+  s.head_dim = automatic ? inner / s.heads : c.positive("mamba_d_head");
+  if (s.head_dim * s.heads != inner)
+    c.invalid("mamba_d_head", str("times mamba_n_heads must equal mamba_expand * hidden_size (", inner, ")"));
+  s.conv_bias = c.boolean("mamba_conv_bias", true);
+  s.proj_bias = c.boolean("mamba_proj_bias", false);
+  s.norm_eps = cfg.norm_eps;
+  finish_mamba2_spec(c, s, "mamba_n_heads", "mamba_n_groups");
+  return s;
+}
+
+class GraniteMoeHybridDecoder final : public Decoder {
+ public:
+  using Decoder::Decoder;
+
+  DecoderConfig parse(const JsonConfig& c) const override {
+    DecoderConfig cfg = Decoder::parse(c);
+    read_granite_multipliers(c, cfg);
+    cfg.layer_types = mixer_types(c, cfg.layers);
+    cfg.mamba = parse_mamba(c, cfg);
+    cfg.conv.kernel = cfg.mamba.kernel;
+    const std::string position = c.has("position_embedding_type") ? c.at("position_embedding_type").get<std::string>() : "";
+    if (!position.empty() && position != "rope" && position != "nope")
+      c.invalid("position_embedding_type", "must be \"rope\" or \"nope\" (or null)");
+    if (position != "rope") cfg.layer_rope.assign(static_cast<size_t>(cfg.layers), -1);
+    cfg.mlp.intermediate = c.positive("shared_intermediate_size", 1024);
+    cfg.mlp.gate_up = "input_linear";
+    cfg.mlp.down = "output_linear";
+    if (c.integer("num_local_experts", 8) > 0) {
+      MoeSpec moe = parse_moe(c, cfg, cfg.intermediate, 2);
+      moe.layout = MoeSpec::Layout::FusedConcat;
+      cfg.moe = moe;
+      cfg.layer_moe.assign(static_cast<size_t>(cfg.layers), true);
+    }
+    return cfg;
+  }
+
+  Value* layer(DecoderGraph& g, int64_t i, Value* x) const override {
+    if (g.cfg.layer_types[static_cast<size_t>(i)] != kMamba) return Decoder::layer(g, i, x);
+    Builder& b = g.b();
+    const std::string p = layer_prefix(g, i);
+    auto scaled = [&](Value* y) {
+      return g.cfg.residual_scale != 1.0 ? b.mul(y, b.scalar(g.cfg.residual_scale, y->dtype)) : y;
+    };
+    x = b.add(x, scaled(mamba2_mixer(g, i, p + "mamba.", g.cfg.mamba, norm(g, p + "input_layernorm", x))));
+    return b.add(x, scaled(mlp(g, i, p + "shared_mlp.", norm(g, p + "post_attention_layernorm", x))));
+  }
+
+  // shared_mlp, plus the routed experts where the layer has them.
+  Value* mlp(DecoderGraph& g, int64_t i, const std::string& prefix, Value* x) const override {
+    Value* shared = gated_mlp(g.m, prefix, g.cfg.mlp, x);
+    if (!g.cfg.moe) return shared;
+    MoeSpec spec = *g.cfg.moe;
+    const std::string p = layer_prefix(g, i) + "block_sparse_moe.";
+    // The Hub's names, or transformers' in-memory ones (save_original_format=False).
+    const bool hub = g.m.has(p + "input_linear.weight") || !g.m.has(p + "experts.gate_up_proj");
+    spec.router = hub ? "router.layer" : "router";
+    if (hub) {
+      spec.fused_gate_up = "input_linear.weight";
+      spec.fused_down = "output_linear.weight";
+    }
+    return g.b().add(moe_block(g.m, p, spec, x), shared);
+  }
+};
+
+}  // namespace
+
+HFX_REGISTER_DECODER("granitemoehybrid", GraniteMoeHybridDecoder, kGraniteMoeHybrid)
+
+}  // namespace hfx

@@ -1,0 +1,123 @@
+#include "models/mamba2_mixer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace hfx {
+
+void finish_mamba2_spec(const JsonConfig& c, Mamba2Spec& s, const char* heads_key, const char* groups_key) {
+  if (s.heads % s.groups != 0) c.invalid(groups_key, str("must divide ", heads_key, " (", s.heads, ")"));
+  if (!c.has("time_step_limit")) return;
+  const auto& limit = c.at("time_step_limit");
+  const bool pair = limit.is_array() && limit.size() == 2;
+  const double low = pair ? python_float(limit[0]).value_or(NAN) : NAN;
+  const double high = pair ? python_float(limit[1]).value_or(NAN) : NAN;
+  if (std::isnan(low) || std::isnan(high) || low < 0 || high < low)  // NaN: missing or not a float
+    c.invalid("time_step_limit", "must be [min, max] with 0 <= min <= max");
+  s.dt_min = low;
+  s.dt_max = std::isinf(high) ? 0.0 : high;
+}
+
+namespace {
+
+// out[h] = x[group of h]: heads h * groups / heads .. read their group's row (axis `axis`).
+Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis) {
+  if (groups == heads) return x;
+  std::vector<int64_t> index(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) index[static_cast<size_t>(h)] = h / (heads / groups);
+  return b.gather(x, b.const_i64(index, {heads}), axis);
+}
+
+Value* swap_last(Builder& b, Value* x) { return b.transpose(x, {0, 1, 3, 2}); }
+
+}  // namespace
+
+std::pair<Value*, Value*> ssd_scan(Builder& b, Value* x, Value* dt, Value* a, Value* bm, Value* cm, Value* d,
+                                   Value* initial, Dim length) {
+  const int64_t heads = x->shape[2].value(), groups = bm->shape[2].value();
+  // Per head, the log decay of each step and its running sum over the call: [batch, heads, L].
+  Value* log_decay = b.transpose(b.mul(dt, a), {0, 2, 1});
+  Value* cum = b.cumsum(log_decay, 2);
+  // decay[l, s] = exp(cum[l] - cum[s]) for s <= l, else 0. cum never rises (dt >= 0, A < 0), so
+  // min(., 0) only touches the masked half and keeps exp finite there.
+  Value* diff = b.sub(b.unsqueeze(cum, {3}), b.unsqueeze(cum, {2}));
+  Value* steps = b.range(b.const_i64({0}), b.gather(b.shape_of(x), b.const_i64({1}), 0), b.const_i64({1}), length);
+  Value* causal = b.cast(b.compare(OpKind::LessOrEqual, b.unsqueeze(steps, {0}), b.unsqueeze(steps, {1})), DType::F32);
+  Value* decay = b.mul(b.unary(OpKind::Exp, b.min(diff, b.scalar(0.0, DType::F32))), causal);
+  Value* bg = b.transpose(bm, {0, 2, 1, 3});  // [batch, groups, L, state]
+  Value* cg = b.transpose(cm, {0, 2, 1, 3});
+  // Within the call: y[l] = sum_s (C_l . B_s) decay[l, s] dt_s x_s.
+  Value* scores = groups_to_heads(b, b.matmul(cg, swap_last(b, bg)), groups, heads, 1);  // [batch, heads, L, L]
+  Value* xdt = b.transpose(b.mul(x, b.unsqueeze(dt, {3})), {0, 2, 1, 3});                 // [batch, heads, L, P]
+  Value* y = b.matmul(b.mul(scores, decay), xdt);
+  // From the state before the call: y[l] += exp(cum[l]) C_l . S0.
+  Value* ch = groups_to_heads(b, cg, groups, heads, 1);  // [batch, heads, L, state]
+  Value* bh = groups_to_heads(b, bg, groups, heads, 1);
+  y = b.add(y, b.mul(b.matmul(ch, swap_last(b, initial)), b.unsqueeze(b.unary(OpKind::Exp, cum), {3})));
+  // The state after the last token: exp(cum[-1]) S0 + sum_l exp(cum[-1] - cum[l]) dt_l x_l B_l^T.
+  Value* last = b.slice(cum, 2, -1, INT64_MAX);  // [batch, heads, 1]
+  Value* to_end = b.unsqueeze(b.unary(OpKind::Exp, b.sub(last, cum)), {3});
+  Value* final_state = b.add(b.mul(initial, b.unsqueeze(b.unary(OpKind::Exp, last), {3})),
+                             b.matmul(swap_last(b, b.mul(xdt, to_end)), bh));
+  y = b.add(b.transpose(y, {0, 2, 1, 3}), b.mul(x, b.unsqueeze(d, {1})));
+  return {y, final_state};
+}
+
+Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& p, const Mamba2Spec& s, Value* x) {
+  Builder& b = g.b();
+  b.set_scope(p.substr(0, p.size() - 1));
+  const int64_t hidden = s.hidden, inner = s.intermediate(), channels = s.conv_channels();
+  const int64_t projected = inner + channels + s.heads, group_state = s.groups * s.state_size;
+  const Dim batch = x->shape[0], length = x->shape[1];
+  Value* real = g.io->real_tokens(x->dtype);
+  auto unpadded = [&](Value* v) { return real ? b.mul(v, b.unsqueeze(b.cast(real, v->dtype), {2})) : v; };
+  Value* zxbcdt = b.linear(unpadded(x), g.m.weight(p + "in_proj.weight", {projected, hidden}),
+                           g.m.weight_if(s.proj_bias, p + "in_proj.bias", {projected}));
+  Value* z = b.slice(zxbcdt, 2, 0, inner);
+  Value* xbc = b.slice(zxbcdt, 2, inner, inner + channels);
+  Value* dt = b.slice(zxbcdt, 2, inner + channels, projected);
+
+  auto f32 = [&](Value* v) { return b.cast(v, DType::F32); };
+  // The convolution sums in float32 and rounds once (as torch's conv1d does in half precision).
+  Value* window = f32(g.io->conv_window(layer, xbc, s.kernel));
+  Value* taps = b.transpose(b.reshape(f32(g.m.weight(p + "conv1d.weight", {channels, 1, s.kernel})), {channels, s.kernel}), {1, 0});
+  Value* conv_bias = s.conv_bias ? f32(g.m.weight(p + "conv1d.bias", {channels})) : nullptr;
+  Value* conv = b.cast(causal_depthwise_conv(b, window, taps, conv_bias, g.io->query_dim()), x->dtype);
+  // Padding is zeroed again after the convolution, as transformers does (its bias and SiLU).
+  xbc = unpadded(b.silu(conv));
+
+  Value* xs = b.reshape(f32(b.slice(xbc, 2, 0, inner)), {batch, length, Dim(s.heads), Dim(s.head_dim)});
+  Value* bm = b.reshape(f32(b.slice(xbc, 2, inner, inner + group_state)), {batch, length, Dim(s.groups), Dim(s.state_size)});
+  Value* cm = b.reshape(f32(b.slice(xbc, 2, inner + group_state, channels)), {batch, length, Dim(s.groups), Dim(s.state_size)});
+  dt = b.unary(OpKind::Softplus, b.add(dt, g.m.weight(p + "dt_bias", {s.heads})));
+  dt = f32(dt);
+  if (s.dt_min > 0 || s.dt_max > 0) {
+    // time_step_limit, except on a single step after earlier tokens (transformers' own rule there).
+    Value* clamped = s.dt_min > 0 ? b.max(dt, b.scalar(s.dt_min, DType::F32)) : dt;
+    if (s.dt_max > 0) clamped = b.min(clamped, b.scalar(s.dt_max, DType::F32));
+    Value* step = g.io->single_step();
+    dt = step ? b.where(step, dt, clamped) : clamped;
+  }
+  Value* a = b.unary(OpKind::Neg, b.unary(OpKind::Exp, f32(g.m.weight(p + "A_log", {s.heads}))));
+  Value* d = f32(g.m.weight(p + "D", {s.heads}));
+  Value* initial = g.io->recurrent_state(layer, {s.heads, s.head_dim, s.state_size});
+  auto [y, final_state] = ssd_scan(b, xs, dt, a, bm, cm, d, initial, length);
+  g.io->update_recurrent_state(layer, final_state);
+
+  // MambaRMSNormGated: y * silu(z), normalised per group of inner / groups channels, then the weight.
+  b.set_scope(p + "norm");
+  const int64_t group_width = inner / s.groups;
+  Value* gated = b.mul(b.reshape(y, {batch, length, Dim(inner)}), b.silu(f32(z)));
+  Value* grouped = b.reshape(gated, {batch, length, Dim(s.groups), Dim(group_width)});
+  Value* variance = b.reduce(OpKind::ReduceMean, b.mul(grouped, grouped), {3}, true);
+  Value* inv = b.unary(OpKind::Reciprocal, b.unary(OpKind::Sqrt, b.add(variance, b.scalar(s.norm_eps, DType::F32))));
+  // The weight multiplies in float32, one rounding to the model dtype after (transformers' chunked path).
+  Value* normed = b.mul(f32(g.m.weight(p + "norm.weight", {inner})), b.reshape(b.mul(grouped, inv), {batch, length, Dim(inner)}));
+  normed = b.cast(normed, x->dtype);
+  b.set_scope(p.substr(0, p.size() - 1));
+  return b.linear(normed, g.m.weight(p + "out_proj.weight", {hidden, inner}),
+                  g.m.weight_if(s.proj_bias, p + "out_proj.bias", {hidden}));
+}
+
+}  // namespace hfx

@@ -1,0 +1,29 @@
+// Mamba2's token mixer (transformers' Mamba2Mixer, GraniteMoeHybridMambaLayer, FalconH1Mixer's
+// SSM): in_proj -> z | xBC | dt, a causal depthwise conv over xBC with SiLU whose last inputs are
+// convolution state, the selective state-space recurrence (SSD) over heads and groups whose
+// [heads, head_dim, state_size] matrix is recurrent state, a gated RMSNorm per group, out_proj.
+#pragma once
+#include <string>
+
+#include "io/json_config.h"
+#include "models/decoder.h"
+
+namespace hfx {
+
+// Reads time_step_limit ([min, max]; null: no clamp) into `spec` and checks the head layout:
+// heads * head_dim must equal `expand` * hidden_size, groups divide heads.
+void finish_mamba2_spec(const JsonConfig& c, Mamba2Spec& spec, const char* heads_key, const char* groups_key);
+
+// The mixer with HF names under `prefix` ("model.layers.0.mamba."), state past_conv.{layer} and
+// past_ssm.{layer}; x [batch, query, hidden] -> [batch, query, hidden].
+Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& prefix, const Mamba2Spec& spec, Value* x);
+
+// The SSD recurrence over one call, S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t,
+// in its quadratic (one chunk) form: x [batch, L, heads, head_dim], dt [batch, L, heads] (after
+// softplus), a [heads] (= -exp(A_log)), b and c [batch, L, groups, state_size], d [heads], initial
+// [batch, heads, head_dim, state_size]; all float32. Returns y [batch, L, heads, head_dim] and the
+// state after the call's last token.
+std::pair<Value*, Value*> ssd_scan(Builder& b, Value* x, Value* dt, Value* a, Value* bm, Value* cm, Value* d,
+                                   Value* initial, Dim length);
+
+}  // namespace hfx
