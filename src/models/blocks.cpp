@@ -106,6 +106,7 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   Value* k = project_heads(m, qkv_projection(m, p, s, 1), s.kv_heads, s.head_dim, x, head_norm(s.k_norm),
                            s.norm_epsilon);
   Value* v = project_heads(m, qkv_projection(m, p, s, 2), s.kv_heads, s.head_dim, x, {}, 0);
+  if (s.k_scale != 1.0) k = b.mul(k, b.scalar(s.k_scale, k->dtype));
   if (ctx.cos) {
     q = b.rope(q, ctx.cos, ctx.sin, false);
     k = b.rope(k, ctx.cos, ctx.sin, false);

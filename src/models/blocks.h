@@ -31,6 +31,7 @@ struct AttentionSpec {
   bool qk_norm_offset = false;  // the q/k norm weights are stored as offsets from 1 (Gemma-3)
   double norm_epsilon = 1e-6;
   double scale = 0;      // 0: 1 / sqrt(head_dim)
+  double k_scale = 1.0;  // keys times this after k_proj (FalconH1's key_multiplier)
   double softcap = 0;    // attention logit softcapping (0: none)
   bool sinks = false;    // a learned logit per head in the softmax (gpt-oss's self_attn.sinks)
 };
@@ -81,7 +82,15 @@ struct Mamba2Spec {
   int64_t hidden = 0;
   int64_t heads = 0, head_dim = 0, groups = 0, state_size = 0, kernel = 0;
   bool proj_bias = false, conv_bias = true;
+  bool out_bias = false;  // out_proj's bias (FalconH1's projectors_bias; else proj_bias)
   double norm_eps = 1e-5;
+  // The output gate and norm: RMSNorm per group of y * silu(z) (Mamba2), of y then times silu(z)
+  // (FalconH1's mamba_norm_before_gate), or no norm: y * silu(z) (mamba_rms_norm false).
+  enum class Gate { GateThenNorm, NormThenGate, GateOnly };
+  Gate gate = Gate::GateThenNorm;
+  double in_scale = 1.0;  // the mixer's input times this (FalconH1's ssm_in_multiplier)
+  // FalconH1's ssm_multipliers: in_proj's z, x, B, C and dt columns times these (empty: none).
+  std::vector<double> projection_scales;
   double dt_min = 0.0, dt_max = 0.0;  // time_step_limit; dt_max 0: no upper clamp (inf)
   bool residual_in_fp32 = false;      // Mamba2Block keeps the residual stream in float32
   int64_t intermediate() const { return heads * head_dim; }

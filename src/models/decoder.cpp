@@ -280,6 +280,7 @@ Value* Decoder::head(DecoderGraph& g, Value* x) const {
   if (g.cfg.tied) g.m.tolerate(head);  // some tied checkpoints still carry the copy
   const std::string name = g.cfg.tied ? g.cfg.prefix + defaults_.names.embed + ".weight" : head;
   Value* logits = b.linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
+  if (g.cfg.logits_multiplier != 1.0) logits = b.mul(logits, b.scalar(g.cfg.logits_multiplier, logits->dtype));
   if (g.cfg.logits_divisor != 1.0) logits = b.div(logits, b.scalar(g.cfg.logits_divisor, logits->dtype));
   if (const double cap = g.cfg.final_softcap; cap > 0) {
     Value* c = b.scalar(cap, logits->dtype);

@@ -39,27 +39,6 @@ std::vector<std::string> mixer_types(const JsonConfig& c, int64_t layers) {
   return types;
 }
 
-Mamba2Spec parse_mamba(const JsonConfig& c, const DecoderConfig& cfg) {
-  Mamba2Spec s;
-  s.hidden = cfg.hidden;
-  s.heads = c.positive("mamba_n_heads", 128);
-  s.groups = c.positive("mamba_n_groups", 1);
-  s.state_size = c.positive("mamba_d_state", 256);
-  s.kernel = c.positive("mamba_d_conv", 4);
-  const int64_t inner = c.positive("mamba_expand", 2) * cfg.hidden;
-  const bool automatic = !c.has("mamba_d_head") || (c.at("mamba_d_head").is_string() && c.at("mamba_d_head") == "auto");
-  if (automatic && inner % s.heads != 0)
-    c.invalid("mamba_n_heads", str("must divide mamba_expand * hidden_size (", inner, ")"));
-  s.head_dim = automatic ? inner / s.heads : c.positive("mamba_d_head");
-  if (s.head_dim * s.heads != inner)
-    c.invalid("mamba_d_head", str("times mamba_n_heads must equal mamba_expand * hidden_size (", inner, ")"));
-  s.conv_bias = c.boolean("mamba_conv_bias", true);
-  s.proj_bias = c.boolean("mamba_proj_bias", false);
-  s.norm_eps = cfg.norm_eps;
-  finish_mamba2_spec(c, s, "mamba_n_heads", "mamba_n_groups");
-  return s;
-}
-
 class GraniteMoeHybridDecoder final : public Decoder {
  public:
   using Decoder::Decoder;
@@ -68,7 +47,7 @@ class GraniteMoeHybridDecoder final : public Decoder {
     DecoderConfig cfg = Decoder::parse(c);
     read_granite_multipliers(c, cfg);
     cfg.layer_types = mixer_types(c, cfg.layers);
-    cfg.mamba = parse_mamba(c, cfg);
+    cfg.mamba = read_mamba_keys(c, cfg.hidden, cfg.norm_eps);
     cfg.conv.kernel = cfg.mamba.kernel;
     const std::string position = c.has("position_embedding_type") ? c.at("position_embedding_type").get<std::string>() : "";
     if (!position.empty() && position != "rope" && position != "nope")

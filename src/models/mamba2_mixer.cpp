@@ -6,6 +6,29 @@
 
 namespace hfx {
 
+Mamba2Spec read_mamba_keys(const JsonConfig& c, int64_t hidden, double norm_eps, std::optional<int64_t> d_ssm) {
+  Mamba2Spec s;
+  s.hidden = hidden;
+  s.heads = c.positive("mamba_n_heads", 128);
+  s.groups = c.positive("mamba_n_groups", 1);
+  s.state_size = c.positive("mamba_d_state", 256);
+  s.kernel = c.positive("mamba_d_conv", 4);
+  // mamba_d_ssm: absent takes the family's default, null (or no such default) mamba_expand * hidden.
+  const bool sized = c.has("mamba_d_ssm") || (d_ssm && !c.json().contains("mamba_d_ssm"));
+  const int64_t inner = sized ? c.positive("mamba_d_ssm", d_ssm.value_or(0)) : c.positive("mamba_expand", 2) * hidden;
+  const char* inner_keys = sized ? "mamba_d_ssm" : "mamba_expand * hidden_size";
+  const bool automatic = !c.has("mamba_d_head") || (c.at("mamba_d_head").is_string() && c.at("mamba_d_head") == "auto");
+  if (automatic && inner % s.heads != 0) c.invalid("mamba_n_heads", str("must divide ", inner_keys, " (", inner, ")"));
+  s.head_dim = automatic ? inner / s.heads : c.positive("mamba_d_head");
+  if (s.head_dim * s.heads != inner)
+    c.invalid("mamba_d_head", str("times mamba_n_heads must equal ", inner_keys, " (", inner, ")"));
+  s.conv_bias = c.boolean("mamba_conv_bias", true);
+  s.proj_bias = s.out_bias = c.boolean("mamba_proj_bias", false);
+  s.norm_eps = norm_eps;
+  finish_mamba2_spec(c, s, "mamba_n_heads", "mamba_n_groups");
+  return s;
+}
+
 void finish_mamba2_spec(const JsonConfig& c, Mamba2Spec& s, const char* heads_key, const char* groups_key) {
   if (s.heads % s.groups != 0) c.invalid(groups_key, str("must divide ", heads_key, " (", s.heads, ")"));
   if (!c.has("time_step_limit")) return;
@@ -30,6 +53,33 @@ Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int6
 }
 
 Value* swap_last(Builder& b, Value* x) { return b.transpose(x, {0, 1, 3, 2}); }
+
+// FalconH1's mup vector: one scale per in_proj column, by section (z, x, B, C, dt).
+Value* projection_scales(Builder& b, const Mamba2Spec& s) {
+  const int64_t inner = s.intermediate(), group_state = s.groups * s.state_size;
+  const int64_t sizes[] = {inner, inner, group_state, group_state, s.heads};
+  std::vector<float> scales;
+  for (size_t i = 0; i < 5; ++i) scales.insert(scales.end(), static_cast<size_t>(sizes[i]), static_cast<float>(s.projection_scales[i]));
+  return b.const_f32(scales, {static_cast<int64_t>(scales.size())});
+}
+
+// y [batch, L, inner] and the gate z, float32: RMSNorm per group of inner / groups channels (gated
+// before or after) times norm.weight, or y * silu(z) alone.
+Value* gated_output(DecoderGraph& g, const std::string& p, const Mamba2Spec& s, Value* y, Value* z) {
+  Builder& b = g.b();
+  Value* gate = b.silu(z);
+  if (s.gate == Mamba2Spec::Gate::GateOnly) return b.mul(y, gate);
+  const int64_t inner = s.intermediate(), width = inner / s.groups;
+  const Dim batch = y->shape[0], length = y->shape[1];
+  Value* v = s.gate == Mamba2Spec::Gate::GateThenNorm ? b.mul(y, gate) : y;
+  Value* grouped = b.reshape(v, {batch, length, Dim(s.groups), Dim(width)});
+  Value* variance = b.reduce(OpKind::ReduceMean, b.mul(grouped, grouped), {3}, true);
+  Value* inv = b.unary(OpKind::Reciprocal, b.unary(OpKind::Sqrt, b.add(variance, b.scalar(s.norm_eps, DType::F32))));
+  // The weight multiplies in float32, one rounding to the model dtype after (as transformers does).
+  Value* normed = b.mul(b.cast(g.m.weight(p + "norm.weight", {inner}), DType::F32),
+                        b.reshape(b.mul(grouped, inv), {batch, length, Dim(inner)}));
+  return s.gate == Mamba2Spec::Gate::NormThenGate ? b.mul(normed, gate) : normed;
+}
 
 }  // namespace
 
@@ -72,8 +122,11 @@ Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& p, const 
   const Dim batch = x->shape[0], length = x->shape[1];
   Value* real = g.io->real_tokens(x->dtype);
   auto unpadded = [&](Value* v) { return real ? b.mul(v, b.unsqueeze(b.cast(real, v->dtype), {2})) : v; };
-  Value* zxbcdt = b.linear(unpadded(x), g.m.weight(p + "in_proj.weight", {projected, hidden}),
+  Value* in = unpadded(x);
+  if (s.in_scale != 1.0) in = b.mul(in, b.scalar(s.in_scale, in->dtype));
+  Value* zxbcdt = b.linear(in, g.m.weight(p + "in_proj.weight", {projected, hidden}),
                            g.m.weight_if(s.proj_bias, p + "in_proj.bias", {projected}));
+  if (!s.projection_scales.empty()) zxbcdt = b.mul(zxbcdt, b.cast(projection_scales(b, s), zxbcdt->dtype));
   Value* z = b.slice(zxbcdt, 2, 0, inner);
   Value* xbc = b.slice(zxbcdt, 2, inner, inner + channels);
   Value* dt = b.slice(zxbcdt, 2, inner + channels, projected);
@@ -105,19 +158,12 @@ Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& p, const 
   auto [y, final_state] = ssd_scan(b, xs, dt, a, bm, cm, d, initial, length);
   g.io->update_recurrent_state(layer, final_state);
 
-  // MambaRMSNormGated: y * silu(z), normalised per group of inner / groups channels, then the weight.
   b.set_scope(p + "norm");
-  const int64_t group_width = inner / s.groups;
-  Value* gated = b.mul(b.reshape(y, {batch, length, Dim(inner)}), b.silu(f32(z)));
-  Value* grouped = b.reshape(gated, {batch, length, Dim(s.groups), Dim(group_width)});
-  Value* variance = b.reduce(OpKind::ReduceMean, b.mul(grouped, grouped), {3}, true);
-  Value* inv = b.unary(OpKind::Reciprocal, b.unary(OpKind::Sqrt, b.add(variance, b.scalar(s.norm_eps, DType::F32))));
-  // The weight multiplies in float32, one rounding to the model dtype after (transformers' chunked path).
-  Value* normed = b.mul(f32(g.m.weight(p + "norm.weight", {inner})), b.reshape(b.mul(grouped, inv), {batch, length, Dim(inner)}));
+  Value* normed = gated_output(g, p, s, b.reshape(y, {batch, length, Dim(inner)}), f32(z));
   normed = b.cast(normed, x->dtype);
   b.set_scope(p.substr(0, p.size() - 1));
   return b.linear(normed, g.m.weight(p + "out_proj.weight", {hidden, inner}),
-                  g.m.weight_if(s.proj_bias, p + "out_proj.bias", {hidden}));
+                  g.m.weight_if(s.out_bias, p + "out_proj.bias", {hidden}));
 }
 
 }  // namespace hfx

@@ -540,3 +540,38 @@ def test_granitemoehybrid_mamba_weight_missing_or_misshaped(tensor, shape, grani
     line = assert_clean_error(export(run_hfexport, model, out), out, tensor)
     if shape is not None:
         assert mentions_shape(line, shape), f"actual shape missing: {line}"
+
+
+@pytest.fixture(scope="module")
+def falcon_h1_base(tmp_path_factory, make_tiny_model) -> Path:
+    d, _ = make_tiny_model(tmp_path_factory.mktemp("bad_input_falcon_h1") / "hf", "falcon_h1",
+                           dict(BASE_CONFIG, num_hidden_layers=1, mamba_d_ssm=64, mamba_n_heads=4, mamba_n_groups=1,
+                                mamba_d_state=8, mamba_d_conv=3))
+    return d
+
+
+@pytest.mark.parametrize("edit, key", [
+    (dict(ssm_multipliers=[1.0, 2.0]), "ssm_multipliers"),
+    (dict(ssm_multipliers=[1.0, 2.0, "x", 1.0, 1.0]), "ssm_multipliers"),
+    (dict(mlp_multipliers=3.0), "mlp_multipliers"),
+    (dict(mamba_d_ssm=60), "mamba_d_ssm"),
+])
+def test_falcon_h1_bad_config(edit, key, falcon_h1_base, tmp_path, out, run_hfexport):
+    model = tmp_path / "falcon_h1"
+    shutil.copytree(falcon_h1_base, model)
+    edit_config(model, lambda c: c.update(edit))
+    assert_clean_error(export(run_hfexport, model, out), out, key)
+
+
+@pytest.mark.parametrize("tensor, shape", [("model.layers.0.mamba.D", None),
+                                           ("model.layers.0.feed_forward.gate_proj.weight", (7, 64)),
+                                           ("model.layers.0.mamba.out_proj.weight", (32, 60))])
+def test_falcon_h1_weight_missing_or_misshaped(tensor, shape, falcon_h1_base, tmp_path, out, run_hfexport):
+    import torch
+
+    model = tmp_path / "falcon_h1"
+    shutil.copytree(falcon_h1_base, model)
+    _rewrite_tensors(model, lambda t: t.pop(tensor) if shape is None else t.update({tensor: torch.zeros(*shape)}))
+    line = assert_clean_error(export(run_hfexport, model, out), out, tensor)
+    if shape is not None:
+        assert mentions_shape(line, shape), f"actual shape missing: {line}"

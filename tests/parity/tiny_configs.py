@@ -46,6 +46,7 @@ ARCHITECTURES = {
     "lfm2": "Lfm2ForCausalLM",
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
     "mamba2": "Mamba2ForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM",
 }
 
 
@@ -259,6 +260,16 @@ CASES = [
     _case("mamba2", "heads4-groups1-conv3-bias-tied-dt_limit",
           dict(num_hidden_layers=3, num_heads=4, head_dim=32, n_groups=1, state_size=8, conv_kernel=3, use_bias=True,
                use_conv_bias=False, tie_word_embeddings=True, time_step_limit=[0.01, 0.5], residual_in_fp32=False), F, G),
+    # falcon_h1 (a Mamba2 mixer beside attention in every layer; muP multipliers)
+    _case("falcon_h1", "d_ssm96-groups2-rmsnorm-mup",
+          dict(mamba_d_ssm=96, mamba_n_heads=6, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_rms_norm=True,
+               ssm_multipliers=[1.5, 0.5, 2.0, 0.25, 1.2], mlp_multipliers=[0.7, 1.3], key_multiplier=0.8,
+               attention_in_multiplier=1.2, attention_out_multiplier=0.9, ssm_in_multiplier=1.1,
+               ssm_out_multiplier=0.6, embedding_multiplier=2.0, lm_head_multiplier=0.5), F, G, Q),
+    _case("falcon_h1", "expand2-no_rmsnorm-conv3-biases-mha",
+          dict(mamba_d_ssm=None, mamba_n_heads=4, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=3, mamba_rms_norm=False,
+               mamba_proj_bias=True, projectors_bias=True, mlp_bias=True, attention_bias=True, num_key_value_heads=4),
+          F, G),
 ]
 
 _BY_NAME = {c.name: c for c in CASES}
