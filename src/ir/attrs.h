@@ -58,6 +58,13 @@ struct MoEAttrs {
   int64_t top_k = 2;
   bool normalize = true;
   double alpha = 1.0, beta = 0.0, limit = 0.0;
+  // Routing: softmax over the logits, or each expert's sigmoid (LFM2-MoE); the top-k chosen by
+  // the scores plus the optional selection-bias input (the weights stay the unbiased scores);
+  // renormalised by their sum + normalize_epsilon; times routed_scaling.
+  bool sigmoid_routing = false;
+  double normalize_epsilon = 0.0, routed_scaling = 1.0;
+  // Softmax routing with nothing added: what onnxruntime's and OpenVINO's fused MoE compute.
+  bool plain_softmax_routing() const { return !sigmoid_routing && normalize_epsilon == 0.0 && routed_scaling == 1.0; }
 };
 struct QuantizedMoEAttrs {
   MoEAttrs moe;

@@ -79,9 +79,12 @@ class Builder {
   Value* linear(Value* x, Value* weight, Value* bias = nullptr);
   Value* embedding(Value* weight, Value* ids);
   Value* rms_norm(Value* x, Value* weight, double epsilon);
+  // `selection_bias` [E]: added to the routing scores for choosing the experts only (optional).
   Value* moe(Value* x, Value* logits, Value* gate_up, Value* down, Value* gate_up_bias, Value* down_bias,
-             const MoEAttrs& attrs) {
-    return emit(OpKind::MoE, {x, logits, gate_up, down, gate_up_bias, down_bias}, attrs);
+             const MoEAttrs& attrs, Value* selection_bias = nullptr) {
+    std::vector<Value*> in{x, logits, gate_up, down, gate_up_bias, down_bias};
+    if (selection_bias) in.push_back(selection_bias);
+    return emit(OpKind::MoE, std::move(in), attrs);
   }
   Value* layer_norm(Value* x, Value* weight, Value* bias, double epsilon);
   Value* rope(Value* x, Value* cos, Value* sin, bool interleaved);

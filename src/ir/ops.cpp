@@ -90,6 +90,7 @@ Types rule_moe(const Inputs& in, const OpAttrs& a) {
   need(gate_up->shape[2] == x->shape.back() && down->shape[1] == x->shape.back(), "MoE hidden size");
   need(gate_up->shape[1].value() == 2 * down->shape[2].value(), "MoE intermediate size");
   need(attrs<MoEAttrs>(a).top_k >= 1 && attrs<MoEAttrs>(a).top_k <= experts.value(), "MoE top_k");
+  need(in.size() < 7 || !in[6] || (in[6]->rank() == 1 && in[6]->shape[0] == experts), "MoE selection bias");
   return one(x->dtype, x->shape);
 }
 
@@ -109,6 +110,7 @@ Types rule_quantized_moe(const Inputs& in, const OpAttrs& a) {
   const int64_t gate_up_rows = check(in[2], in[3], hidden, "QuantizedMoE gate_up");
   need(check(in[4], in[5], gate_up_rows / 2, "QuantizedMoE down") == hidden, "QuantizedMoE down rows");
   need(q.moe.top_k >= 1 && q.moe.top_k <= experts, "QuantizedMoE top_k");
+  need(in.size() < 9 || !in[8] || (in[8]->rank() == 1 && in[8]->shape[0] == Dim(experts)), "QuantizedMoE selection bias");
   return one(x->dtype, x->shape);
 }
 

@@ -191,8 +191,10 @@ Value* moe_block(ModelBuilder& m, const std::string& p, const MoeSpec& s, Value*
   const auto [gate_up, down] = expert_weights(m, p, s);
   Value* gate_up_bias = m.weight_if(s.expert_bias, p + "experts.gate_up_proj_bias", {s.experts, 2 * s.intermediate});
   Value* down_bias = m.weight_if(s.expert_bias, p + "experts.down_proj_bias", {s.experts, s.hidden});
+  Value* selection_bias = s.selection_bias.empty() ? nullptr : m.weight(p + s.selection_bias, {s.experts});
   b.set_scope(p + "experts");
-  return b.moe(x, logits, gate_up, down, gate_up_bias, down_bias, {s.top_k, s.normalize, s.alpha, s.beta, s.limit});
+  const MoEAttrs attrs{s.top_k, s.normalize, s.alpha, s.beta, s.limit, s.sigmoid_routing, s.normalize_epsilon, s.routed_scaling};
+  return b.moe(x, logits, gate_up, down, gate_up_bias, down_bias, attrs, selection_bias);
 }
 
 namespace {

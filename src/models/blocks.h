@@ -116,6 +116,12 @@ struct MoeSpec {
   // output_linear.weight).
   std::string fused_gate_up = "experts.gate_up_proj", fused_down = "experts.down_proj";
   bool router_bias = false, expert_bias = false;
+  // Routing (MoEAttrs): sigmoid scores (LFM2-MoE) instead of softmax; a per-expert bias under the
+  // block's prefix added to the scores for choosing only (empty: none); the renormalising sum's
+  // epsilon; routed_scaling_factor.
+  bool sigmoid_routing = false;
+  std::string selection_bias;
+  double normalize_epsilon = 0.0, routed_scaling = 1.0;
 };
 
 // The MoE block with HF names under `prefix` (e.g. "model.layers.0.block_sparse_moe.").

@@ -312,6 +312,7 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
                                             const DecoderConfig& cfg, const DecoderVariant& base_variant,
                                             std::set<std::string>& dims) const {
   ModelBuilder m(ckpt, config);
+  if (const auto [fragment, legacy] = defaults_.names.legacy; fragment) m.accept_legacy_name(fragment, legacy);
   Builder& b = m.b();
   DecoderVariant variant = base_variant;
   if (!cfg.ropes.empty() && !cfg.ropes.front().mrope_section.empty()) variant.position_rows = 3;
@@ -391,6 +392,7 @@ std::unique_ptr<Graph> Decoder::token_embedding_graph(const Checkpoint& ckpt, co
                                                       const DecoderConfig& cfg, std::set<std::string>& dims,
                                                       std::optional<int64_t> image_token) const {
   ModelBuilder m(ckpt, config);
+  if (const auto [fragment, legacy] = defaults_.names.legacy; fragment) m.accept_legacy_name(fragment, legacy);
   Builder& b = m.b();
   b.set_scope("inputs");
   // As many tokens as the text decoder takes in one call.

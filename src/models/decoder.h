@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/checkpoint.h"
@@ -55,6 +56,9 @@ struct DecoderNames {
   const char* mlp_post_norm = "";
   const char* final_norm = "norm";
   const char* head = "lm_head";
+  // What older checkpoints write in place of a fragment of these names (Mamba2's load hook reads
+  // "embedding." as "embeddings."): {fragment, legacy}, or nulls.
+  std::pair<const char*, const char*> legacy{nullptr, nullptr};
 };
 
 // One row per model_type: transformers' defaults for keys a config may omit, and which of the

@@ -2,8 +2,12 @@
 // a causal depthwise conv of conv_L_cache taps whose last inputs are convolution state) or GQA
 // blocks with per-head q/k RMSNorm (q_layernorm, k_layernorm) and out_proj; a SwiGLU feed_forward
 // (w1, w3, w2) of the width Lfm2MLP derives; the final norm is `embedding_norm`.
+// LFM2-MoE: the same layers, the first num_dense_layers with a SwiGLU of intermediate_size, the
+// rest a sparse MoE: sigmoid router scores, top-k chosen by scores + expert_bias, renormalised
+// (norm_topk_prob, + 1e-6), times routed_scaling_factor.
 #include "core/error.h"
 #include "models/decoder.h"
+#include "models/moe.h"
 
 namespace hfx {
 namespace {
@@ -60,28 +64,34 @@ std::vector<std::string> mixer_types(const JsonConfig& c, int64_t layers) {
   return types;
 }
 
-class Lfm2Decoder final : public Decoder {
+// The keys both configs read; `intermediate` is intermediate_size's default. The legacy keys
+// Lfm2Config still takes: block_ff_dim, tie_embedding.
+DecoderConfig parse_lfm2(const JsonConfig& config, const DecoderDefaults& defaults, int64_t intermediate) {
+  nlohmann::json json = config.json();
+  if (config.has("block_ff_dim")) json["intermediate_size"] = json["block_ff_dim"];
+  if (!json.contains("intermediate_size")) json["intermediate_size"] = intermediate;
+  if (config.json().contains("tie_embedding")) json["tie_word_embeddings"] = json["tie_embedding"];
+  const JsonConfig c(std::move(json), config.where());
+  DecoderConfig cfg = parse_decoder_config(c, defaults);
+  cfg.attention.o = "out_proj";
+  cfg.attention.q_norm = "q_layernorm";
+  cfg.attention.k_norm = "k_layernorm";
+  cfg.mlp.gate = "w1";
+  cfg.mlp.up = "w3";
+  cfg.mlp.down = "w2";
+  cfg.layer_types = mixer_types(c, cfg.layers);
+  cfg.conv.kernel = c.positive("conv_L_cache", 3);
+  cfg.conv.bias = c.boolean("conv_bias", false);
+  return cfg;
+}
+
+class Lfm2Decoder : public Decoder {
  public:
   using Decoder::Decoder;
 
-  DecoderConfig parse(const JsonConfig& config) const override {
-    // The legacy keys Lfm2Config still takes: block_ff_dim, tie_embedding.
-    nlohmann::json json = config.json();
-    if (config.has("block_ff_dim")) json["intermediate_size"] = json["block_ff_dim"];
-    if (!json.contains("intermediate_size")) json["intermediate_size"] = 12288;
-    if (config.json().contains("tie_embedding")) json["tie_word_embeddings"] = json["tie_embedding"];
-    const JsonConfig c(std::move(json), config.where());
-    DecoderConfig cfg = parse_decoder_config(c, defaults_);
-    cfg.attention.o = "out_proj";
-    cfg.attention.q_norm = "q_layernorm";
-    cfg.attention.k_norm = "k_layernorm";
-    cfg.mlp.gate = "w1";
-    cfg.mlp.up = "w3";
-    cfg.mlp.down = "w2";
+  DecoderConfig parse(const JsonConfig& c) const override {
+    DecoderConfig cfg = parse_lfm2(c, defaults_, 12288);
     cfg.mlp.intermediate = feed_forward_width(c, cfg.intermediate);
-    cfg.layer_types = mixer_types(c, cfg.layers);
-    cfg.conv.kernel = c.positive("conv_L_cache", 3);
-    cfg.conv.bias = c.boolean("conv_bias", false);
     return cfg;
   }
 
@@ -115,8 +125,35 @@ class Lfm2Decoder final : public Decoder {
   }
 };
 
+class Lfm2MoeDecoder final : public Lfm2Decoder {
+ public:
+  using Lfm2Decoder::Lfm2Decoder;
+
+  DecoderConfig parse(const JsonConfig& config) const override {
+    nlohmann::json json = config.json();
+    if (!config.has("num_local_experts") && !config.has("num_experts")) json["num_experts"] = 32;
+    const JsonConfig c(std::move(json), config.where());
+    DecoderConfig cfg = parse_lfm2(c, defaults_, 7168);  // Lfm2MoeMLP: intermediate_size as given
+    MoeSpec moe = parse_moe(c, cfg, c.positive("moe_intermediate_size", 1792), 4);
+    moe.gate = "w1";
+    moe.up = "w3";
+    moe.down = "w2";
+    moe.sigmoid_routing = true;
+    if (c.boolean("use_expert_bias", true)) moe.selection_bias = "expert_bias";
+    moe.normalize = c.boolean("norm_topk_prob", true);
+    moe.normalize_epsilon = 1e-6;
+    moe.routed_scaling = c.number("routed_scaling_factor", 1.0);
+    cfg.moe = moe;
+    const int64_t dense = c.integer("num_dense_layers", 2);
+    if (dense < 0) c.invalid("num_dense_layers", "must not be negative");
+    for (int64_t i = 0; i < cfg.layers; ++i) cfg.layer_moe.push_back(i >= dense);
+    return cfg;
+  }
+};
+
 }  // namespace
 
 HFX_REGISTER_DECODER("lfm2", Lfm2Decoder, kLfm2)
+HFX_REGISTER_DECODER("lfm2_moe", Lfm2MoeDecoder, kLfm2)
 
 }  // namespace hfx

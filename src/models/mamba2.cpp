@@ -12,7 +12,8 @@ constexpr DecoderDefaults kMamba2{
     .max_position_embeddings = 8192,  // no such key: the bound of the exported sequence dims
     .norm_eps_key = "layer_norm_epsilon",
     .norm_eps = 1e-5,
-    .names = {.model = "backbone.", .embed = "embeddings", .attention_norm = "norm", .final_norm = "norm_f"},
+    .names = {.model = "backbone.", .embed = "embeddings", .attention_norm = "norm", .final_norm = "norm_f",
+              .legacy = {"backbone.embeddings.", "backbone.embedding."}},
     .output_type = "CausalLMOutputWithPast",
 };
 

@@ -63,6 +63,11 @@ std::string ModelBuilder::stored_name(const std::string& name) const {
       const std::string legacy = name.substr(0, name.size() - std::string_view(hf).size()) + old;
       if (ckpt_.find(legacy)) return legacy;
     }
+  for (const auto& [fragment, old] : legacy_names_)
+    if (const size_t at = name.find(fragment); at != std::string::npos) {
+      const std::string legacy = name.substr(0, at) + old + name.substr(at + fragment.size());
+      if (ckpt_.find(legacy)) return legacy;
+    }
   return name;
 }
 

@@ -44,8 +44,11 @@ class ModelBuilder {
   Value* mxfp4(const std::string& blocks, const std::string& scales, std::vector<int64_t> scales_shape);
   // Whether the checkpoint holds `name` (for layouts that vary between checkpoints of one family).
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+  // A tensor whose HF name holds `fragment` is read under the name with `legacy` in its place
+  // when only that one is stored (as a family's load hook renames them in transformers).
+  void accept_legacy_name(std::string fragment, std::string legacy) { legacy_names_.emplace_back(std::move(fragment), std::move(legacy)); }
   // A tensor that may be present but is not read (e.g. lm_head.weight with tied embeddings).
-  void tolerate(const std::string& name) { tolerated_.insert(name); }
+  void tolerate(const std::string& name) { tolerated_.insert(stored_name(name)); }
   // Tolerates every tensor of the checkpoint outside the modules under `kept` (the other parts of
   // a checkpoint this graph is one part of).
   void tolerate_outside(const std::vector<std::string>& kept);
@@ -79,6 +82,7 @@ class ModelBuilder {
   std::map<std::string, std::vector<int64_t>> expected_;
   std::map<std::string, DType> raw_;  // declared tensors that are not floats (MXFP4 bytes)
   std::set<std::string> tolerated_;
+  std::vector<std::pair<std::string, std::string>> legacy_names_;
   std::map<std::string, Value*> weights_;
   std::set<std::string> dim_names_;
 };

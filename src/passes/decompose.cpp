@@ -73,14 +73,27 @@ Value* decompose_rms_norm(Builder& b, const Node& n) {
 // rows for the chosen experts, [..., K, N, K_in].
 template <class Gather>
 Value* moe_reference(Builder& b, const Node& n, const MoEAttrs& a, int64_t inter, Value* gate_up_bias,
-                     Value* down_bias, Gather&& gather) {
+                     Value* down_bias, Value* selection_bias, Gather&& gather) {
   Value* x = n.inputs[0];
   const DType t = x->dtype;
   const int64_t k = a.top_k, hidden = x->shape.back().value();
-  Value* probs = b.softmax(b.cast(n.inputs[1], DType::F32), -1);
-  Value* weights = b.top_k(probs, k, false);
-  Value* experts = b.top_k(probs, k, true);  // [..., K]
-  if (a.normalize) weights = b.div(weights, b.reduce(OpKind::ReduceSum, weights, {-1}, true));
+  Value* logits = b.cast(n.inputs[1], DType::F32);
+  Value* scores = a.sigmoid_routing ? b.unary(OpKind::Sigmoid, logits) : b.softmax(logits, -1);
+  Value* experts;  // [..., K]
+  Value* weights;
+  if (selection_bias) {  // chosen by the biased scores, weighted by the unbiased ones
+    experts = b.top_k(b.add(scores, b.cast(selection_bias, DType::F32)), k, true);
+    weights = b.gather_elements(scores, experts, -1);
+  } else {
+    weights = b.top_k(scores, k, false);
+    experts = b.top_k(scores, k, true);
+  }
+  if (a.normalize) {
+    Value* sum = b.reduce(OpKind::ReduceSum, weights, {-1}, true);
+    if (a.normalize_epsilon != 0.0) sum = b.add(sum, b.scalar(a.normalize_epsilon, DType::F32));
+    weights = b.div(weights, sum);
+  }
+  if (a.routed_scaling != 1.0) weights = b.mul(weights, b.scalar(a.routed_scaling, DType::F32));
   weights = b.cast(weights, t);
   const Shape lead = experts->shape;  // [..., K]
   const auto last = static_cast<int64_t>(lead.size());
@@ -109,7 +122,7 @@ Value* moe_reference(Builder& b, const Node& n, const MoEAttrs& a, int64_t inter
 }
 
 Value* decompose_moe(Builder& b, const Node& n) {
-  return moe_reference(b, n, n.attrs_as<MoEAttrs>(), n.inputs[3]->shape[2].value(), n.input(4), n.input(5),
+  return moe_reference(b, n, n.attrs_as<MoEAttrs>(), n.inputs[3]->shape[2].value(), n.input(4), n.input(5), n.input(6),
                        [&](int weight, Value* experts) { return b.gather(n.inputs[2 + weight], experts, 0); });
 }
 
@@ -120,7 +133,7 @@ Value* decompose_quantized_moe(Builder& b, const Node& n) {
   const int64_t experts_count = n.inputs[1]->shape.back().value();
   const int64_t inter = n.inputs[4]->shape[1].value() * q.quant.group_size;
   const DType t = n.inputs[0]->dtype;
-  return moe_reference(b, n, q.moe, inter, n.input(6), n.input(7), [&](int weight, Value* experts) {
+  return moe_reference(b, n, q.moe, inter, n.input(6), n.input(7), n.input(8), [&](int weight, Value* experts) {
     Value* codes = n.inputs[2 + 2 * weight];
     Value* scales = n.inputs[3 + 2 * weight];
     const int64_t rows = codes->shape[0].value() / experts_count;

@@ -78,8 +78,10 @@ QuantizeReport quantize_linears(Graph& graph, const WeightQuantization& q) {
     mq.per_channel = mq.signed_codes = false;
     Value* gate_up_bias = n->input(4);
     Value* down_bias = n->input(5);
+    Value* selection_bias = n->input(6);
     n->inputs = {n->inputs[0], n->inputs[1], derived(graph, *gu, mq, false, DType::U8), derived(graph, *gu, mq, true, t),
                  derived(graph, *d, mq, false, DType::U8), derived(graph, *d, mq, true, t), gate_up_bias, down_bias};
+    if (selection_bias) n->inputs.push_back(selection_bias);
     n->attrs = QuantizedMoEAttrs{n->attrs_as<MoEAttrs>(), quantized_linear_attrs(mq)};
     n->op = OpKind::QuantizedMoE;
     report.quantized += 2;

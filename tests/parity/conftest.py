@@ -190,6 +190,10 @@ def build_tiny_model(
                 p.uniform_(0.5 - norm_offset, 1.5 - norm_offset)
             else:
                 p.normal_(0.0, weight_std)
+        # LFM2-MoE's expert-selection bias is a zero buffer: offset it so it changes which experts win.
+        for name, buf in model.named_buffers():
+            if name.endswith("expert_bias"):
+                buf.normal_(0.0, 0.5)
     model.eval()
     out_dir = Path(out_dir)
     save_kwargs = {}

@@ -465,6 +465,27 @@ def test_aot_failure_leaves_nothing(model, out, hfexport_bin, tmp_path):
     assert not os.path.exists(out)
 
 
+def export_with_config_edit(base: Path, edit: dict, key: str, tmp_path, out, run_hfexport) -> None:
+    """A copy of `base` with `edit` applied to config.json: a clean error naming `key`."""
+    model = tmp_path / "model"
+    shutil.copytree(base, model)
+    edit_config(model, lambda c: c.update(edit))
+    assert_clean_error(export(run_hfexport, model, out), out, key)
+
+
+def export_with_tensor_edit(base: Path, tensor: str, shape, tmp_path, out, run_hfexport) -> None:
+    """A copy of `base` with `tensor` removed (shape None) or replaced by zeros of `shape`: a clean
+    error naming the tensor (and the shape found)."""
+    import torch
+
+    model = tmp_path / "model"
+    shutil.copytree(base, model)
+    _rewrite_tensors(model, lambda t: t.pop(tensor) if shape is None else t.update({tensor: torch.zeros(*shape)}))
+    line = assert_clean_error(export(run_hfexport, model, out), out, tensor)
+    if shape is not None:
+        assert mentions_shape(line, shape), f"actual shape missing: {line}"
+
+
 # --------------------------------------------------------------------------------------------
 # hybrid decoders' config keys (LFM2)
 
@@ -483,10 +504,7 @@ def lfm2_base(tmp_path_factory, make_tiny_model) -> Path:
     (dict(conv_L_cache=0), "conv_L_cache"),
 ])
 def test_lfm2_bad_layer_config(edit, key, lfm2_base, tmp_path, out, run_hfexport):
-    model = tmp_path / "lfm2"
-    shutil.copytree(lfm2_base, model)
-    edit_config(model, lambda c: c.update(edit))
-    assert_clean_error(export(run_hfexport, model, out), out, key)
+    export_with_config_edit(lfm2_base, edit, key, tmp_path, out, run_hfexport)
 
 
 def test_lfm2_conv_weight_missing(lfm2_base, tmp_path, out, run_hfexport):
@@ -521,10 +539,7 @@ def granite_hybrid_base(tmp_path_factory, make_tiny_model) -> Path:
     (dict(position_embedding_type="alibi"), "position_embedding_type"),
 ])
 def test_granitemoehybrid_bad_config(edit, key, granite_hybrid_base, tmp_path, out, run_hfexport):
-    model = tmp_path / "granitemoehybrid"
-    shutil.copytree(granite_hybrid_base, model)
-    edit_config(model, lambda c: c.update(edit))
-    assert_clean_error(export(run_hfexport, model, out), out, key)
+    export_with_config_edit(granite_hybrid_base, edit, key, tmp_path, out, run_hfexport)
 
 
 @pytest.mark.parametrize("tensor, shape", [("model.layers.0.mamba.A_log", None),
@@ -532,14 +547,7 @@ def test_granitemoehybrid_bad_config(edit, key, granite_hybrid_base, tmp_path, o
                                            ("model.layers.0.mamba.conv1d.weight", (160, 1, 3))])
 def test_granitemoehybrid_mamba_weight_missing_or_misshaped(tensor, shape, granite_hybrid_base, tmp_path, out,
                                                             run_hfexport):
-    import torch
-
-    model = tmp_path / "granitemoehybrid"
-    shutil.copytree(granite_hybrid_base, model)
-    _rewrite_tensors(model, lambda t: t.pop(tensor) if shape is None else t.update({tensor: torch.zeros(*shape)}))
-    line = assert_clean_error(export(run_hfexport, model, out), out, tensor)
-    if shape is not None:
-        assert mentions_shape(line, shape), f"actual shape missing: {line}"
+    export_with_tensor_edit(granite_hybrid_base, tensor, shape, tmp_path, out, run_hfexport)
 
 
 @pytest.fixture(scope="module")
@@ -557,21 +565,40 @@ def falcon_h1_base(tmp_path_factory, make_tiny_model) -> Path:
     (dict(mamba_d_ssm=60), "mamba_d_ssm"),
 ])
 def test_falcon_h1_bad_config(edit, key, falcon_h1_base, tmp_path, out, run_hfexport):
-    model = tmp_path / "falcon_h1"
-    shutil.copytree(falcon_h1_base, model)
-    edit_config(model, lambda c: c.update(edit))
-    assert_clean_error(export(run_hfexport, model, out), out, key)
+    export_with_config_edit(falcon_h1_base, edit, key, tmp_path, out, run_hfexport)
 
 
 @pytest.mark.parametrize("tensor, shape", [("model.layers.0.mamba.D", None),
                                            ("model.layers.0.feed_forward.gate_proj.weight", (7, 64)),
                                            ("model.layers.0.mamba.out_proj.weight", (32, 60))])
 def test_falcon_h1_weight_missing_or_misshaped(tensor, shape, falcon_h1_base, tmp_path, out, run_hfexport):
-    import torch
+    export_with_tensor_edit(falcon_h1_base, tensor, shape, tmp_path, out, run_hfexport)
 
-    model = tmp_path / "falcon_h1"
-    shutil.copytree(falcon_h1_base, model)
-    _rewrite_tensors(model, lambda t: t.pop(tensor) if shape is None else t.update({tensor: torch.zeros(*shape)}))
-    line = assert_clean_error(export(run_hfexport, model, out), out, tensor)
-    if shape is not None:
-        assert mentions_shape(line, shape), f"actual shape missing: {line}"
+
+# --------------------------------------------------------------------------------------------
+# LFM2-MoE: sigmoid-routed experts chosen with expert_bias
+
+
+@pytest.fixture(scope="module")
+def lfm2_moe_base(tmp_path_factory, make_tiny_model) -> Path:
+    d, _ = make_tiny_model(tmp_path_factory.mktemp("bad_input_lfm2_moe") / "hf", "lfm2_moe",
+                           dict(BASE_CONFIG, num_hidden_layers=2, layer_types=["conv", "full_attention"], num_experts=4,
+                                num_experts_per_tok=2, moe_intermediate_size=32, num_dense_layers=1))
+    return d
+
+
+@pytest.mark.parametrize("edit, key", [
+    (dict(num_dense_layers=-1), "num_dense_layers"),
+    (dict(num_experts_per_tok=5), "num_experts_per_tok"),
+    (dict(moe_intermediate_size=0), "moe_intermediate_size"),
+    (dict(routed_scaling_factor="x"), "routed_scaling_factor"),
+])
+def test_lfm2_moe_bad_config(edit, key, lfm2_moe_base, tmp_path, out, run_hfexport):
+    export_with_config_edit(lfm2_moe_base, edit, key, tmp_path, out, run_hfexport)
+
+
+@pytest.mark.parametrize("tensor, shape", [("model.layers.1.feed_forward.expert_bias", None),
+                                           ("model.layers.1.feed_forward.expert_bias", (5,)),
+                                           ("model.layers.1.feed_forward.experts.3.w2.weight", (64, 30))])
+def test_lfm2_moe_weight_missing_or_misshaped(tensor, shape, lfm2_moe_base, tmp_path, out, run_hfexport):
+    export_with_tensor_edit(lfm2_moe_base, tensor, shape, tmp_path, out, run_hfexport)

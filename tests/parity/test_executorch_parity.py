@@ -249,10 +249,16 @@ def routing_near_ties(model, inputs) -> np.ndarray:
     ids, mask, pos = (torch.from_numpy(a) for a in inputs)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_router_logits=True)
+    # LFM2-MoE chooses by sigmoid(logits) + expert_bias: the ties are in those scores, where a
+    # logit gap of ROUTER_TIE is at most a quarter of it (the sigmoid's slope).
+    biases = [m.expert_bias.float() for m in model.modules() if isinstance(getattr(m, "expert_bias", None), torch.Tensor)]
+    if biases:
+        assert len(biases) == len(out.router_logits), (len(biases), len(out.router_logits))
     near = np.zeros((batch, seq), dtype=bool)
-    for router in out.router_logits:
-        top = router.float().reshape(batch, seq, -1).sort(dim=-1, descending=True).values
-        near |= (top[..., k - 1] - top[..., k] < ROUTER_TIE).numpy()
+    for i, router in enumerate(out.router_logits):
+        scores = router.float().sigmoid() + biases[i] if biases else router.float()
+        top = scores.reshape(batch, seq, -1).sort(dim=-1, descending=True).values
+        near |= (top[..., k - 1] - top[..., k] < (ROUTER_TIE / 4 if biases else ROUTER_TIE)).numpy()
     return near
 
 

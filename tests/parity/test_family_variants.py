@@ -78,6 +78,15 @@ def test_gpt_neox_head_saved_as_lm_head(tmp_path, make_tiny_model, export_model,
     check(support_matrix, export_model, "gpt_neox", "hub-lm_head_name", model_dir, model, tmp_path)
 
 
+def test_mamba2_legacy_embedding_name(tmp_path, make_tiny_model, export_model, support_matrix):
+    """Mamba2 checkpoints converted from the original code store backbone.embedding.weight, which
+    Mamba2Model's load hook reads as backbone.embeddings.weight."""
+    model_dir, model = tiny_case(make_tiny_model, tmp_path, "mamba2-heads4-groups1-conv3-bias-tied-dt_limit")
+    rewrite_weights(model_dir, lambda t: {k.replace("backbone.embeddings.", "backbone.embedding."): v for k, v in t.items()})
+    assert "backbone.embedding.weight" in load_file(str(model_dir / "model.safetensors"))
+    check(support_matrix, export_model, "mamba2", "hub-legacy_embedding_name", model_dir, model, tmp_path)
+
+
 # --------------------------------------------------------------------------------------------
 # transformers 4.x config styles: the 5.x model's reference, the 4.x keys in config.json
 
@@ -208,7 +217,8 @@ def test_config_refused(name, edit, mention, tmp_path, make_tiny_model, run_hfex
 # Mixture-of-experts checkpoint layouts
 
 
-@pytest.mark.parametrize("name", ["mixtral-gqa-experts4-top2", "qwen3_moe-gqa-experts4-top2-norm_topk"])
+@pytest.mark.parametrize("name", ["mixtral-gqa-experts4-top2", "qwen3_moe-gqa-experts4-top2-norm_topk",
+                                  "lfm2_moe-conv3-experts4-top2-expert_bias-dense1"])
 def test_moe_fused_expert_layout(name, tmp_path, make_tiny_model, export_model, support_matrix):
     """transformers saves Mixtral / Qwen3-MoE experts per expert (as the Hub has them; the other
     parity cases read those); save_pretrained(save_original_format=False) writes its fused
@@ -217,7 +227,7 @@ def test_moe_fused_expert_layout(name, tmp_path, make_tiny_model, export_model, 
     fused_dir = tmp_path / "fused"
     model.save_pretrained(fused_dir, save_original_format=False)
     names = load_file(str(fused_dir / "model.safetensors")).keys()
-    assert any(k.endswith("mlp.experts.gate_up_proj") for k in names), sorted(names)[:8]
+    assert any(k.endswith(".experts.gate_up_proj") for k in names), sorted(names)[:8]
     c = case(name)
     check(support_matrix, export_model, c.model_type, "fused-experts", fused_dir, model, tmp_path)
 

@@ -54,7 +54,7 @@ CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("generation")}
 MODES = ("dynamic", "multi-token", "static")
 # Families whose layers carry convolution state besides (or instead of) a KV cache.
 # Hybrids whose token mixers keep convolution (and recurrent) state instead of a KV cache.
-CONV_STATE_TYPES = {"lfm2", "granitemoehybrid", "mamba2", "falcon_h1"}
+CONV_STATE_TYPES = {"lfm2", "lfm2_moe", "granitemoehybrid", "mamba2", "falcon_h1"}
 # The first generation case of each model type (the reduced-precision suites).
 _FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
 

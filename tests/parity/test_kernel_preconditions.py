@@ -175,3 +175,27 @@ def test_onnx_default_generation_at_head_size_12_for_every_family(model_type, tm
     ids, mask = make_prompts(model.config.vocab_size, BATCH)
     tokens, logits, _ = run_ours(out, ids, mask, NEW_TOKENS)
     compare(tokens, logits, hf_generate(model, ids, mask, NEW_TOKENS), f"{model_type} head 12")
+
+
+@pytest.mark.parametrize("name, fused", [("mixtral-gqa-experts4-top2", True),
+                                         ("lfm2_moe-conv3-experts4-top2-expert_bias-dense1", False)])
+def test_fused_moe_only_where_it_routes_as_the_model(name, fused, tmp_path, export_model):
+    """onnxruntime's MoE and OpenVINO's fused MoE block route by softmax: LFM2-MoE's sigmoid scores,
+    chosen with expert_bias and renormalised with an epsilon, are decomposed there instead, and
+    both exports still match transformers."""
+    import onnx
+    from test_onnx_parity import FP32_TOL, hf_logits, make_inputs, masked_max_abs_diff, ort_logits
+    from test_reference_decompositions import ov_logits
+    from tiny_configs import case
+
+    c = case(name)
+    model_dir, model = build_tiny_model(tmp_path / "hf", c.model_type, c.config)
+    inputs = make_inputs(model.config.vocab_size)
+    want = hf_logits(model, inputs)
+    out = export_model(model_dir, tmp_path / "onnx", "--onnx-ops", "ort")
+    ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
+    assert ("MoE" in ops) is fused, ops
+    assert masked_max_abs_diff(ort_logits(out / "model.onnx", inputs), want, inputs[1]) <= FP32_TOL
+    out = export_model(model_dir, tmp_path / "openvino", "--format", "openvino")
+    assert ('type="Tile"' in (out / "openvino_model.xml").read_text()) is fused  # the fused block tiles the tokens
+    assert masked_max_abs_diff(ov_logits(out, inputs)[1], want, inputs[1]) <= FP32_TOL

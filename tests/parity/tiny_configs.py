@@ -44,6 +44,7 @@ ARCHITECTURES = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
+    "lfm2_moe": "Lfm2MoeForCausalLM",
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
     "mamba2": "Mamba2ForCausalLM",
     "falcon_h1": "FalconH1ForCausalLM",
@@ -243,6 +244,15 @@ CASES = [
     _case("lfm2", "conv4-bias-mha-full_attn_idxs-untied",
           dict(num_hidden_layers=3, full_attn_idxs=[1], conv_L_cache=4, conv_bias=True, num_key_value_heads=4,
                tie_word_embeddings=False, block_auto_adjust_ff_dim=False), F, G),
+    # lfm2_moe (lfm2's layers; dense SwiGLU in the first num_dense_layers, then sparse MoE with sigmoid
+    # routing chosen by scores + expert_bias, renormalised, routed_scaling_factor)
+    _case("lfm2_moe", "conv3-experts4-top2-expert_bias-dense1",
+          dict(num_hidden_layers=3, layer_types=["conv", "full_attention", "conv"], num_experts=4, num_experts_per_tok=2,
+               moe_intermediate_size=32, num_dense_layers=1), F, G, Q),
+    _case("lfm2_moe", "mha-experts5-top3-no_bias-no_norm-scaled-all_moe",
+          dict(num_hidden_layers=2, layer_types=["full_attention", "conv"], num_key_value_heads=4, conv_L_cache=4,
+               num_experts=5, num_experts_per_tok=3, moe_intermediate_size=32, num_dense_layers=0, use_expert_bias=False,
+               norm_topk_prob=False, routed_scaling_factor=2.5, tie_word_embeddings=False), F, G),
     # granitemoehybrid (Mamba2 mixers with conv and SSM state, between attention layers; shared MLP
     # beside GraniteMoe experts; Granite multipliers)
     _case("granitemoehybrid", "mamba-groups2-rope-moe4-4x_names",

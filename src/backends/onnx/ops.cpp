@@ -218,7 +218,10 @@ void lower_moe_contrib(Lowering& l, const Node& n, const OnnxNames& in, const st
   l.node("Reshape", {flat, shape}, {out});
 }
 
-bool moe_has_contrib_op(const Node&, OnnxOpProfile profile) { return profile_has_contrib_ops(profile); }
+// The contrib ops route by softmax only (no sigmoid, selection bias or scaling).
+bool moe_has_contrib_op(const Node& n, OnnxOpProfile profile) {
+  return profile_has_contrib_ops(profile) && n.attrs_as<MoEAttrs>().plain_softmax_routing() && !n.input(6);
+}
 HFX_ONNX_OP_NATIVE(MoE, moe_has_contrib_op) {
   lower_moe_contrib(l, n, in, out, "MoE", n.attrs_as<MoEAttrs>(),
                     {in[2], n.input(4) ? in[4] : "", in[3], n.input(5) ? in[5] : ""}, [](onnx::NodeProto*) {});
@@ -229,7 +232,8 @@ HFX_ONNX_OP_NATIVE(MoE, moe_has_contrib_op) {
 // float-activation path for 8-bit experts: with float compute those are decomposed.
 bool qmoe_computes_as_asked(const Node& n, OnnxOpProfile profile) {
   const QuantizedLinearAttrs& q = n.attrs_as<QuantizedMoEAttrs>().quant;
-  return profile_has_contrib_ops(profile) && (q.bits == 4 || q.int8_compute);
+  return profile_has_contrib_ops(profile) && (q.bits == 4 || q.int8_compute) &&
+         n.attrs_as<QuantizedMoEAttrs>().moe.plain_softmax_routing() && !n.input(8);
 }
 HFX_ONNX_OP_RULE(QuantizedMoE, qmoe_computes_as_asked, 0b111100) {
   const QuantizedMoEAttrs& q = n.attrs_as<QuantizedMoEAttrs>();

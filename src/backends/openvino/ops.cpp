@@ -224,7 +224,8 @@ bool moe_is_clamped_swiglu(const Node& n) {
          n.inputs[5]->is_constant();
 }
 bool moe_fuses_in_cpu_plugin(const Node& n) {
-  return (moe_is_plain_swiglu(n) || moe_is_clamped_swiglu(n)) && n.inputs[2]->is_constant() && n.inputs[3]->is_constant();
+  return (moe_is_plain_swiglu(n) || moe_is_clamped_swiglu(n)) && n.inputs[2]->is_constant() && n.inputs[3]->is_constant() &&
+         n.attrs_as<MoEAttrs>().plain_softmax_routing() && !n.input(6);  // this lowering routes by softmax
 }
 HFX_OV_OP_RULE(MoE, moe_fuses_in_cpu_plugin, 0b110100) {  // gate_up (halves) and biases are read as views
   const MoEAttrs& a = n.attrs_as<MoEAttrs>();
