@@ -151,6 +151,9 @@ class BuilderIoBindingLoop:
         self.session = ort.InferenceSession(str(path / "model.onnx"), session_options(ort_threads),
                                             providers=["CPUExecutionProvider"])
         self.pasts = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
+        # A hybrid's convolution state (LFM2: past.{i}.conv [batch, hidden, kernel - 1]), replaced
+        # every call: two buffers per layer, read from one and written to the other, swapped.
+        self.convs = [i for i in self.session.get_inputs() if i.name.startswith("past.") and i.name.endswith(".conv")]
         self.new_tokens = new_tokens
         self.vocab = self.session.get_outputs()[0].shape[-1]
         self.head_size = json.loads((path / "genai_config.json").read_text())["model"]["decoder"]["head_size"]
@@ -160,7 +163,11 @@ class BuilderIoBindingLoop:
         b.bind_cpu_input("input_ids", ids)
         b.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
         b.bind_ortvalue_output("logits", logits)
+        for c, (read, write) in zip(self.convs, self.conv_buffers):
+            b.bind_ortvalue_input(c.name, read)
+            b.bind_ortvalue_output(c.name.replace("past.", "present.", 1), write)
         self.session.run_with_iobinding(b)
+        self.conv_buffers = [(write, read) for read, write in self.conv_buffers]
         return logits.numpy()[:, -1].copy()
 
     def prefill(self, input_ids: np.ndarray) -> np.ndarray:
@@ -173,6 +180,8 @@ class BuilderIoBindingLoop:
             self.buffers.append(value)
             self.binding.bind_ortvalue_input(p.name, value)
             self.binding.bind_ortvalue_output(p.name.replace("past_key_values", "present"), value)
+        self.conv_buffers = [tuple(ort.OrtValue.ortvalue_from_numpy(np.zeros([1, *c.shape[1:]], np.float32)) for _ in range(2))
+                             for c in self.convs]
         self.step_logits = ort.OrtValue.ortvalue_from_numpy(np.zeros([1, 1, self.vocab], np.float32))
         self.length = input_ids.shape[1]
         prompt_logits = ort.OrtValue.ortvalue_from_numpy(np.zeros([1, self.length, self.vocab], np.float32))

@@ -49,7 +49,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_export import default_hfexport, ensure_checkpoint, measure, onnx_output_bytes
+from bench_export import MODELS, default_hfexport, ensure_checkpoint, measure, onnx_output_bytes
 from bench_generate import run_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +117,8 @@ def ratio(a, b) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("/tmp/hfexport-bench"))
-    p.add_argument("--layers", type=int, default=28)
+    p.add_argument("--model", choices=sorted(MODELS), default="qwen3-0.6b", help="checkpoint shape")
+    p.add_argument("--layers", type=int, help="decoder layers (default: the real model's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hfexport", type=Path, default=default_hfexport(REPO))
     p.add_argument("--prompt-len", type=int, default=128)
@@ -129,8 +130,10 @@ def main(argv=None) -> int:
     p.add_argument("--keep-exports", action="store_true")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    if args.layers is None:
+        args.layers = MODELS[args.model][2]
 
-    ckpt = add_tokenizer(ensure_checkpoint(args.workdir, args.layers, args.seed, False), args.workdir)
+    ckpt = add_tokenizer(ensure_checkpoint(args.workdir, args.layers, args.seed, False, args.model), args.workdir)
     vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
     root = args.workdir / f"builder-{ckpt.name}"
     logs = root / "logs"

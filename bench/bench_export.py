@@ -105,10 +105,43 @@ def gemma3_1b_config(layers: int) -> dict:
     }
 
 
+# LFM2-1.2B's layer pattern: gated short convolutions, GQA at these layers.
+LFM2_1_2B_ATTENTION = {2, 5, 8, 10, 12, 14}
+
+
+def lfm2_1_2b_config(layers: int) -> dict:
+    """The config of LiquidAI/LFM2-1.2B, optionally with its first `layers` layers: a hybrid of
+    gated short convolutions (convolution state) and GQA layers, a 65k tied vocabulary."""
+    return {
+        "hidden_size": 2048,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 12288,
+        "block_auto_adjust_ff_dim": True,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_multiple_of": 256,
+        "vocab_size": 65536,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 128000,
+        "rope_theta": 1000000.0,
+        "norm_eps": 1e-5,
+        "conv_L_cache": 3,
+        "conv_bias": False,
+        "layer_types": ["full_attention" if i in LFM2_1_2B_ATTENTION else "conv" for i in range(layers)],
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 7,
+        "architectures": ["Lfm2ForCausalLM"],
+        "dtype": "bfloat16",
+    }
+
+
 # --model: (model_type, config of `layers` layers, its real layer count)
 MODELS = {
     "qwen3-0.6b": ("qwen3", qwen3_0_6b_config, 28),
     "gemma3-1b": ("gemma3_text", gemma3_1b_config, 26),
+    "lfm2-1.2b": ("lfm2", lfm2_1_2b_config, 16),
 }
 
 

@@ -20,7 +20,7 @@ GENAI_CASES = ["llama-gqa-tied-rope_llama3", "mistral-gqa-rope_linear", "qwen2-g
 # The first generation case of every other model type (onnxruntime-genai's loop only reads the
 # config's model type for its own defaults; the graph is ours).
 # lfm2: its convolution layers' state named in the config (past_conv_names, layer_types, conv_cache_size).
-GENAI_TYPES = {"gemma", "gemma2", "gemma3_text", "phi3", "granite", "smollm3", "lfm2"}
+GENAI_TYPES = {"gemma", "gemma2", "gemma3_text", "phi3", "granite", "smollm3", "lfm2", "lfm2_moe"}
 _FIRST = {m: n for n, (m, _) in reversed(CONFIGS.items())}
 GENAI_CASES += [n for t, n in _FIRST.items() if t in GENAI_TYPES]
 # Model types onnxruntime-genai 0.18 refuses (or, gpt2, runs with other inputs): no config for them.

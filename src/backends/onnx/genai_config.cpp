@@ -34,7 +34,7 @@ json first_id(const json& generation, const char* k) {
 // families, and its gpt2 model wants other inputs. The others get no genai_config.json.
 bool genai_runs(const std::string& model_type) {
   static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-                                               "gemma3_text", "phi3", "granite", "smollm3", "lfm2"};
+                                               "gemma3_text", "phi3", "granite", "smollm3", "lfm2", "lfm2_moe"};
   return kTypes.count(model_type) > 0;
 }
 
