@@ -106,7 +106,7 @@ Value* attention_block(ModelBuilder& m, const std::string& p, const AttentionSpe
   Value* k = project_heads(m, qkv_projection(m, p, s, 1), s.kv_heads, s.head_dim, x, head_norm(s.k_norm),
                            s.norm_epsilon);
   Value* v = project_heads(m, qkv_projection(m, p, s, 2), s.kv_heads, s.head_dim, x, {}, 0);
-  if (s.k_scale != 1.0) k = b.mul(k, b.scalar(s.k_scale, k->dtype));
+  k = scaled(b, k, s.k_scale);
   if (ctx.cos) {
     q = b.rope(q, ctx.cos, ctx.sin, false);
     k = b.rope(k, ctx.cos, ctx.sin, false);
@@ -233,6 +233,8 @@ Value* activation(Builder& b, const std::string& name, Value* x) {
   return it->second(b, x);
 }
 
+Value* scaled(Builder& b, Value* x, double k) { return k != 1.0 ? b.mul(x, b.scalar(k, x->dtype)) : x; }
+
 Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value* x) {
   Builder& b = m.b();
   b.set_scope(p.substr(0, p.size() - 1));
@@ -248,12 +250,12 @@ Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value*
     return b.linear(h, down.weight, down.bias);
   }
   const Projection gate_p = up_projection(s.gate, 0);
-  Value* gate = b.linear(x, gate_p.weight, gate_p.bias);
+  Value* gate = scaled(b, b.linear(x, gate_p.weight, gate_p.bias), s.gate_scale);
   const Projection up_p = up_projection(s.up, inter);
   Value* up = b.linear(x, up_p.weight, up_p.bias);
   Value* act = activation(b, s.activation, gate);
   const Projection down = own(m, p + s.down, s.bias, s.hidden, inter);
-  return b.linear(b.mul(act, up), down.weight, down.bias);
+  return scaled(b, b.linear(b.mul(act, up), down.weight, down.bias), s.down_scale);
 }
 
 Value* causal_depthwise_conv(Builder& b, Value* window, Value* taps, Value* bias, Dim length) {

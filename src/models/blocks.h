@@ -74,6 +74,9 @@ struct MlpSpec {
   // weight, gate rows first (Phi-3's gate_up_proj).
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj", gate_up;
   bool conv1d = false;  // weights stored [in, out] (GPT-2's Conv1D)
+  // The gate's pre-activation and the down projection's output times these (FalconH1's
+  // mlp_multipliers).
+  double gate_scale = 1.0, down_scale = 1.0;
 };
 
 // A Mamba2 mixer's sizes (models/mamba2_mixer.h): heads of head_dim channels, B and C per group
@@ -131,6 +134,9 @@ Value* moe_block(ModelBuilder& m, const std::string& prefix, const MoeSpec& spec
 void check_activation(const JsonConfig& config, const std::string& key, const std::string& activation);
 // The activation by its HF name.
 Value* activation(Builder& b, const std::string& name, Value* x);
+
+// x times the constant k; x itself (no node) when k is 1 (the multipliers configs leave at 1).
+Value* scaled(Builder& b, Value* x, double k);
 
 // The MLP with HF names under `prefix` (e.g. "model.layers.0.mlp.").
 Value* gated_mlp(ModelBuilder& m, const std::string& prefix, const MlpSpec& spec, Value* x);

@@ -208,14 +208,12 @@ Value* Decoder::embed_tokens(DecoderGraph& g, Value* input_ids) const {
   const std::string module = g.cfg.prefix + defaults_.names.embed;
   g.b().set_scope(module);
   Value* x = g.b().embedding(g.m.weight(module + ".weight", {g.cfg.vocab, g.cfg.hidden}), input_ids);
-  if (g.cfg.embedding_scale != 1.0) x = g.b().mul(x, g.b().scalar(g.cfg.embedding_scale, x->dtype));
-  return x;
+  return scaled(g.b(), x, g.cfg.embedding_scale);
 }
 
 Value* Decoder::embed(DecoderGraph& g, Value* x) const {
   g.b().set_scope(g.cfg.prefix + defaults_.names.embed);
-  if (g.cfg.embeds_multiplier != 1.0) x = g.b().mul(x, g.b().scalar(g.cfg.embeds_multiplier, x->dtype));
-  return x;
+  return scaled(g.b(), x, g.cfg.embeds_multiplier);
 }
 
 Value* Decoder::attention(DecoderGraph& g, int64_t i, const std::string& prefix, Value* x) const {
@@ -255,8 +253,7 @@ Value* Decoder::layer(DecoderGraph& g, int64_t i, Value* x) const {
   auto normed = [&](const char* name, Value* v) { return *name ? norm(g, p + name, v) : v; };
   // One residual branch: its block between the optional pre- and post-norms.
   auto branch = [&](const char* pre, const char* post, Value* in, auto&& block) {
-    Value* y = normed(post, block(normed(pre, in)));
-    return g.cfg.residual_scale != 1.0 ? b.mul(y, b.scalar(g.cfg.residual_scale, y->dtype)) : y;
+    return scaled(b, normed(post, block(normed(pre, in))), g.cfg.residual_scale);
   };
   auto attend = [&](Value* h) { return attention(g, i, p + names.attention + ".", h); };
   auto feed_forward = [&](Value* h) { return mlp(g, i, p + names.mlp + ".", h); };
@@ -280,7 +277,7 @@ Value* Decoder::head(DecoderGraph& g, Value* x) const {
   if (g.cfg.tied) g.m.tolerate(head);  // some tied checkpoints still carry the copy
   const std::string name = g.cfg.tied ? g.cfg.prefix + defaults_.names.embed + ".weight" : head;
   Value* logits = b.linear(x, g.m.weight(name, {g.cfg.vocab, g.cfg.hidden}));
-  if (g.cfg.logits_multiplier != 1.0) logits = b.mul(logits, b.scalar(g.cfg.logits_multiplier, logits->dtype));
+  logits = scaled(b, logits, g.cfg.logits_multiplier);
   if (g.cfg.logits_divisor != 1.0) logits = b.div(logits, b.scalar(g.cfg.logits_divisor, logits->dtype));
   if (const double cap = g.cfg.final_softcap; cap > 0) {
     Value* c = b.scalar(cap, logits->dtype);

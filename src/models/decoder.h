@@ -136,9 +136,9 @@ struct DecoderConfig {
          final_softcap = 0.0;
   double logits_multiplier = 1.0;  // logits times this before the divisor (FalconH1's lm_head_multiplier)
   // FalconH1's muP multipliers on its branches: attention's input and output, the Mamba mixer's
-  // output, the MLP's gate (before the activation) and down projection.
+  // output (the MLP's are MlpSpec's gate_scale / down_scale).
   struct {
-    double attention_in = 1, attention_out = 1, mixer_out = 1, mlp_gate = 1, mlp_down = 1;
+    double attention_in = 1, attention_out = 1, mixer_out = 1;
   } branch_scales;
   bool parallel_residual = false;  // x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX)
   // Mixture-of-experts layers: their block (its layout read from the checkpoint unless fixed),

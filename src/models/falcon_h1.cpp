@@ -3,9 +3,10 @@
 // pre_ff_layernorm; muP multipliers throughout: embeddings (embedding_multiplier), keys
 // (key_multiplier), attention in/out, the mixer's input (ssm_in_multiplier), its in_proj columns
 // by section (ssm_multipliers), its output (ssm_out_multiplier), the MLP's gate and down
-// (mlp_multipliers) and the logits (lm_head_multiplier). The mixer's width is mamba_d_ssm (else
-// mamba_expand * hidden), its out_proj bias projectors_bias, its gated RMSNorm optional
-// (mamba_rms_norm) and normalising before the gate by default (mamba_norm_before_gate).
+// (mlp_multipliers, applied by gated_mlp) and the logits (lm_head_multiplier). The mixer's width
+// is mamba_d_ssm (else mamba_expand * hidden), its out_proj bias projectors_bias, its gated
+// RMSNorm optional (mamba_rms_norm) and normalising before the gate by default
+// (mamba_norm_before_gate).
 #include "core/error.h"
 #include "models/mamba2_mixer.h"
 
@@ -53,8 +54,10 @@ class FalconH1Decoder final : public Decoder {
     if (c.has("ssm_multipliers")) s.projection_scales = multipliers(c, "ssm_multipliers", 5);
     cfg.conv.kernel = s.kernel;
     const std::vector<double> mlp = multipliers(c, "mlp_multipliers", 2);
+    cfg.mlp.gate_scale = mlp[0];
+    cfg.mlp.down_scale = mlp[1];
     cfg.branch_scales = {c.number("attention_in_multiplier", 1.0), c.number("attention_out_multiplier", 1.0),
-                         c.number("ssm_out_multiplier", 1.0), mlp[0], mlp[1]};
+                         c.number("ssm_out_multiplier", 1.0)};
     return cfg;
   }
 
@@ -63,28 +66,12 @@ class FalconH1Decoder final : public Decoder {
   Value* layer(DecoderGraph& g, int64_t i, Value* x) const override {
     Builder& b = g.b();
     const std::string p = layer_prefix(g, i);
-    auto times = [&](Value* v, double k) { return k != 1.0 ? b.mul(v, b.scalar(k, v->dtype)) : v; };
+    const auto& k = g.cfg.branch_scales;
     Value* h = norm(g, p + "input_layernorm", x);
-    Value* mixed = times(mamba2_mixer(g, i, p + "mamba.", g.cfg.mamba, h), g.cfg.branch_scales.mixer_out);
-    Value* attended = times(attention(g, i, p + "self_attn.", times(h, g.cfg.branch_scales.attention_in)), g.cfg.branch_scales.attention_out);
+    Value* mixed = scaled(b, mamba2_mixer(g, i, p + "mamba.", g.cfg.mamba, h), k.mixer_out);
+    Value* attended = scaled(b, attention(g, i, p + "self_attn.", scaled(b, h, k.attention_in)), k.attention_out);
     x = b.add(x, b.add(mixed, attended));
     return b.add(x, mlp(g, i, p + "feed_forward.", norm(g, p + "pre_ff_layernorm", x)));
-  }
-
-  // down(up(x) * act(gate(x) * gate_multiplier)) * down_multiplier.
-  Value* mlp(DecoderGraph& g, int64_t, const std::string& p, Value* x) const override {
-    Builder& b = g.b();
-    b.set_scope(p.substr(0, p.size() - 1));
-    const int64_t hidden = g.cfg.hidden, inter = g.cfg.mlp.intermediate;
-    const bool bias = g.cfg.mlp.bias;
-    auto linear = [&](const char* name, int64_t out, int64_t in, Value* v) {
-      return b.linear(v, g.m.weight(p + name + ".weight", {out, in}), g.m.weight_if(bias, p + name + ".bias", {out}));
-    };
-    Value* gate = linear("gate_proj", inter, hidden, x);
-    if (g.cfg.branch_scales.mlp_gate != 1.0) gate = b.mul(gate, b.scalar(g.cfg.branch_scales.mlp_gate, gate->dtype));
-    Value* y = b.mul(linear("up_proj", inter, hidden, x), activation(b, g.cfg.mlp.activation, gate));
-    y = linear("down_proj", hidden, inter, y);
-    return g.cfg.branch_scales.mlp_down != 1.0 ? b.mul(y, b.scalar(g.cfg.branch_scales.mlp_down, y->dtype)) : y;
   }
 };
 

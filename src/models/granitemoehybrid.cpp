@@ -69,11 +69,9 @@ class GraniteMoeHybridDecoder final : public Decoder {
     if (g.cfg.layer_types[static_cast<size_t>(i)] != kMamba) return Decoder::layer(g, i, x);
     Builder& b = g.b();
     const std::string p = layer_prefix(g, i);
-    auto scaled = [&](Value* y) {
-      return g.cfg.residual_scale != 1.0 ? b.mul(y, b.scalar(g.cfg.residual_scale, y->dtype)) : y;
-    };
-    x = b.add(x, scaled(mamba2_mixer(g, i, p + "mamba.", g.cfg.mamba, norm(g, p + "input_layernorm", x))));
-    return b.add(x, scaled(mlp(g, i, p + "shared_mlp.", norm(g, p + "post_attention_layernorm", x))));
+    const double k = g.cfg.residual_scale;
+    x = b.add(x, scaled(b, mamba2_mixer(g, i, p + "mamba.", g.cfg.mamba, norm(g, p + "input_layernorm", x)), k));
+    return b.add(x, scaled(b, mlp(g, i, p + "shared_mlp.", norm(g, p + "post_attention_layernorm", x)), k));
   }
 
   // shared_mlp, plus the routed experts where the layer has them.

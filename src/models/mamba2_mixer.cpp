@@ -122,8 +122,7 @@ Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& p, const 
   const Dim batch = x->shape[0], length = x->shape[1];
   Value* real = g.io->real_tokens(x->dtype);
   auto unpadded = [&](Value* v) { return real ? b.mul(v, b.unsqueeze(b.cast(real, v->dtype), {2})) : v; };
-  Value* in = unpadded(x);
-  if (s.in_scale != 1.0) in = b.mul(in, b.scalar(s.in_scale, in->dtype));
+  Value* in = scaled(b, unpadded(x), s.in_scale);  // built before the weights: a stable node order
   Value* zxbcdt = b.linear(in, g.m.weight(p + "in_proj.weight", {projected, hidden}),
                            g.m.weight_if(s.proj_bias, p + "in_proj.bias", {projected}));
   if (!s.projection_scales.empty()) zxbcdt = b.mul(zxbcdt, b.cast(projection_scales(b, s), zxbcdt->dtype));
