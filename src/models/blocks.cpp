@@ -66,9 +66,18 @@ Value* project_heads(ModelBuilder& m, const Projection& p, int64_t heads, int64_
   return b.transpose(y, {0, 2, 1, 3});
 }
 
+// The query (part 0) or the output gate (part 1) of a q_proj holding per head [query | gate].
+Projection gated_query_rows(ModelBuilder& m, const std::string& module, const AttentionSpec& s, int64_t part) {
+  const int64_t d = s.head_dim, total = s.heads * 2 * d;
+  auto pick = [&](Value* fused) { return m.row_blocks(fused, 2 * d, part * d, d, s.heads); };
+  Value* bias = s.qkv_bias ? pick(m.weight(module + ".bias", {total})) : nullptr;
+  return {pick(m.weight(module + ".weight", {total, s.hidden})), bias};
+}
+
 // Projection j (0 q, 1 k, 2 v) of attention `s` under prefix `p`: its own module, or rows of the fused one.
 Projection qkv_projection(ModelBuilder& m, const std::string& p, const AttentionSpec& s, int64_t j) {
   const int64_t q_out = s.heads * s.head_dim, kv_out = s.kv_heads * s.head_dim;
+  if (s.output_gate && j == 0) return gated_query_rows(m, p + s.q, s, 0);
   const int64_t out = j == 0 ? q_out : kv_out, begin = j == 0 ? 0 : q_out + (j - 1) * kv_out;
   const std::string& name = j == 0 ? s.q : j == 1 ? s.k : s.v;
   if (s.qkv.empty()) return own(m, p + name, s.qkv_bias && (j != 1 || s.k_bias), out, s.hidden, s.conv1d);
@@ -82,6 +91,10 @@ Value* attention_output(ModelBuilder& m, const std::string& p, const AttentionSp
   Builder& b = m.b();
   const int64_t q_out = s.heads * s.head_dim;
   o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {x->shape[0], x->shape[1], Dim(q_out)});
+  if (s.output_gate) {
+    const Projection gate = gated_query_rows(m, p + s.q, s, 1);
+    o = b.mul(o, b.unary(OpKind::Sigmoid, b.linear(x, gate.weight, gate.bias)));
+  }
   const Projection out = own(m, p + s.o, s.o_bias, s.hidden, q_out, s.conv1d);
   return b.linear(o, out.weight, out.bias);
 }

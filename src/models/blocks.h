@@ -34,6 +34,9 @@ struct AttentionSpec {
   double k_scale = 1.0;  // keys times this after k_proj (FalconH1's key_multiplier)
   double softcap = 0;    // attention logit softcapping (0: none)
   bool sinks = false;    // a learned logit per head in the softmax (gpt-oss's self_attn.sinks)
+  // q_proj holds per head [query | gate] (2 * head_dim rows); the attention output is multiplied
+  // by sigmoid(gate) before o_proj (Qwen3-Next, Qwen3.5).
+  bool output_gate = false;
 };
 
 // Stores a layer's fresh keys/values in the cache; returns what attention reads.
@@ -100,6 +103,22 @@ struct Mamba2Spec {
   int64_t conv_channels() const { return intermediate() + 2 * groups * state_size; }
 };
 
+// A gated DeltaNet mixer's sizes (models/gated_deltanet.h): q/k heads of key_dim, value heads of
+// value_dim (each q/k head serves value_heads / key_heads of them), a causal conv of `kernel` taps
+// over q, k and v.
+struct GatedDeltaSpec {
+  int64_t hidden = 0;
+  int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0, kernel = 0;
+  double norm_eps = 1e-6;
+  // Qwen3.5's projections (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) or Qwen3-Next's, grouped
+  // per key head: in_proj_qkvz [q | k | v | z] and in_proj_ba [b | a] for each.
+  enum class Layout { Separate, PerKeyHead };
+  Layout layout = Layout::Separate;
+  int64_t key_channels() const { return key_heads * key_dim; }
+  int64_t value_channels() const { return value_heads * value_dim; }
+  int64_t conv_channels() const { return 2 * key_channels() + value_channels(); }
+};
+
 // A sparse mixture-of-experts feed-forward block: a router Linear, then each token through its
 // top-k experts (the IR's MoE op). Expert weights come in one of the Hub's layouts.
 struct MoeSpec {
@@ -125,6 +144,9 @@ struct MoeSpec {
   bool sigmoid_routing = false;
   std::string selection_bias;
   double normalize_epsilon = 0.0, routed_scaling = 1.0;
+  // A shared expert's width (Qwen3-Next's shared_expert, a SwiGLU every token passes through,
+  // times sigmoid(shared_expert_gate)); 0: none.
+  int64_t shared_expert = 0;
 };
 
 // The MoE block with HF names under `prefix` (e.g. "model.layers.0.block_sparse_moe.").

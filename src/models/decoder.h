@@ -123,6 +123,8 @@ struct DecoderConfig {
   } conv;
   // The Mamba2 mixers of such layers (granitemoehybrid's "linear_attention" layers).
   Mamba2Spec mamba;
+  // The gated DeltaNet mixers of such layers (Qwen3.5's and Qwen3-Next's "linear_attention").
+  GatedDeltaSpec delta;
   // Every token attends to the ones after it too (EmbeddingGemma): a forward only, no decode loop.
   bool bidirectional = false;
   MaskPattern layer_mask(int64_t layer) const { return {bidirectional, layer_window[static_cast<size_t>(layer)]}; }

@@ -178,8 +178,9 @@ def build_tiny_model(
     torch.manual_seed(seed)
     cfg = AutoConfig.for_model(model_type, **config)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    # Gemma's RMSNorms scale by 1 + w: the same [0.5, 1.5] scales as the others' w.
-    norm_offset = 1.0 if model_type.startswith("gemma") else 0.0
+    # Gemma's, Qwen3.5's and Qwen3-Next's RMSNorms scale by 1 + w: the same [0.5, 1.5] scales as
+    # the others' w.
+    norm_offset = 1.0 if model_type.startswith(("gemma", "qwen3_5", "qwen3_next")) else 0.0
     # Default init (std 0.02) gives near-constant logits; widen the weights a little so that
     # differences in rope, masks or biases show up in the logits.
     with torch.no_grad():

@@ -602,3 +602,61 @@ def test_lfm2_moe_bad_config(edit, key, lfm2_moe_base, tmp_path, out, run_hfexpo
                                            ("model.layers.1.feed_forward.experts.3.w2.weight", (64, 30))])
 def test_lfm2_moe_weight_missing_or_misshaped(tensor, shape, lfm2_moe_base, tmp_path, out, run_hfexport):
     export_with_tensor_edit(lfm2_moe_base, tensor, shape, tmp_path, out, run_hfexport)
+
+
+# --------------------------------------------------------------------------------------------
+# Qwen3.5 and Qwen3-Next: gated DeltaNet layers beside gated attention
+
+
+@pytest.fixture(scope="module")
+def qwen3_5_base(tmp_path_factory, make_tiny_model) -> Path:
+    d, _ = make_tiny_model(tmp_path_factory.mktemp("bad_input_qwen3_5") / "hf", "qwen3_5_text",
+                           dict(BASE_CONFIG, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+                                head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                                linear_value_head_dim=8))
+    return d
+
+
+@pytest.mark.parametrize("edit, key", [
+    (dict(layer_types=["linear_attention", "mamba"]), "layer_types"),
+    (dict(layer_types=["linear_attention"]), "layer_types"),
+    (dict(linear_num_value_heads=3), "linear_num_value_heads"),
+    (dict(linear_conv_kernel_dim=0), "linear_conv_kernel_dim"),
+    (dict(hidden_act="gelu"), "hidden_act"),
+])
+def test_qwen3_5_bad_config(edit, key, qwen3_5_base, tmp_path, out, run_hfexport):
+    export_with_config_edit(qwen3_5_base, edit, key, tmp_path, out, run_hfexport)
+
+
+@pytest.mark.parametrize("tensor, shape", [("model.layers.0.linear_attn.A_log", None),
+                                           ("model.layers.0.linear_attn.in_proj_qkv.weight", (40, 64)),
+                                           ("model.layers.0.linear_attn.conv1d.weight", (48, 1, 3)),
+                                           ("model.layers.1.self_attn.q_proj.weight", (64, 64))])
+def test_qwen3_5_weight_missing_or_misshaped(tensor, shape, qwen3_5_base, tmp_path, out, run_hfexport):
+    export_with_tensor_edit(qwen3_5_base, tensor, shape, tmp_path, out, run_hfexport)
+
+
+@pytest.fixture(scope="module")
+def qwen3_next_base(tmp_path_factory, make_tiny_model) -> Path:
+    d, _ = make_tiny_model(tmp_path_factory.mktemp("bad_input_qwen3_next") / "hf", "qwen3_next",
+                           dict(BASE_CONFIG, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+                                head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                                linear_value_head_dim=8, num_experts=4, num_experts_per_tok=2,
+                                moe_intermediate_size=32, shared_expert_intermediate_size=32))
+    return d
+
+
+@pytest.mark.parametrize("edit, key", [
+    (dict(num_experts_per_tok=5), "num_experts_per_tok"),
+    (dict(shared_expert_intermediate_size=0), "shared_expert_intermediate_size"),
+    (dict(mlp_only_layers=[2]), "mlp_only_layers"),
+])
+def test_qwen3_next_bad_config(edit, key, qwen3_next_base, tmp_path, out, run_hfexport):
+    export_with_config_edit(qwen3_next_base, edit, key, tmp_path, out, run_hfexport)
+
+
+@pytest.mark.parametrize("tensor, shape", [("model.layers.0.linear_attn.in_proj_ba.weight", (6, 64)),
+                                           ("model.layers.0.mlp.shared_expert_gate.weight", None),
+                                           ("model.layers.0.linear_attn.dt_bias", None)])
+def test_qwen3_next_weight_missing_or_misshaped(tensor, shape, qwen3_next_base, tmp_path, out, run_hfexport):
+    export_with_tensor_edit(qwen3_next_base, tensor, shape, tmp_path, out, run_hfexport)

@@ -54,7 +54,7 @@ CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("generation")}
 MODES = ("dynamic", "multi-token", "static")
 # Families whose layers carry convolution state besides (or instead of) a KV cache.
 # Hybrids whose token mixers keep convolution (and recurrent) state instead of a KV cache.
-CONV_STATE_TYPES = {"lfm2", "lfm2_moe", "granitemoehybrid", "mamba2", "falcon_h1"}
+CONV_STATE_TYPES = {"lfm2", "lfm2_moe", "granitemoehybrid", "mamba2", "falcon_h1", "qwen3_5_text", "qwen3_next"}
 # The first generation case of each model type (the reduced-precision suites).
 _FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
 
@@ -1287,3 +1287,26 @@ def test_convolution_state_in_the_executorch_cpp_runner(mode, tiny, tmp_path, ex
                           env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert [int(t) for t in proc.stdout.split()] == tm.reference(SINGLE).tokens[0].tolist()
+
+
+# --------------------------------------------------------------------------------------------
+# the gated delta rule over long calls: transformers solves it in chunks of 64 tokens, we in one
+# call-long UT transform whose triangular solve doubles up to the longest call
+
+
+@pytest.mark.parametrize("fmt", list(CONV_FORMATS))
+def test_gated_delta_rule_prompt_longer_than_transformers_chunks(fmt, tmp_path, export_model):
+    """A left-padded batch whose longest prompt spans three of transformers' chunks: the same step
+    logits and greedy tokens, so the state after prefill is the one transformers carries on with."""
+    if fmt == "executorch":
+        pytest.importorskip("executorch")
+    from tiny_configs import case
+
+    c = case("qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half")
+    model_dir, model = build_tiny_model(tmp_path / "hf", c.model_type, {**c.config, "max_position_embeddings": 192})
+    # (The .pte's in-place cache serves one sequence.)
+    ids, mask = make_prompts(model.config.vocab_size, (150,) if fmt == "executorch" else (150, 97))
+    args = ["--static-cache", "--max-cache-len", "192"] if fmt == "executorch" else CONV_FORMATS[fmt]
+    out = export_model(model_dir, tmp_path / "out", "--format", fmt, "--for-generation", *args)
+    tokens, logits, _ = run_ours(out, ids, mask, 8)
+    compare(tokens, logits, hf_generate(model, ids, mask, 8), f"qwen3_5_text {fmt} prompt of 150")

@@ -150,7 +150,8 @@ def _head12(model_type: str, overrides: dict) -> dict:
     if model_type == "gpt_oss":
         out["head_dim"] = 12
     for partial in ("rotary_pct", "partial_rotary_factor"):  # a whole, even number of rotated dims
-        if partial in overrides or (partial == "rotary_pct" and model_type == "gpt_neox"):
+        # (Qwen3-Next's default factor, 0.25, would rotate 3 of 12 dims.)
+        if partial in overrides or (partial, model_type) in (("rotary_pct", "gpt_neox"), ("partial_rotary_factor", "qwen3_next")):
             out[partial] = 0.5
     return out
 

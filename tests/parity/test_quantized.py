@@ -127,8 +127,8 @@ def dequantize_experts(experts, bits: int, group: int, positive_bf16: bool = Fal
 def expected_quantized(model) -> int:
     """Linears the export quantizes: per layer q/k/v (packed) and o (or a hybrid mixer's in_proj and
     out_proj), then the MLP's gate/up (packed) and down, or a MoE's router and its two expert weights,
-    or (GraniteMoeHybrid) both: a shared MLP beside the experts, or none (Mamba2); a Falcon-H1 layer
-    has attention and a mixer side by side; plus the head."""
+    or (GraniteMoeHybrid) both: a shared MLP beside the experts, or a shared expert (Qwen3-Next), or
+    none (Mamba2); a Falcon-H1 layer has attention and a mixer side by side; plus the head."""
     layers = model.get_decoder().layers if hasattr(model.get_decoder(), "layers") else model.get_decoder().h
     moe = sum(any("experts" in name for name, _ in layer.named_modules()) for layer in layers)
     shared = sum(getattr(layer, "shared_mlp", None) is not None and getattr(layer, "block_sparse_moe", None) is not None
@@ -138,7 +138,9 @@ def expected_quantized(model) -> int:
                      for layer in layers)
     parallel = sum(getattr(layer, "mamba", None) is not None and getattr(layer, "self_attn", None) is not None
                    for layer in layers)
-    return 4 * len(layers) + moe + shared - 2 * mixer_only + 2 * parallel + 1
+    # Qwen3-Next's shared expert: its gate/up and gate pack with the router; its down is one more.
+    shared_expert = sum(getattr(getattr(layer, "mlp", None), "shared_expert", None) is not None for layer in layers)
+    return 4 * len(layers) + moe + shared + shared_expert - 2 * mixer_only + 2 * parallel + 1
 
 
 @pytest.fixture(scope="module")

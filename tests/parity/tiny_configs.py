@@ -48,6 +48,8 @@ ARCHITECTURES = {
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
     "mamba2": "Mamba2ForCausalLM",
     "falcon_h1": "FalconH1ForCausalLM",
+    "qwen3_5_text": "Qwen3_5ForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
 }
 
 
@@ -280,6 +282,31 @@ CASES = [
           dict(mamba_d_ssm=None, mamba_n_heads=4, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=3, mamba_rms_norm=False,
                mamba_proj_bias=True, projectors_bias=True, mlp_bias=True, attention_bias=True, num_key_value_heads=4),
           F, G),
+    # qwen3_5_text (gated DeltaNet linear attention with conv and recurrent state, between gated
+    # full-attention layers with partial RoPE; RMSNorms scale by 1 + w)
+    _case("qwen3_5_text", "gqa-khead2-vhead4-conv4-rope_half",
+          dict(num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+               head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+               linear_value_head_dim=8, linear_conv_kernel_dim=4,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                                "mrope_section": [2, 1, 1], "mrope_interleaved": True}), F, G, Q),
+    _case("qwen3_5_text", "mha-interval2-conv3-equal_heads-bias-tied",
+          dict(num_hidden_layers=4, full_attention_interval=2, num_key_value_heads=4, head_dim=16,
+               linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
+               linear_conv_kernel_dim=3, attention_bias=True, tie_word_embeddings=True), F, G),
+    # qwen3_next (the same layers, Qwen3-Next's per-key-head projections; sparse MoE with a gated
+    # shared expert)
+    _case("qwen3_next", "moe4-top2-shared-khead2-vhead4",
+          dict(num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+               head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+               linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+               shared_expert_intermediate_size=64), F, G, Q),
+    _case("qwen3_next", "mlp_only0-top1-no_norm_topk-conv3-mha",
+          dict(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], num_key_value_heads=4,
+               head_dim=16, linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=8,
+               linear_value_head_dim=8, linear_conv_kernel_dim=3, num_experts=3, num_experts_per_tok=1,
+               moe_intermediate_size=32, shared_expert_intermediate_size=32, norm_topk_prob=False,
+               mlp_only_layers=[0], partial_rotary_factor=0.5), F, G),
 ]
 
 _BY_NAME = {c.name: c for c in CASES}
