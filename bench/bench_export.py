@@ -137,11 +137,42 @@ def lfm2_1_2b_config(layers: int) -> dict:
     }
 
 
+def qwen3_5_0_8b_config(layers: int) -> dict:
+    """Qwen3.5-0.8B's text model shapes (Qwen3_5ForCausalLM), optionally with its first `layers`
+    layers: gated DeltaNet layers (conv and recurrent state) with gated attention every fourth, a
+    248k tied vocabulary."""
+    return {
+        "hidden_size": 1024,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "intermediate_size": 3584,
+        "vocab_size": 248320,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 262144,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 16,
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        "bos_token_id": 248044,
+        "eos_token_id": 248044,
+        "architectures": ["Qwen3_5ForCausalLM"],
+        "dtype": "bfloat16",
+    }
+
+
 # --model: (model_type, config of `layers` layers, its real layer count)
 MODELS = {
     "qwen3-0.6b": ("qwen3", qwen3_0_6b_config, 28),
     "gemma3-1b": ("gemma3_text", gemma3_1b_config, 26),
     "lfm2-1.2b": ("lfm2", lfm2_1_2b_config, 16),
+    "qwen3.5-0.8b": ("qwen3_5_text", qwen3_5_0_8b_config, 24),
 }
 
 

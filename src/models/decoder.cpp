@@ -1,6 +1,7 @@
 #include "models/decoder.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -339,6 +340,19 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   return m.finish();
 }
 
+namespace {
+
+// Whether two stored tensors hold the same dtype, shape and bytes.
+bool same_values(const TensorView& a, const TensorView& b) {
+  if (a.dtype != b.dtype || a.shape != b.shape || a.nbytes != b.nbytes) return false;
+  const bool same = a.nbytes == 0 || std::memcmp(a.data, b.data, a.nbytes) == 0;
+  a.release();
+  b.release();
+  return same;
+}
+
+}  // namespace
+
 ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) const {
   DecoderConfig cfg = parse(ckpt.config());
   // A checkpoint saved without the base model's prefix (the Hub's gpt2: "wte.weight", "h.0...").
@@ -346,6 +360,20 @@ ExportModel Decoder::build(const Checkpoint& ckpt, const ExportConfig& config) c
   cfg.head = defaults_.names.head;
   const std::string embed = std::string(defaults_.names.embed) + ".weight";
   if (!cfg.prefix.empty() && !ckpt.find(cfg.prefix + embed) && ckpt.find(embed)) cfg.prefix.clear();
+  // A vision-language checkpoint whose language model transformers' causal LM class loads alone,
+  // dropping "language_model." (Qwen3.5 on the Hub: model.language_model.* beside model.visual.*).
+  if (const std::string nested = cfg.prefix + "language_model.";
+      !cfg.prefix.empty() && !ckpt.find(cfg.prefix + embed) && ckpt.find(nested + embed)) {
+    cfg.prefix = nested;
+    cfg.part_of_checkpoint = true;
+  }
+  // transformers ties the head to the embeddings only where the checkpoint holds no different
+  // lm_head.weight (it then warns and keeps both).
+  if (cfg.tied) {
+    const TensorView* head = ckpt.find(cfg.head + ".weight");
+    const TensorView* embeddings = ckpt.find(cfg.prefix + embed);
+    if (head && embeddings && !same_values(*head, *embeddings)) cfg.tied = false;
+  }
   ExportModel out{cfg.model_type, cfg.architectures, {}, {}};
   // longrope's factors switch once positions pass the original length: a cache built before
   // that holds keys rotated with the short factors (transformers rebuilds it there).

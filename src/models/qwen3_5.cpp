@@ -1,10 +1,13 @@
-// Qwen3.5 (qwen3_5_text, Qwen3_5ForCausalLM) and Qwen3-Next (qwen3_next): by layer_types (else every
-// full_attention_interval-th layer attends), gated DeltaNet mixers ("linear_attention", under
-// linear_attn) or gated full attention (q_proj holds per head [query | gate], the output times
-// sigmoid(gate); q/k RMSNorm; partial RoPE, default factor 0.25); RMSNorms scale by 1 + w.
-// Qwen3.5's feed-forward is a SwiGLU; Qwen3-Next's is a sparse MoE (softmax top-k, renormalised
-// with norm_topk_prob) plus a shared expert gated by sigmoid(shared_expert_gate), on the layers
-// decoder_sparse_step picks outside mlp_only_layers (the others a SwiGLU of intermediate_size).
+// Qwen3.5 (qwen3_5_text, Qwen3_5ForCausalLM; qwen3_5: the text model of the vision-language
+// checkpoint, as AutoModelForCausalLM loads it), Qwen3.5-MoE (qwen3_5_moe_text, qwen3_5_moe) and
+// Qwen3-Next (qwen3_next): by layer_types (else every full_attention_interval-th layer attends),
+// gated DeltaNet mixers ("linear_attention", under linear_attn) or gated full attention (q_proj
+// holds per head [query | gate], the output times sigmoid(gate); q/k RMSNorm; partial RoPE,
+// default factor 0.25); RMSNorms scale by 1 + w. Qwen3.5's feed-forward is a SwiGLU; Qwen3.5-MoE's
+// a sparse MoE (softmax top-k, renormalised) plus a shared expert gated by
+// sigmoid(shared_expert_gate) in every layer; Qwen3-Next's the same (renormalised with
+// norm_topk_prob) on the layers decoder_sparse_step picks outside mlp_only_layers (the others a
+// SwiGLU of intermediate_size).
 // Text positions only: Qwen3.5's M-RoPE sections see one position per token, which is plain RoPE.
 #include "core/error.h"
 #include "models/gated_deltanet.h"
@@ -26,6 +29,7 @@ constexpr DecoderDefaults kQwen3_5Text{
     .norm = NormKind::RMSOnePlus,
 };
 
+// (Qwen3-Next's and Qwen3.5-MoE's: the same keys, MoE outputs.)
 constexpr DecoderDefaults kQwen3Next{
     .max_position_embeddings = 32768,
     .head_dim = 256,
@@ -86,18 +90,7 @@ class Qwen3_5Decoder : public Decoder {
  public:
   using Decoder::Decoder;
 
-  DecoderConfig parse(const JsonConfig& config) const override {
-    const JsonConfig c = text_rope(config);
-    DecoderConfig cfg = Decoder::parse(c);
-    if (cfg.mlp.activation != "silu") c.invalid("hidden_act", "must be \"silu\"");
-    cfg.attention.output_gate = true;
-    cfg.attention.qk_norm_offset = true;
-    cfg.layer_types = mixer_types(c, cfg.layers);
-    cfg.delta = read_delta_keys(c, cfg, layout());
-    cfg.conv.kernel = cfg.delta.kernel;
-    read_feed_forward(c, cfg);
-    return cfg;
-  }
+  DecoderConfig parse(const JsonConfig& config) const override { return parse_text(config, text_part(config)); }
 
   Value* layer(DecoderGraph& g, int64_t i, Value* x) const override {
     if (g.cfg.layer_types[static_cast<size_t>(i)] != kLinear) return Decoder::layer(g, i, x);
@@ -107,16 +100,7 @@ class Qwen3_5Decoder : public Decoder {
     return b.add(x, mlp(g, i, p + "mlp.", norm(g, p + "post_attention_layernorm", x)));
   }
 
- protected:
-  virtual GatedDeltaSpec::Layout layout() const { return GatedDeltaSpec::Layout::Separate; }
-  virtual void read_feed_forward(const JsonConfig&, DecoderConfig&) const {}
-};
-
-class Qwen3NextDecoder final : public Qwen3_5Decoder {
- public:
-  using Qwen3_5Decoder::Qwen3_5Decoder;
-
-  // The routed experts plus the shared expert, gated per token.
+  // The routed experts plus the shared expert, gated per token, where the layer has them.
   Value* mlp(DecoderGraph& g, int64_t i, const std::string& prefix, Value* x) const override {
     Value* routed = Decoder::mlp(g, i, prefix, x);
     if (!g.cfg.moe || !g.cfg.layer_moe[static_cast<size_t>(i)]) return routed;
@@ -129,15 +113,74 @@ class Qwen3NextDecoder final : public Qwen3_5Decoder {
     return b.add(routed, b.mul(gate, expert));
   }
 
+ protected:
+  // The text model's config `text` (config.json's own, or its text_config); the manifest names
+  // config.json's model_type and architectures.
+  DecoderConfig parse_text(const JsonConfig& config, const JsonConfig& text) const {
+    const JsonConfig c = text_rope(text);
+    DecoderConfig cfg = Decoder::parse(c);
+    cfg.model_type = config.string("model_type", cfg.model_type);
+    cfg.architectures = architectures(config);
+    if (cfg.mlp.activation != "silu") c.invalid("hidden_act", "must be \"silu\"");
+    cfg.attention.output_gate = true;
+    cfg.attention.qk_norm_offset = true;
+    cfg.layer_types = mixer_types(c, cfg.layers);
+    cfg.delta = read_delta_keys(c, cfg, layout());
+    cfg.conv.kernel = cfg.delta.kernel;
+    read_feed_forward(c, cfg);
+    return cfg;
+  }
+
+  // The vision-language checkpoint's config (qwen3_5, qwen3_5_moe) holds the text model's in
+  // text_config, which transformers' causal LM class reads ("VLM compatibility").
+  static JsonConfig text_part(const JsonConfig& config) {
+    if (auto text = config.object("text_config")) return *text;
+    return config;
+  }
+  virtual GatedDeltaSpec::Layout layout() const { return GatedDeltaSpec::Layout::Separate; }
+  virtual void read_feed_forward(const JsonConfig&, DecoderConfig&) const {}
+
+  // Sparse experts (softmax top-k) with a shared expert of shared_expert_intermediate_size on the
+  // layers `moe_layers` marks.
+  static void read_moe(const JsonConfig& c, DecoderConfig& cfg, int64_t top_k, bool normalize,
+                       std::vector<bool> moe_layers) {
+    MoeSpec moe = parse_moe(c, cfg, c.positive("moe_intermediate_size", 512), top_k);
+    moe.normalize = normalize;
+    moe.shared_expert = c.positive("shared_expert_intermediate_size", 512);
+    cfg.moe = moe;
+    cfg.layer_moe = std::move(moe_layers);
+  }
+};
+
+// Qwen3.5-MoE: every layer's feed-forward is the sparse block (renormalised top-k) and the shared
+// expert.
+class Qwen3_5MoeDecoder final : public Qwen3_5Decoder {
+ public:
+  using Qwen3_5Decoder::Qwen3_5Decoder;
+
+  DecoderConfig parse(const JsonConfig& config) const override {
+    // No dense MLP: intermediate_size is not a key of the family.
+    const JsonConfig text = text_part(config);
+    nlohmann::json json = text.json();
+    if (!json.contains("intermediate_size")) json["intermediate_size"] = json.value("moe_intermediate_size", 512);
+    return parse_text(config, JsonConfig(std::move(json), text.where()));
+  }
+
+ private:
+  void read_feed_forward(const JsonConfig& c, DecoderConfig& cfg) const override {
+    read_moe(c, cfg, 8, true, std::vector<bool>(static_cast<size_t>(cfg.layers), true));
+  }
+};
+
+class Qwen3NextDecoder final : public Qwen3_5Decoder {
+ public:
+  using Qwen3_5Decoder::Qwen3_5Decoder;
+
  private:
   GatedDeltaSpec::Layout layout() const override { return GatedDeltaSpec::Layout::PerKeyHead; }
 
   void read_feed_forward(const JsonConfig& c, DecoderConfig& cfg) const override {
     if (c.integer("num_experts", 512) <= 0) return;  // every layer dense
-    MoeSpec moe = parse_moe(c, cfg, c.positive("moe_intermediate_size", 512), 10);
-    moe.normalize = c.boolean("norm_topk_prob", true);
-    moe.shared_expert = c.positive("shared_expert_intermediate_size", 512);
-    cfg.moe = moe;
     const int64_t step = c.positive("decoder_sparse_step", 1);
     std::vector<bool> dense(static_cast<size_t>(cfg.layers));
     if (c.has("mlp_only_layers")) {
@@ -149,13 +192,18 @@ class Qwen3NextDecoder final : public Qwen3_5Decoder {
         dense[static_cast<size_t>(l.get<int64_t>())] = true;
       }
     }
-    for (int64_t i = 0; i < cfg.layers; ++i) cfg.layer_moe.push_back(!dense[static_cast<size_t>(i)] && (i + 1) % step == 0);
+    std::vector<bool> moe_layers;
+    for (int64_t i = 0; i < cfg.layers; ++i) moe_layers.push_back(!dense[static_cast<size_t>(i)] && (i + 1) % step == 0);
+    read_moe(c, cfg, 10, c.boolean("norm_topk_prob", true), std::move(moe_layers));
   }
 };
 
 }  // namespace
 
 HFX_REGISTER_DECODER("qwen3_5_text", Qwen3_5Decoder, kQwen3_5Text)
+HFX_REGISTER_DECODER("qwen3_5", Qwen3_5Decoder, kQwen3_5Text)
+HFX_REGISTER_DECODER("qwen3_5_moe_text", Qwen3_5MoeDecoder, kQwen3Next)
+HFX_REGISTER_DECODER("qwen3_5_moe", Qwen3_5MoeDecoder, kQwen3Next)
 HFX_REGISTER_DECODER("qwen3_next", Qwen3NextDecoder, kQwen3Next)
 
 }  // namespace hfx

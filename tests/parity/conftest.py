@@ -166,18 +166,22 @@ def build_tiny_model(
     dtype: str | None = None,
     max_shard_size=None,
     weight_std: float = 0.08,
+    causal_lm: bool = True,
 ):
     """Builds a random-weight causal LM, saves it to ``out_dir`` and returns (out_dir, model).
 
     The returned model is the float32 eager model the checkpoint was saved from (before any
     dtype conversion), in eval mode. ``weight_std`` is the std of the re-initialised matrices.
+    ``causal_lm`` False: the model_type's image-text-to-text class instead (a vision-language
+    checkpoint).
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     torch.manual_seed(seed)
     cfg = AutoConfig.for_model(model_type, **config)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    auto = AutoModelForCausalLM if causal_lm else AutoModelForImageTextToText
+    model = auto.from_config(cfg, attn_implementation="eager")
     # Gemma's, Qwen3.5's and Qwen3-Next's RMSNorms scale by 1 + w: the same [0.5, 1.5] scales as
     # the others' w.
     norm_offset = 1.0 if model_type.startswith(("gemma", "qwen3_5", "qwen3_next")) else 0.0

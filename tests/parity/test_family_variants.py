@@ -20,7 +20,7 @@ import torch
 from conftest import assert_clean_error
 from safetensors.torch import load_file, save_file
 from test_onnx_parity import BASE, hf_logits, make_inputs, masked_max_abs_diff, verify_export
-from tiny_configs import TOKENS, case, longrope
+from tiny_configs import ARCHITECTURES, TOKENS, case, longrope
 from transformers import AutoConfig
 
 
@@ -85,6 +85,47 @@ def test_mamba2_legacy_embedding_name(tmp_path, make_tiny_model, export_model, s
     rewrite_weights(model_dir, lambda t: {k.replace("backbone.embeddings.", "backbone.embedding."): v for k, v in t.items()})
     assert "backbone.embedding.weight" in load_file(str(model_dir / "model.safetensors"))
     check(support_matrix, export_model, "mamba2", "hub-legacy_embedding_name", model_dir, model, tmp_path)
+
+
+@pytest.mark.parametrize("model_type, text_case, moe", [
+    ("qwen3_5", "qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half", {}),
+    ("qwen3_5_moe", "qwen3_5_text-mha-interval2-conv3-equal_heads-bias-tied",
+     dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+])
+def test_qwen3_5_vision_language_checkpoint_as_causal_lm(model_type, text_case, moe, tmp_path, export_model,
+                                                          support_matrix, monkeypatch):
+    """Qwen3.5 (and -MoE) ship as vision-language checkpoints: config.json's text_config,
+    model.language_model.* beside model.visual.* and the multi-token-prediction mtp.* tensors.
+    AutoModelForCausalLM loads the text model alone from them; so does the export."""
+    from conftest import build_tiny_model
+    from transformers import AutoModelForCausalLM
+
+    c = case(text_case)
+    text = {**BASE, **c.overrides, **moe}
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, out_hidden_size=BASE["hidden_size"])
+    model_dir, _ = build_tiny_model(tmp_path / "hf", model_type, dict(text_config=text, vision_config=vision),
+                                    causal_lm=False)
+    rewrite_weights(model_dir, lambda t: {**t, "mtp.fc.weight": torch.zeros(4, 4)})
+    stored = load_file(str(model_dir / "model.safetensors"))
+    assert any(k.startswith("model.visual.") for k in stored) and "model.language_model.embed_tokens.weight" in stored
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).eval()
+    # The manifest records the checkpoint's own architectures.
+    monkeypatch.setitem(ARCHITECTURES, model_type, json.loads((model_dir / "config.json").read_text())["architectures"][0])
+    assert type(model).__name__.endswith("ForCausalLM"), type(model)
+    check(support_matrix, export_model, model_type, "hub-vision_language_checkpoint", model_dir, model, tmp_path)
+
+
+def test_tied_config_with_a_different_lm_head_stored(tmp_path, make_tiny_model, export_model, support_matrix):
+    """tie_word_embeddings true, yet the checkpoint holds an lm_head.weight unlike the embeddings:
+    transformers then keeps both (and warns), so the export reads lm_head.weight."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir, _ = tiny_case(make_tiny_model, tmp_path, "qwen3_5_text-mha-interval2-conv3-equal_heads-bias-tied")
+    torch.manual_seed(7)
+    rewrite_weights(model_dir, lambda t: {**t, "lm_head.weight": torch.randn_like(t["model.embed_tokens.weight"]) * 0.08})
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).eval()
+    assert model.config.tie_word_embeddings and not torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
+    check(support_matrix, export_model, "qwen3_5_text", "tied-different_lm_head", model_dir, model, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ CONFIGS = {c.name: (c.model_type, c.overrides) for c in cases("generation")}
 MODES = ("dynamic", "multi-token", "static")
 # Families whose layers carry convolution state besides (or instead of) a KV cache.
 # Hybrids whose token mixers keep convolution (and recurrent) state instead of a KV cache.
-CONV_STATE_TYPES = {"lfm2", "lfm2_moe", "granitemoehybrid", "mamba2", "falcon_h1", "qwen3_5_text", "qwen3_next"}
+CONV_STATE_TYPES = {"lfm2", "lfm2_moe", "granitemoehybrid", "mamba2", "falcon_h1", "qwen3_5_text", "qwen3_next", "qwen3_5_moe_text"}
 # The first generation case of each model type (the reduced-precision suites).
 _FIRST_OF_TYPE = list({model_type: name for name, (model_type, _) in reversed(CONFIGS.items())}.values())
 
@@ -995,6 +995,47 @@ def transformers_own_error(model, ref: Reference, ids: np.ndarray, mask: np.ndar
     return max(float(np.abs(logits[:, start + i] - ref.logits[i]).max()) for i in range(len(ref.logits)))
 
 
+def routing_near_tie(model, ids: np.ndarray, mask: np.ndarray, tokens: np.ndarray, step: int, bound: float = 1e-2) -> bool:
+    """Whether transformers' float32 run routed the token that produced step `step`'s logits by a
+    margin under `bound` in some layer (the k-th and (k+1)-th experts' probabilities; its routers
+    that return (logits, weights, indices)): half precision may take the other expert there, a
+    discontinuity no logit tolerance covers."""
+    routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
+    if not routers:
+        return False
+    seq = np.concatenate([ids, tokens[:, :step]], axis=1)
+    full = np.concatenate([mask, np.ones_like(tokens[:, :step])], axis=1)
+    gaps = []
+
+    def hook(module, inputs, output):
+        top = torch.softmax(output[0].float(), dim=-1).topk(module.top_k + 1, dim=-1).values
+        gaps.append((top[..., -2] - top[..., -1]).reshape(seq.shape[0], -1)[:, -1])
+
+    handles = [r.register_forward_hook(hook) for r in routers]
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.from_numpy(seq), attention_mask=torch.from_numpy(full),
+                  position_ids=torch.from_numpy(np.clip(np.cumsum(full, axis=1) - 1, 0, None)))
+    finally:
+        for h in handles:
+            h.remove()
+    return float(torch.stack(gaps).min()) < bound
+
+
+def compare_half(tokens, logits, ref: Reference, what: str, tol: float, model, ids, mask) -> float:
+    """compare() with reduced precision's allowances: logit near-ties within `tol`, and tokens
+    that part where transformers' routing was a near-tie (everything before is compared)."""
+    try:
+        return compare(tokens, logits, ref, what, tol, ties_within_tol=True)
+    except AssertionError:
+        same = (tokens == ref.tokens).all(axis=0)
+        first = int(np.argmin(same))
+        if same.all() or first == 0 or not routing_near_tie(model, ids, mask, ref.tokens, first):
+            raise
+        return compare(tokens[:, :first], logits[:first], Reference(ref.tokens[:, :first], ref.logits[:first], []),
+                       what + f" (up to a routing near-tie at step {first})", tol, ties_within_tol=True)
+
+
 @pytest.mark.parametrize("mode", list(ET_MODES))
 @pytest.mark.parametrize("dtype", list(ET_HALF))
 @pytest.mark.parametrize("name", _FIRST_OF_TYPE)
@@ -1021,7 +1062,7 @@ def test_executorch_half_precision_generation(name, dtype, mode, tiny, tmp_path,
             logits: list = []
             tokens = hfexport.generate(runner, ids, mask, max_new_tokens=NEW_TOKENS, ignore_eos=True,
                                        step_logits=logits)
-            got = compare(tokens, logits, ref, f"{name} executorch {dtype} {mode} {lengths}", tol, ties_within_tol=True)
+            got = compare_half(tokens, logits, ref, f"{name} executorch {dtype} {mode} {lengths}", tol, tm.model, ids, mask)
             err = max(err, got)
         return err
 
@@ -1080,8 +1121,9 @@ def test_openvino_greedy_matches_transformers(name, dtype, tiny, tmp_path, expor
             tol = TOL
             if dtype == "float16":  # 1e-2, or transformers' own float16 error where larger (muP multipliers scale logits)
                 tol = max(1e-2, transformers_own_error(tm.model, tm.reference(lengths), ids, mask, dtype))
-            err = max(err, compare(tokens, logits, ref, f"{name} openvino {dtype} prompts {lengths}", tol,
-                                   ties_within_tol=dtype == "float16"))
+            what = f"{name} openvino {dtype} prompts {lengths}"
+            err = max(err, compare_half(tokens, logits, ref, what, tol, tm.model, ids, mask) if dtype == "float16"
+                      else compare(tokens, logits, ref, what, tol))
         return err
 
     record(support_matrix, tm.model_type, f"generate-{dtype}-{name.split('-', 1)[1]}", run, backend="openvino")

@@ -150,8 +150,10 @@ def _head12(model_type: str, overrides: dict) -> dict:
     if model_type == "gpt_oss":
         out["head_dim"] = 12
     for partial in ("rotary_pct", "partial_rotary_factor"):  # a whole, even number of rotated dims
-        # (Qwen3-Next's default factor, 0.25, would rotate 3 of 12 dims.)
-        if partial in overrides or (partial, model_type) in (("rotary_pct", "gpt_neox"), ("partial_rotary_factor", "qwen3_next")):
+        # (Qwen3-Next's and Qwen3.5-MoE's default factor, 0.25, would rotate 3 of 12 dims.)
+        defaults_to_quarter = model_type in ("qwen3_next", "qwen3_5_moe_text")
+        if partial in overrides or (partial == "rotary_pct" and model_type == "gpt_neox") or \
+                (partial == "partial_rotary_factor" and defaults_to_quarter):
             out[partial] = 0.5
     return out
 

@@ -50,6 +50,7 @@ ARCHITECTURES = {
     "falcon_h1": "FalconH1ForCausalLM",
     "qwen3_5_text": "Qwen3_5ForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
 }
 
 
@@ -307,6 +308,12 @@ CASES = [
                linear_value_head_dim=8, linear_conv_kernel_dim=3, num_experts=3, num_experts_per_tok=1,
                moe_intermediate_size=32, shared_expert_intermediate_size=32, norm_topk_prob=False,
                mlp_only_layers=[0], partial_rotary_factor=0.5), F, G),
+    # qwen3_5_moe_text (Qwen3.5's layers, every feed-forward the sparse block plus the shared expert)
+    _case("qwen3_5_moe_text", "experts4-top1-shared-khead2-vhead4",
+          dict(num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+               head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+               linear_value_head_dim=8, num_experts=4, num_experts_per_tok=1, moe_intermediate_size=32,
+               shared_expert_intermediate_size=64), F, G, Q),
 ]
 
 _BY_NAME = {c.name: c for c in CASES}
