@@ -131,18 +131,31 @@ std::vector<std::string> architectures(const JsonConfig& c) {
   return out;
 }
 
-std::optional<std::vector<bool>> sliding_layers(const JsonConfig& c, int64_t layers) {
+std::optional<std::vector<std::string>> listed_layer_types(const JsonConfig& c, int64_t layers,
+                                                          const std::vector<std::string>& allowed) {
   if (!c.has("layer_types")) return std::nullopt;
   const auto& types = c.at("layer_types");
   if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
     c.invalid("layer_types", str("must list one type for each of the ", layers, " layers"));
-  std::vector<bool> out;
+  std::vector<std::string> out;
   for (const auto& type : types) {
     const std::string t = type.is_string() ? type.get<std::string>() : "";
-    if (t != "full_attention" && t != "sliding_attention")
-      c.invalid("layer_types", "entries must be \"full_attention\" or \"sliding_attention\"");
-    out.push_back(t == "sliding_attention");
+    if (std::find(allowed.begin(), allowed.end(), t) == allowed.end()) {
+      std::string choices;
+      for (size_t i = 0; i < allowed.size(); ++i)
+        choices += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + ("\"" + allowed[i] + "\"");
+      c.invalid("layer_types", "entries must be " + choices);
+    }
+    out.push_back(t);
   }
+  return out;
+}
+
+std::optional<std::vector<bool>> sliding_layers(const JsonConfig& c, int64_t layers) {
+  const auto types = listed_layer_types(c, layers, {"full_attention", "sliding_attention"});
+  if (!types) return std::nullopt;
+  std::vector<bool> out;
+  for (const std::string& t : *types) out.push_back(t == "sliding_attention");
   return out;
 }
 

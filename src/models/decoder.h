@@ -155,6 +155,10 @@ std::vector<std::string> architectures(const JsonConfig& config);
 // Gemma-2/3 and gpt-oss: `sliding_window` (default `fallback`; null: none) on the layers
 // layer_types marks, else on every layer but each `pattern`-th; returns which layers slide.
 std::vector<bool> patterned_windows(const JsonConfig& config, DecoderConfig& cfg, int64_t fallback, int64_t pattern);
+// config.json's layer_types, each one of `allowed` (nullopt when the key is absent; another
+// length than `layers` or another entry is refused).
+std::optional<std::vector<std::string>> listed_layer_types(const JsonConfig& config, int64_t layers,
+                                                          const std::vector<std::string>& allowed);
 // Which layers `layer_types` marks "sliding_attention" (none when the key is absent); other
 // entries than "full_attention" are refused.
 std::optional<std::vector<bool>> sliding_layers(const JsonConfig& config, int64_t layers);

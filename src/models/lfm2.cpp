@@ -40,19 +40,8 @@ int64_t feed_forward_width(const JsonConfig& c, int64_t intermediate) {
 
 // layer_types, else full_attn_idxs (every layer attends when neither is given), as Lfm2Config does.
 std::vector<std::string> mixer_types(const JsonConfig& c, int64_t layers) {
-  std::vector<std::string> types;
-  if (c.has("layer_types")) {
-    const auto& listed = c.at("layer_types");
-    if (!listed.is_array() || static_cast<int64_t>(listed.size()) != layers)
-      c.invalid("layer_types", str("must list one type for each of the ", layers, " layers"));
-    for (const auto& t : listed) {
-      const std::string type = t.is_string() ? t.get<std::string>() : "";
-      if (type != kConv && type != "full_attention") c.invalid("layer_types", "entries must be \"conv\" or \"full_attention\"");
-      types.push_back(type);
-    }
-    return types;
-  }
-  types.assign(static_cast<size_t>(layers), c.has("full_attn_idxs") ? kConv : "full_attention");
+  if (auto listed = listed_layer_types(c, layers, {kConv, "full_attention"})) return std::move(*listed);
+  std::vector<std::string> types(static_cast<size_t>(layers), c.has("full_attn_idxs") ? kConv : "full_attention");
   if (c.has("full_attn_idxs")) {
     if (!c.at("full_attn_idxs").is_array()) c.invalid("full_attn_idxs", "must be a list of layer indices");
     for (const auto& i : c.at("full_attn_idxs")) {

@@ -29,33 +29,18 @@ constexpr DecoderDefaults kQwen3_5Text{
     .norm = NormKind::RMSOnePlus,
 };
 
-// (Qwen3-Next's and Qwen3.5-MoE's: the same keys, MoE outputs.)
-constexpr DecoderDefaults kQwen3Next{
-    .max_position_embeddings = 32768,
-    .head_dim = 256,
-    .attention_bias = AttentionBias::FromConfig,
-    .qk_norm = true,
-    .partial_rotary = true,
-    .partial_rotary_factor = 0.25,
-    .norm = NormKind::RMSOnePlus,
-    .output_type = "MoeCausalLMOutputWithPast",
-};
+// Qwen3-Next's and Qwen3.5-MoE's: the same keys, MoE outputs.
+constexpr DecoderDefaults with_moe_outputs(DecoderDefaults d) {
+  d.output_type = "MoeCausalLMOutputWithPast";
+  return d;
+}
+constexpr DecoderDefaults kQwen3Next = with_moe_outputs(kQwen3_5Text);
 
 // layer_types, else linear attention but on every full_attention_interval-th layer.
 std::vector<std::string> mixer_types(const JsonConfig& c, int64_t layers) {
-  std::vector<std::string> types;
-  if (c.has("layer_types")) {
-    const auto& listed = c.at("layer_types");
-    if (!listed.is_array() || static_cast<int64_t>(listed.size()) != layers)
-      c.invalid("layer_types", str("must list one type for each of the ", layers, " layers"));
-    for (const auto& t : listed) {
-      const std::string type = t.is_string() ? t.get<std::string>() : "";
-      if (type != kLinear && type != kFull) c.invalid("layer_types", "entries must be \"linear_attention\" or \"full_attention\"");
-      types.push_back(type);
-    }
-    return types;
-  }
+  if (auto listed = listed_layer_types(c, layers, {kLinear, kFull})) return std::move(*listed);
   const int64_t interval = c.positive("full_attention_interval", 4);
+  std::vector<std::string> types;
   for (int64_t i = 0; i < layers; ++i) types.emplace_back((i + 1) % interval ? kLinear : kFull);
   return types;
 }
@@ -181,19 +166,7 @@ class Qwen3NextDecoder final : public Qwen3_5Decoder {
 
   void read_feed_forward(const JsonConfig& c, DecoderConfig& cfg) const override {
     if (c.integer("num_experts", 512) <= 0) return;  // every layer dense
-    const int64_t step = c.positive("decoder_sparse_step", 1);
-    std::vector<bool> dense(static_cast<size_t>(cfg.layers));
-    if (c.has("mlp_only_layers")) {
-      const auto& only = c.at("mlp_only_layers");
-      if (!only.is_array()) c.invalid("mlp_only_layers", "must be a list of layer indices");
-      for (const auto& l : only) {
-        if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= cfg.layers)
-          c.invalid("mlp_only_layers", str("entries must be layer indices below ", cfg.layers));
-        dense[static_cast<size_t>(l.get<int64_t>())] = true;
-      }
-    }
-    std::vector<bool> moe_layers;
-    for (int64_t i = 0; i < cfg.layers; ++i) moe_layers.push_back(!dense[static_cast<size_t>(i)] && (i + 1) % step == 0);
+    std::vector<bool> moe_layers = sparse_layers(c, cfg.layers);
     read_moe(c, cfg, 10, c.boolean("norm_topk_prob", true), std::move(moe_layers));
   }
 };

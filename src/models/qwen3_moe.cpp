@@ -23,19 +23,7 @@ class Qwen3MoeDecoder : public Decoder {
     MoeSpec moe = parse_moe(c, cfg, c.positive("moe_intermediate_size", 768), 8);
     moe.normalize = c.boolean("norm_topk_prob", false);
     cfg.moe = moe;
-    const int64_t step = c.positive("decoder_sparse_step", 1);
-    std::vector<bool> dense(static_cast<size_t>(cfg.layers));
-    if (c.has("mlp_only_layers")) {
-      const auto& only = c.at("mlp_only_layers");
-      if (!only.is_array()) c.invalid("mlp_only_layers", "must be a list of layer indices");
-      for (const auto& l : only) {
-        if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= cfg.layers)
-          c.invalid("mlp_only_layers", str("entries must be layer indices below ", cfg.layers));
-        dense[static_cast<size_t>(l.get<int64_t>())] = true;
-      }
-    }
-    for (int64_t i = 0; i < cfg.layers; ++i)
-      cfg.layer_moe.push_back(!dense[static_cast<size_t>(i)] && (i + 1) % step == 0);
+    cfg.layer_moe = sparse_layers(c, cfg.layers);
     std::optional<int64_t> window;
     if (c.boolean("use_sliding_window", false) && c.has("sliding_window")) window = c.positive("sliding_window");
     cfg.layer_window.assign(static_cast<size_t>(cfg.layers), window);
