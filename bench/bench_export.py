@@ -138,9 +138,9 @@ def lfm2_1_2b_config(layers: int) -> dict:
 
 
 def qwen3_5_0_8b_config(layers: int) -> dict:
-    """Qwen3.5-0.8B's text model shapes (Qwen3_5ForCausalLM), optionally with its first `layers`
-    layers: gated DeltaNet layers (conv and recurrent state) with gated attention every fourth, a
-    248k tied vocabulary."""
+    """Qwen3.5-0.8B's text model shapes as we read them (not checked against the Hub's
+    config.json), optionally with its first `layers` layers: gated DeltaNet layers (conv and
+    recurrent state) with gated attention every fourth, a 248k tied vocabulary."""
     return {
         "hidden_size": 1024,
         "num_hidden_layers": layers,
