@@ -106,6 +106,9 @@ class Qwen3_5Decoder : public Decoder {
     DecoderConfig cfg = Decoder::parse(c);
     cfg.model_type = config.string("model_type", cfg.model_type);
     cfg.architectures = architectures(config);
+    // A vision-language checkpoint ties its head as its own config says (the composite model's
+    // rule), whatever text_config's flag.
+    if (config.has("text_config") && config.has("tie_word_embeddings")) cfg.tied = config.boolean("tie_word_embeddings", cfg.tied);
     if (cfg.mlp.activation != "silu") c.invalid("hidden_act", "must be \"silu\"");
     cfg.attention.output_gate = true;
     cfg.attention.qk_norm_offset = true;

@@ -115,6 +115,29 @@ def test_qwen3_5_vision_language_checkpoint_as_causal_lm(model_type, text_case, 
     check(support_matrix, export_model, model_type, "hub-vision_language_checkpoint", model_dir, model, tmp_path)
 
 
+def test_qwen3_5_vision_language_checkpoint_tied_by_its_own_flag(tmp_path, export_model, support_matrix, monkeypatch):
+    """tie_word_embeddings true at the top, false in text_config, no lm_head.weight stored: the
+    vision-language model ties its head (AutoModelForCausalLM would leave it random), so the export
+    ties it; the reference is the vision-language model's own text-only forward."""
+    from conftest import build_tiny_model
+
+    c = case("qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half")
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, out_hidden_size=BASE["hidden_size"])
+    model_dir, model = build_tiny_model(tmp_path / "hf", "qwen3_5",
+                                        dict(text_config={**BASE, **c.overrides, "tie_word_embeddings": False},
+                                             vision_config=vision, tie_word_embeddings=True), causal_lm=False)
+    assert "lm_head.weight" not in load_file(str(model_dir / "model.safetensors"))
+    assert model.lm_head.weight.data_ptr() == model.model.language_model.embed_tokens.weight.data_ptr()
+    # The vision-language model's text path: its language model and its (tied) head.
+    from transformers import Qwen3_5ForCausalLM
+
+    text_lm = Qwen3_5ForCausalLM(model.config.text_config).eval()
+    text_lm.model.load_state_dict(model.model.language_model.state_dict())
+    text_lm.lm_head.weight = model.lm_head.weight
+    monkeypatch.setitem(ARCHITECTURES, "qwen3_5", "Qwen3_5ForConditionalGeneration")
+    check(support_matrix, export_model, "qwen3_5", "hub-vision_language_tied_at_top", model_dir, text_lm, tmp_path)
+
+
 def test_tied_config_with_a_different_lm_head_stored(tmp_path, make_tiny_model, export_model, support_matrix):
     """tie_word_embeddings true, yet the checkpoint holds an lm_head.weight unlike the embeddings:
     transformers then keeps both (and warns), so the export reads lm_head.weight."""
