@@ -285,4 +285,13 @@ Value* causal_depthwise_conv(Builder& b, Value* window, Value* taps, Value* bias
   return bias ? b.add(sum, bias) : sum;
 }
 
+Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis) {
+  if (groups == heads) return x;
+  std::vector<int64_t> index(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) index[static_cast<size_t>(h)] = h / (heads / groups);
+  return b.gather(x, b.const_i64(index, {heads}), axis);
+}
+
+Value* swap_last(Builder& b, Value* x) { return b.transpose(x, {0, 1, 3, 2}); }
+
 }  // namespace hfx

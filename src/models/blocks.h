@@ -170,4 +170,10 @@ Value* gated_mlp(ModelBuilder& m, const std::string& prefix, const MlpSpec& spec
 // so that it holds for any symbolic length.
 Value* causal_depthwise_conv(Builder& b, Value* window, Value* taps, Value* bias, Dim length);
 
+// out[h] = x[group of h] along `axis`: head h reads row h / (heads / groups), as repeat_interleave
+// does (Mamba2's B and C groups, a gated DeltaNet's q/k heads serving several value heads).
+Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis);
+// The last two axes of a rank-4 tensor swapped.
+Value* swap_last(Builder& b, Value* x);
+
 }  // namespace hfx

@@ -7,21 +7,10 @@
 namespace hfx {
 namespace {
 
-Value* swap_last(Builder& b, Value* x) { return b.transpose(x, {0, 1, 3, 2}); }
-
 // x * rsqrt(sum(x^2) + 1e-6) over the last axis (transformers' l2norm in the delta rule).
 Value* l2_normalized(Builder& b, Value* x) {
   Value* sum = b.reduce(OpKind::ReduceSum, b.mul(x, x), {static_cast<int64_t>(x->shape.size()) - 1}, true);
   return b.mul(x, b.unary(OpKind::Reciprocal, b.unary(OpKind::Sqrt, b.add(sum, b.scalar(1e-6, DType::F32)))));
-}
-
-// [batch, L, key_heads, D] -> [batch, L, value_heads, D]: each key head serves value_heads /
-// key_heads consecutive value heads (repeat_interleave).
-Value* to_value_heads(Builder& b, Value* x, int64_t key_heads, int64_t value_heads) {
-  if (key_heads == value_heads) return x;
-  std::vector<int64_t> index(static_cast<size_t>(value_heads));
-  for (int64_t h = 0; h < value_heads; ++h) index[static_cast<size_t>(h)] = h / (value_heads / key_heads);
-  return b.gather(x, b.const_i64(index, {value_heads}), 2);
 }
 
 struct Projected {
@@ -134,8 +123,9 @@ Value* gated_deltanet(DecoderGraph& g, int64_t layer, const std::string& p, cons
   q = b.mul(q, b.scalar(1.0 / std::sqrt(static_cast<double>(s.key_dim)), DType::F32));
   Value* k = l2_normalized(b, heads(kc, 2 * kc, s.key_heads, s.key_dim));
   Value* v = heads(2 * kc, channels, s.value_heads, s.value_dim);
-  q = to_value_heads(b, q, s.key_heads, s.value_heads);
-  k = to_value_heads(b, k, s.key_heads, s.value_heads);
+  // Each key head serves value_heads / key_heads consecutive value heads.
+  q = groups_to_heads(b, q, s.key_heads, s.value_heads, 2);
+  k = groups_to_heads(b, k, s.key_heads, s.value_heads, 2);
   Value* beta = f32(b.unary(OpKind::Sigmoid, in.b));
   // g = -exp(A_log) * softplus(a + dt_bias), in float32.
   Value* dt = b.unary(OpKind::Softplus, b.add(f32(in.a), f32(g.m.weight(p + "dt_bias", {s.value_heads}))));

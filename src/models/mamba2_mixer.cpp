@@ -44,16 +44,6 @@ void finish_mamba2_spec(const JsonConfig& c, Mamba2Spec& s, const char* heads_ke
 
 namespace {
 
-// out[h] = x[group of h]: heads h * groups / heads .. read their group's row (axis `axis`).
-Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis) {
-  if (groups == heads) return x;
-  std::vector<int64_t> index(static_cast<size_t>(heads));
-  for (int64_t h = 0; h < heads; ++h) index[static_cast<size_t>(h)] = h / (heads / groups);
-  return b.gather(x, b.const_i64(index, {heads}), axis);
-}
-
-Value* swap_last(Builder& b, Value* x) { return b.transpose(x, {0, 1, 3, 2}); }
-
 // FalconH1's mup vector: one scale per in_proj column, by section (z, x, B, C, dt).
 Value* projection_scales(Builder& b, const Mamba2Spec& s) {
   const int64_t inner = s.intermediate(), group_state = s.groups * s.state_size;
