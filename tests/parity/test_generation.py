@@ -1313,15 +1313,24 @@ def test_convolution_state_one_token_prompt_and_second_request(name, fmt, tiny, 
         compare(tokens, logits, tm.reference(lengths, 8), f"{name} {fmt} prompt of {lengths[0]}")
 
 
-@pytest.mark.parametrize("mode", ["static", "default", "multi-token"])
-def test_convolution_state_in_the_executorch_cpp_runner(mode, tiny, tmp_path, export_model, hfexport_bin):
-    """hfexport-executorch-generate (C++, no Python) on a convolution-state export: the state kept
-    in the method beside a static cache, or passed in and out with a dynamic one (batch 1)."""
-    pytest.importorskip("executorch")
-    tm = tiny(CONV_CASES[0])
-    args = {"static": ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)], "default": [],
-            "multi-token": ["--multi-token-decode"]}[mode]
-    out = export_model(tm.model_dir, tmp_path / "out", "--format", "executorch", "--for-generation", *args)
+CPP_RUNNER_MODES = {"executorch-static": ("executorch", ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)]),
+                    "executorch-default": ("executorch", []),
+                    "executorch-multi-token": ("executorch", ["--multi-token-decode"]),
+                    "openvino": ("openvino", [])}
+
+
+@pytest.mark.parametrize("mode", list(CPP_RUNNER_MODES))
+@pytest.mark.parametrize("name", [n for n in _FIRST_OF_TYPE if CONFIGS[n][0] in CONV_STATE_TYPES])
+def test_convolution_state_in_the_cpp_runners(name, mode, tiny, tmp_path, export_model, hfexport_bin):
+    """hfexport-executorch-generate and hfexport-openvino-generate (C++, no Python) on each model
+    type with convolution (and recurrent) state: in the .pte method beside a static cache, passed in
+    and out with a dynamic one, or in OpenVINO's variables (batch 1). A recurrent state is 4-D like a
+    KV cache: the manifest's policy tells the runner it is replaced, not grown."""
+    fmt, args = CPP_RUNNER_MODES[mode]
+    if fmt == "executorch":
+        pytest.importorskip("executorch")
+    tm = tiny(name)
+    out = export_model(tm.model_dir, tmp_path / "out", "--format", fmt, "--for-generation", *args)
     ids, _ = tm.prompts(SINGLE)
     env = dict(os.environ, HFEXPORT_PYTHON="/nonexistent/python")  # the Python runner cannot be what ran
     proc = subprocess.run([str(hfexport_bin), "generate", str(out), "--input-ids", ",".join(map(str, ids[0])),

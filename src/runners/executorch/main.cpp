@@ -11,6 +11,7 @@
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -206,6 +207,20 @@ class ExecutorchSession final : public DecodeSession {
 
 // A dynamic cache: `prefill` (or, multi-token, `forward` over an empty past) returns the present
 // keys and values; each step passes them back as the past and gets them one row longer.
+// Which of the decode method's inputs (by index) are states each call replaces whole, as the
+// manifest's states say: a recurrent state is 4-D like a KV cache, so rank cannot tell them apart.
+std::vector<bool> replaced_inputs(const Manifest& manifest, size_t count) {
+  const nlohmann::json& decode = manifest.component(manifest::component::kDecode);
+  std::vector<std::string> replaced;
+  for (const nlohmann::json& s : decode.value(manifest::key::kStates, nlohmann::json::array()))
+    if (s.value("policy", "") == "replace") replaced.push_back(s.value("input", ""));
+  const nlohmann::json& inputs = decode.at(manifest::key::kInputs);
+  std::vector<bool> out(count, false);
+  for (size_t i = 0; i < count && i < inputs.size(); ++i)
+    out[i] = std::find(replaced.begin(), replaced.end(), inputs[i].value("name", "")) != replaced.end();
+  return out;
+}
+
 class DynamicSession final : public DecodeSession {
  public:
   explicit DynamicSession(const Manifest& manifest) : path_(manifest.file_of(manifest::component::kDecode).string()) {
@@ -214,18 +229,19 @@ class DynamicSession final : public DecodeSession {
     if (manifest.has_component(manifest::component::kPrefill))
       prefill_.emplace(program_->program, program_of(manifest, manifest::component::kPrefill), path_);
     const et::MethodMeta& meta = decode_->meta();
+    const std::vector<bool> replaced = replaced_inputs(manifest, meta.num_inputs());
     for (size_t i = 3; i < meta.num_inputs(); ++i) {
       const et::TensorInfo info = take(meta.input_tensor_meta(i), path_ + ": past input");
       const ScalarType type = info.scalar_type();
       const size_t rank = info.sizes().size();
-      if ((rank != 4 && rank != 3) ||
+      if ((!replaced[i] && rank != 4) ||
           (type != ScalarType::Float && type != ScalarType::Half && type != ScalarType::BFloat16))
         fail(path_, ": decode input ", i, " is neither a float [batch, heads, past, head_dim] cache nor a float "
-             "[batch, channels, kernel - 1] convolution state");
+             "state each call replaces (convolution, recurrent)");
       Past& p = past_.emplace_back();
       p.sizes.assign(info.sizes().begin(), info.sizes().end());
       p.sizes[0] = 1;
-      p.grows = rank == 4;
+      p.grows = !replaced[i];
       p.type = type;
     }
   }
@@ -246,7 +262,7 @@ class DynamicSession final : public DecodeSession {
  private:
   struct Past {
     // A KV cache's [1, heads, length, head_dim], whose length grows by each call's tokens; or a
-    // convolution state's [1, channels, kernel - 1], which each call replaces.
+    // state each call replaces whole (convolution [1, channels, kernel - 1], recurrent [1, heads, k, v]).
     std::vector<executorch::aten::SizesType> sizes;
     bool grows = true;
     ScalarType type = ScalarType::Float;  // the export's dtype
