@@ -20,7 +20,7 @@ import numpy as np
 from .manifest import (CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, SHARES_BUFFER,
                        ExportManifest)
 from .runner import (DecodeRunner, GenerationError, check_request, left_padded_positions, state_buffer_shape,
-                     static_cache_mask)
+                     static_cache_mask, step_ids, step_positions)
 from .versions import check_runtime_versions
 
 
@@ -203,9 +203,9 @@ class ExecutorchDynamicRunner(DecodeRunner):
         return self._call(self.STEP, feeds)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = tokens.astype(np.int64)[:, None]
-        positions = self.next_position[:, None].astype(np.int64)
-        self.next_position = self.next_position + 1
+        ids = step_ids(tokens)
+        positions = step_positions(self.next_position, ids.shape[1])
+        self.next_position = self.next_position + ids.shape[1]
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         return self._call(self.STEP, {**self._token_inputs(ids), "attention_mask": self.attention_mask,
                                       "position_ids": self._position_ids(ids, positions), **self.past})
@@ -320,11 +320,12 @@ class ExecutorchStaticRunner(DecodeRunner):
         self._run(np.zeros((1, 1), np.int64), np.array([[self.max_cache_len - 1]], np.int64))
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        if self.next_position >= self.max_cache_len:
+        ids = step_ids(tokens)
+        if self.next_position + ids.shape[1] > self.max_cache_len:
             raise GenerationError(f"generation reached the cache length {self.max_cache_len}")
-        positions = np.array([[self.next_position]], dtype=np.int64)
-        self.next_position += 1
-        return self._run(tokens.astype(np.int64)[:, None], positions)
+        positions = step_positions(np.array([self.next_position]), ids.shape[1])
+        self.next_position += ids.shape[1]
+        return self._run(ids, positions)
 
 
 class ExecutorchDynamicSeq2SeqRunner(_EncoderMethod, ExecutorchDynamicRunner):

@@ -33,6 +33,8 @@ STATES = "states"
 # generation keys
 SHARES_BUFFER = "past_present_share_buffer"  # bind each decode past/present pair to one full-length buffer
 REBUILD_CACHE_AT = "rebuild_cache_at_length"  # run the whole sequence again when it first reaches this length
+MULTI_TOKEN_DECODE = "multi_token_decode"  # the step graph takes several tokens per call
+PREFILL_CHUNK = "prefill_chunk"  # feed a longer prompt in calls of at most this many tokens (recurrent models)
 CACHE_KEY_POSITIONS = "cache_key_positions"  # "slots": keys rotated by cache slot (the attention's own RoPE)
 LOGITS = "logits"  # "all" query positions' logits, or the "last" one's only
 

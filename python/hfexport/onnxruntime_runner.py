@@ -20,7 +20,7 @@ import onnxruntime as ort
 from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .seq2seq import cross_state_names, decoder_feeds, encoder_results
 from .runner import (DecodeRunner, state_buffer_shape, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
-                     park_padding)
+                     park_padding, step_ids, step_positions)
 from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -249,6 +249,11 @@ class OnnxRuntimeRunner(DecodeRunner):
             if "position_ids" in self.decode_input_names:
                 self.binding.bind_cpu_input("position_ids", self._position_ids(input_ids, positions))
             logits = self._run_shared(length, length)
+        self._bind_step_buffers()
+        self.length = length
+        return logits
+
+    def _bind_step_buffers(self) -> None:
         if self.TOKENS == "input_ids":  # bound once: each step writes its tokens into step_ids
             self.binding.bind_cpu_input("input_ids", self.step_ids)
         if "position_ids" in self.decode_input_names:  # else the graph counts them
@@ -257,7 +262,17 @@ class OnnxRuntimeRunner(DecodeRunner):
             if rows is not self.step_positions:
                 self.step_position_ids = np.array(rows, np.int64)
             self.binding.bind_cpu_input("position_ids", self.step_position_ids)
-        self.length = length
+
+    def _extend_shared(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Several tokens through the decode graph over the shared buffers (a prompt fed in chunks);
+        the one-token step's bound inputs are bound again after."""
+        for name, value in self._token_inputs(ids).items():
+            self.binding.bind_cpu_input(name, value)
+        if "position_ids" in self.decode_input_names:
+            self.binding.bind_cpu_input("position_ids", self._position_ids(ids, positions))
+        self.length += ids.shape[1]
+        logits = self._run_shared(self.length, ids.shape[1])
+        self._bind_step_buffers()
         return logits
 
     # -- static cache ---------------------------------------------------------------------------
@@ -296,6 +311,10 @@ class OnnxRuntimeRunner(DecodeRunner):
         return self.binding.get_outputs()[0].numpy()[:, -1]
 
     # -- DecodeRunner -----------------------------------------------------------------------------
+    def steps_take_several_tokens(self, batch: int) -> bool:
+        # GroupQueryAttention (the shared buffer's attention) takes several tokens over a past at batch 1 only.
+        return super().steps_take_several_tokens(batch) and (batch == 1 or not self.shared)
+
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
         check_request(self.manifest, input_ids, max_new_tokens)
         positions = left_padded_positions(attention_mask)
@@ -316,18 +335,21 @@ class OnnxRuntimeRunner(DecodeRunner):
         return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = tokens.astype(np.int64)[:, None]
-        positions = self.next_position[:, None].astype(np.int64)
-        self.next_position = self.next_position + 1
+        ids = step_ids(tokens)
+        count = ids.shape[1]
+        positions = step_positions(self.next_position, count)
+        self.next_position = self.next_position + count
         if self.static:
             if positions.max() >= self.cache_len:
                 raise GenerationError(f"generation reached the cache length {self.cache_len}")
             return self._run_static(ids, positions, np.ones_like(ids))
         if self.shared:
-            if self.length >= self.capacity:
+            if self.length + count > self.capacity:
                 raise GenerationError(f"generation reached the cache length {self.capacity}")
+            if count > 1:
+                return self._extend_shared(ids, positions)
             self.length += 1
-            self.step_ids[:, 0] = tokens
+            self.step_ids[:, 0] = ids[:, 0]
             if self.TOKENS != "input_ids":
                 for name, value in self._token_inputs(self.step_ids).items():
                     self.binding.bind_cpu_input(name, value)

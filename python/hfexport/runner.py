@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .manifest import CACHE_STATIC, ENCODER, REBUILD_CACHE_AT, VISION_ENCODER, ExportManifest, load_manifest
+from .manifest import (CACHE_STATIC, ENCODER, MULTI_TOKEN_DECODE, PREFILL_CHUNK, REBUILD_CACHE_AT, VISION_ENCODER,
+                       ExportManifest, load_manifest)
 from .sampling import Sampler
 
 
@@ -41,7 +42,43 @@ class DecodeRunner(ABC):
 
     @abstractmethod
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        """Feeds one new token per row [batch]; returns logits [batch, vocab]."""
+        """Feeds one new token per row [batch], or several [batch, n] where the manifest's
+        multi_token_decode says the step graph takes them; returns the last one's logits [batch, vocab]."""
+
+    def steps_take_several_tokens(self, batch: int) -> bool:
+        """Whether `step` takes several tokens per row for a batch this large (after a prefill)."""
+        return bool(self.manifest.generation.get(MULTI_TOKEN_DECODE))
+
+
+def step_ids(tokens: np.ndarray) -> np.ndarray:
+    """A step's tokens as [batch, query]: one per row ([batch]) or several ([batch, n])."""
+    tokens = np.asarray(tokens).astype(np.int64)
+    return tokens[:, None] if tokens.ndim == 1 else tokens
+
+
+def step_positions(next_position: np.ndarray, count: int) -> np.ndarray:
+    """The positions [batch, count] of a step's tokens, the first of each row at `next_position`."""
+    return (np.asarray(next_position)[:, None] + np.arange(count)).astype(np.int64)
+
+
+def prefill_in_chunks(runner: DecodeRunner, input_ids: np.ndarray, attention_mask: np.ndarray,
+                      max_new_tokens: int) -> np.ndarray:
+    """Runs the prompt: in one call, or where the manifest names a prefill_chunk (a recurrence whose
+    one-call form costs more than linearly in the call's length) and the step graph takes several
+    tokens, its first chunk and then the rest a chunk at a time, so prefill stays linear. The first
+    call also takes every row's left padding: each later call's tokens are all real."""
+    several = runner.steps_take_several_tokens(input_ids.shape[0])
+    chunk = int(runner.manifest.generation.get(PREFILL_CHUNK) or 0) if several else 0
+    length = input_ids.shape[1]
+    padding = int((np.cumsum(attention_mask, axis=1) == 0).sum(axis=1).max())
+    first = min(length, padding + chunk)
+    if not chunk or first == length:
+        return runner.prefill(input_ids, attention_mask, max_new_tokens)
+    # The buffers are sized, and the request checked, for the whole prompt and the new tokens.
+    logits = runner.prefill(input_ids[:, :first], attention_mask[:, :first], max_new_tokens + length - first)
+    for start in range(first, length, chunk):
+        logits = runner.step(input_ids[:, start:start + chunk])
+    return logits
 
 
 def check_cache_position_call(positions, real) -> None:
@@ -188,7 +225,7 @@ def generate(
     # Phi-3 longrope: when the sequence first reaches this length, the cache is rebuilt from the
     # whole sequence (its keys were rotated with the short factors), as transformers' generate does.
     rebuild_at = int(runner.manifest.generation.get(REBUILD_CACHE_AT) or 0)
-    logits = runner.prefill(input_ids, attention_mask, max_new_tokens)
+    logits = prefill_in_chunks(runner, input_ids, attention_mask, max_new_tokens)
     finished = np.zeros(input_ids.shape[0], dtype=bool)
     out = []
     for i in range(max_new_tokens):
@@ -205,7 +242,7 @@ def generate(
         if input_ids.shape[1] + i + 1 == rebuild_at and input_ids.shape[1] < rebuild_at:
             ids = np.concatenate([input_ids, np.stack(out, axis=1)], axis=1)
             mask = np.concatenate([attention_mask, np.ones((ids.shape[0], i + 1), dtype=np.int64)], axis=1)
-            logits = runner.prefill(ids, mask, max_new_tokens - i - 1)
+            logits = prefill_in_chunks(runner, ids, mask, max_new_tokens - i - 1)
             continue
         logits = runner.step(tokens)
     return np.stack(out, axis=1)

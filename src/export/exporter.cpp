@@ -107,6 +107,9 @@ ExportWriter::TokenIds token_ids(const Checkpoint& ckpt) {
   return ids;
 }
 
+// transformers' own chunk for the gated delta rule's chunked form.
+constexpr int64_t kRecurrentPrefillChunk = 64;
+
 json generation_json(const GenerationConfig& g, const ExportModel& model, const Checkpoint& ckpt,
                      const json& cache_pairs, bool stateful, bool shares_buffer, bool keys_by_slot) {
   const std::string_view cache = stateful ? manifest::cache::kStateful
@@ -122,6 +125,13 @@ json generation_json(const GenerationConfig& g, const ExportModel& model, const 
   for (const Component& c : model.components) components.push_back(c.name());
   out[key::kComponents] = components;
   if (model.rebuild_cache_at_length > 0) out[key::kRebuildCacheAt] = model.rebuild_cache_at_length;
+  // A recurrence solved in one piece per call costs more than linearly in the call's length (the
+  // gated delta rule's triangular solve, the SSD's decay matrix): runners feed long prompts in
+  // calls of this many tokens, where the step graph takes several, so prefill stays linear.
+  const bool recurrent = std::ranges::any_of(model.components, [](const Component& c) {
+    return std::ranges::any_of(c.graph->states, [](const StateDecl& s) { return s.kind == StateKind::Recurrent; });
+  });
+  if (recurrent && (g.static_cache() || g.multi_token_decode)) out[key::kPrefillChunk] = kRecurrentPrefillChunk;
   if (keys_by_slot) out[key::kCacheKeyPositions] = "slots";
   if (g.static_cache()) {
     out[key::kMaxCacheLen] = g.max_cache_len;

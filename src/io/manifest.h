@@ -63,6 +63,8 @@ inline constexpr const char* kBosTokenId = "bos_token_id";
 inline constexpr const char* kPadTokenId = "pad_token_id";
 inline constexpr const char* kMaxCacheLen = "max_cache_len";
 inline constexpr const char* kRebuildCacheAt = "rebuild_cache_at_length";
+// Runners feed a longer prompt in calls of at most this many tokens (recurrent models).
+inline constexpr const char* kPrefillChunk = "prefill_chunk";
 inline constexpr const char* kBatchSize = "batch_size";
 // true: bind each decode past/present pair to one buffer of the full cache length, updated in
 // place (onnxruntime-genai's name for it).

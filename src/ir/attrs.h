@@ -95,6 +95,12 @@ struct GELUAttrs {
   GeluApproximation approximate = GeluApproximation::None;
 };
 
+// The reference decomposition's triangular solve: a product of `doublings` factors, exact for calls
+// of up to 2^doublings tokens (gated_deltanet.cpp sets it from the longest call the graph serves).
+struct GatedDeltaRuleAttrs {
+  int64_t doublings = 0;
+};
+
 // Constant padding: `begin` / `end` elements added on each axis; `shape` is the result's (symbolic
 // dims padded are derived dims, made by the builder).
 struct PadAttrs {
@@ -119,6 +125,6 @@ struct StateAttrs {
 using OpAttrs = std::variant<NoAttrs, AxisAttrs, AxesAttrs, ReduceAttrs, CastAttrs, ShapeAttrs, PermAttrs, SliceAttrs,
                              ConcatAttrs, RangeAttrs, QuantizedLinearAttrs, NormAttrs, RoPEAttrs, RoPETableAttrs, AttentionAttrs,
                              KVAppendAttrs, GELUAttrs, StateAttrs, TopKAttrs, MoEAttrs, QuantizedMoEAttrs,
-                             PadAttrs, ConvAttrs>;
+                             PadAttrs, ConvAttrs, GatedDeltaRuleAttrs>;
 
 }  // namespace hfx

@@ -288,4 +288,11 @@ Value* Builder::silu(Value* x) { return emit(OpKind::SiLU, {x}); }
 
 Value* Builder::gelu(Value* x, GeluApproximation approximate) { return emit(OpKind::GELU, {x}, GELUAttrs{approximate}); }
 
+std::pair<Value*, Value*> Builder::gated_delta_rule(Value* q, Value* k, Value* v, Value* decay, Value* beta,
+                                                    Value* state, int64_t doublings) {
+  const std::vector<Value*> out =
+      emit_all(OpKind::GatedDeltaRule, {q, k, v, decay, beta, state}, GatedDeltaRuleAttrs{doublings});
+  return {out[0], out[1]};
+}
+
 }  // namespace hfx

@@ -101,6 +101,9 @@ class Builder {
   Value* state_update(int64_t state, Value* current, Value* fresh, Value* positions, Shape shape);
   Value* silu(Value* x);
   Value* gelu(Value* x, GeluApproximation approximate);
+  // GatedDeltaRule (ops.def): the call's outputs o and the state after it.
+  std::pair<Value*, Value*> gated_delta_rule(Value* q, Value* k, Value* v, Value* decay, Value* beta, Value* state,
+                                             int64_t doublings);
 
   // Appends a node; its results' types come from the op's shape rule (ir/ops.cpp).
   Value* emit(OpKind op, std::vector<Value*> inputs, OpAttrs attrs = NoAttrs{});

@@ -297,6 +297,17 @@ Types rule_attention(const Inputs& in, const OpAttrs&) {
   return one(q->dtype, std::move(out));
 }
 
+Types rule_gated_delta_rule(const Inputs& in, const OpAttrs&) {
+  const Value *q = in[0], *k = in[1], *v = in[2], *decay = in[3], *beta = in[4], *state = in[5];
+  for (const Value* x : in) need(x->dtype == DType::F32, "GatedDeltaRule computes in float32");
+  need(q->rank() == 4 && k->shape == q->shape && v->rank() == 4, "GatedDeltaRule q / k / v ranks");
+  need(v->shape[0] == q->shape[0] && v->shape[1] == q->shape[1] && v->shape[2] == q->shape[2], "GatedDeltaRule v");
+  const Shape gates(q->shape.begin(), q->shape.begin() + 3);
+  need(decay->shape == gates && beta->shape == gates, "GatedDeltaRule decay / beta [B, L, H]");
+  need(state->shape == Shape{q->shape[0], q->shape[2], q->shape[3], v->shape[3]}, "GatedDeltaRule state [B, H, Dk, Dv]");
+  return {{DType::F32, v->shape}, {DType::F32, state->shape}};
+}
+
 Types rule_kv_append(const Inputs& in, const OpAttrs& a) {
   need(in[0]->rank() == 4 && in[1]->rank() == 4 && in[0]->dtype == in[1]->dtype, "KVAppend operands");
   Shape out = in[0]->shape;
@@ -416,6 +427,7 @@ RULE(RoPE, rule_rope)
 RULE(RoPETable, rule_rope_table)
 RULE(Attention, rule_attention)
 RULE(KVAppend, rule_kv_append)
+RULE(GatedDeltaRule, rule_gated_delta_rule)
 RULE(StateRead, rule_state)
 RULE(StateUpdate, rule_state)
 #undef RULE

@@ -64,44 +64,6 @@ int64_t doublings_for(int64_t tokens) {
   return n;
 }
 
-std::pair<Value*, Value*> gated_delta_rule(Builder& b, Value* q, Value* k, Value* v, Value* g, Value* beta,
-                                           Value* initial, Dim length, int64_t doublings) {
-  auto heads_first = [&](Value* x) { return b.transpose(x, {0, 2, 1, 3}); };
-  auto exp = [&](Value* x) { return b.unary(OpKind::Exp, x); };
-  Value* qh = heads_first(q), * kh = heads_first(k), * vh = heads_first(v);  // [batch, heads, L, D]
-  Value* bt = b.transpose(beta, {0, 2, 1});                                    // [batch, heads, L]
-  Value* cum = b.cumsum(b.transpose(g, {0, 2, 1}), 2);  // log decay from the call's start to each token
-  // decay[l, s] = exp(cum[l] - cum[s]) for s <= l, else 0; min(., 0) only touches the masked half.
-  Value* diff = b.sub(b.unsqueeze(cum, {3}), b.unsqueeze(cum, {2}));
-  Value* steps = b.range(b.const_i64({0}), b.gather(b.shape_of(q), b.const_i64({1}), 0), b.const_i64({1}), length);
-  Value* columns = b.unsqueeze(steps, {0}), * rows = b.unsqueeze(steps, {1});
-  Value* inclusive = b.cast(b.compare(OpKind::LessOrEqual, columns, rows), DType::F32);
-  Value* strict = b.cast(b.compare(OpKind::Less, columns, rows), DType::F32);
-  Value* decay = b.mul(exp(b.min(diff, b.scalar(0.0, DType::F32))), inclusive);
-  Value* k_beta = b.mul(kh, b.unsqueeze(bt, {3}));
-  Value* v_beta = b.mul(vh, b.unsqueeze(bt, {3}));
-  // The UT transform: (I - N) X = [v_beta | k_beta exp(cum)] with N = -(k_beta k^T * decay) strictly
-  // below the diagonal. N is nilpotent, so (I - N)^-1 = (I + N)(I + N^2)(I + N^4)...
-  Value* n = b.unary(OpKind::Neg, b.mul(b.mul(b.matmul(k_beta, swap_last(b, kh)), decay), strict));
-  const int64_t dv = v->shape[3].value(), dk = k->shape[3].value();
-  Value* x = b.concat({v_beta, b.mul(k_beta, b.unsqueeze(exp(cum), {3}))}, 3);
-  for (int64_t i = 0; i < doublings; ++i) {
-    x = b.add(x, b.matmul(n, x));
-    if (i + 1 < doublings) n = b.matmul(n, n);
-  }
-  Value* new_values = b.slice(x, 3, 0, dv);
-  Value* k_cumdecay = b.slice(x, 3, dv, dv + dk);
-  // What the state before the call already predicts is taken out: only the correction is written.
-  Value* v_new = b.sub(new_values, b.matmul(k_cumdecay, initial));
-  Value* from_state = b.matmul(b.mul(qh, b.unsqueeze(exp(cum), {3})), initial);
-  Value* within = b.matmul(b.mul(b.matmul(qh, swap_last(b, kh)), decay), v_new);
-  Value* o = b.add(from_state, within);
-  Value* last = b.slice(cum, 2, -1, INT64_MAX);  // [batch, heads, 1]
-  Value* keys_to_end = b.mul(kh, b.unsqueeze(exp(b.sub(last, cum)), {3}));
-  Value* final_state = b.add(b.mul(initial, b.unsqueeze(exp(last), {3})), b.matmul(swap_last(b, keys_to_end), v_new));
-  return {heads_first(o), final_state};
-}
-
 Value* gated_deltanet(DecoderGraph& g, int64_t layer, const std::string& p, const GatedDeltaSpec& s, Value* x,
                       int64_t longest) {
   Builder& b = g.b();
@@ -135,7 +97,7 @@ Value* gated_deltanet(DecoderGraph& g, int64_t layer, const std::string& p, cons
   const int64_t most = length.is_static() ? length.value()
                        : symbol->op == Symbol::Op::Free && symbol->max < longest ? symbol->max
                                                                                  : longest;
-  auto [o, final_state] = gated_delta_rule(b, q, k, v, decay, beta, initial, length, doublings_for(most));
+  auto [o, final_state] = b.gated_delta_rule(q, k, v, decay, beta, initial, doublings_for(most));
   g.io->update_recurrent_state(layer, final_state);
 
   // Qwen3_5RMSNormGated per value head: the norm in float32, times the weight in the model dtype,

@@ -277,25 +277,76 @@ Value* decompose_kv_append(Builder& b, const Node& n) {
   return b.concat({n.inputs[0], n.inputs[1]}, 2, n.attrs_as<KVAppendAttrs>().total);
 }
 
+// The whole call as one of transformers' chunks (its chunked form, the UT transform), from
+// primitives only so every backend runs it; the triangular solve by doublings is exact for calls of
+// up to 2^doublings tokens.
+std::vector<Value*> decompose_gated_delta_rule(Builder& b, const Node& n) {
+  Value *q = n.inputs[0], *k = n.inputs[1], *v = n.inputs[2], *initial = n.inputs[5];
+  const Dim length = q->shape[1];
+  auto heads_first = [&](Value* x) { return b.transpose(x, {0, 2, 1, 3}); };
+  auto swap_last = [&](Value* x) { return b.transpose(x, {0, 1, 3, 2}); };
+  auto exp = [&](Value* x) { return b.unary(OpKind::Exp, x); };
+  Value* qh = heads_first(q), * kh = heads_first(k), * vh = heads_first(v);  // [batch, heads, L, D]
+  Value* bt = b.transpose(n.inputs[4], {0, 2, 1});                             // [batch, heads, L]
+  Value* cum = b.cumsum(b.transpose(n.inputs[3], {0, 2, 1}), 2);  // log decay from the call's start to each token
+  // decay[l, s] = exp(cum[l] - cum[s]) for s <= l, else 0; min(., 0) only touches the masked half.
+  Value* diff = b.sub(b.unsqueeze(cum, {3}), b.unsqueeze(cum, {2}));
+  Value* steps = b.range(b.const_i64({0}), b.gather(b.shape_of(q), b.const_i64({1}), 0), b.const_i64({1}), length);
+  Value* columns = b.unsqueeze(steps, {0}), * rows = b.unsqueeze(steps, {1});
+  Value* inclusive = b.cast(b.compare(OpKind::LessOrEqual, columns, rows), DType::F32);
+  Value* strict = b.cast(b.compare(OpKind::Less, columns, rows), DType::F32);
+  Value* decay = b.mul(exp(b.min(diff, b.scalar(0.0, DType::F32))), inclusive);
+  Value* k_beta = b.mul(kh, b.unsqueeze(bt, {3}));
+  Value* v_beta = b.mul(vh, b.unsqueeze(bt, {3}));
+  // The UT transform: (I - N) X = [v_beta | k_beta exp(cum)] with N = -(k_beta k^T * decay) strictly
+  // below the diagonal. N is nilpotent, so (I - N)^-1 = (I + N)(I + N^2)(I + N^4)...
+  Value* nil = b.unary(OpKind::Neg, b.mul(b.mul(b.matmul(k_beta, swap_last(kh)), decay), strict));
+  const int64_t dv = v->shape[3].value(), dk = k->shape[3].value();
+  const int64_t doublings = n.attrs_as<GatedDeltaRuleAttrs>().doublings;
+  Value* x = b.concat({v_beta, b.mul(k_beta, b.unsqueeze(exp(cum), {3}))}, 3);
+  for (int64_t i = 0; i < doublings; ++i) {
+    x = b.add(x, b.matmul(nil, x));
+    if (i + 1 < doublings) nil = b.matmul(nil, nil);
+  }
+  Value* new_values = b.slice(x, 3, 0, dv);
+  Value* k_cumdecay = b.slice(x, 3, dv, dv + dk);
+  // What the state before the call already predicts is taken out: only the correction is written.
+  Value* v_new = b.sub(new_values, b.matmul(k_cumdecay, initial));
+  Value* from_state = b.matmul(b.mul(qh, b.unsqueeze(exp(cum), {3})), initial);
+  Value* within = b.matmul(b.mul(b.matmul(qh, swap_last(kh)), decay), v_new);
+  Value* o = b.add(from_state, within);
+  Value* last = b.slice(cum, 2, -1, INT64_MAX);  // [batch, heads, 1]
+  Value* keys_to_end = b.mul(kh, b.unsqueeze(exp(b.sub(last, cum)), {3}));
+  Value* final_state = b.add(b.mul(initial, b.unsqueeze(exp(last), {3})), b.matmul(swap_last(keys_to_end), v_new));
+  return {heads_first(o), final_state};
+}
+
+// The single-result decompositions, as the registry's type.
+template <Value* (*F)(Builder&, const Node&)>
+std::vector<Value*> single(Builder& b, const Node& n) {
+  return {F(b, n)};
+}
+
 }  // namespace
 
 Decomposition reference_decomposition(OpKind op) {
   switch (op) {
-    case OpKind::Linear: return decompose_linear;
-    case OpKind::QuantizedLinear: return decompose_quantized_linear;
-    case OpKind::Embedding: return decompose_embedding;
-    case OpKind::QuantizedEmbedding: return decompose_quantized_embedding;
-    case OpKind::RMSNorm: return decompose_rms_norm;
-    case OpKind::LayerNorm: return decompose_layer_norm;
-    case OpKind::MoE: return decompose_moe;
-    case OpKind::QuantizedMoE: return decompose_quantized_moe;
-    case OpKind::RoPE: return decompose_rope;
-    case OpKind::RoPETable: return decompose_rope_table;
-    case OpKind::Attention: return decompose_attention;
-    case OpKind::SiLU: return decompose_silu;
-    case OpKind::Softplus: return decompose_softplus;
-    case OpKind::KVAppend: return decompose_kv_append;
-    case OpKind::GELU: return decompose_gelu;
+    case OpKind::Linear: return single<decompose_linear>;
+    case OpKind::QuantizedLinear: return single<decompose_quantized_linear>;
+    case OpKind::Embedding: return single<decompose_embedding>;
+    case OpKind::QuantizedEmbedding: return single<decompose_quantized_embedding>;
+    case OpKind::RMSNorm: return single<decompose_rms_norm>;
+    case OpKind::LayerNorm: return single<decompose_layer_norm>;
+    case OpKind::MoE: return single<decompose_moe>;
+    case OpKind::QuantizedMoE: return single<decompose_quantized_moe>;
+    case OpKind::RoPE: return single<decompose_rope>;
+    case OpKind::RoPETable: return single<decompose_rope_table>;
+    case OpKind::Attention: return single<decompose_attention>;
+    case OpKind::SiLU: return single<decompose_silu>;
+    case OpKind::Softplus: return single<decompose_softplus>;
+    case OpKind::KVAppend: return single<decompose_kv_append>;
+    case OpKind::GELU: return single<decompose_gelu>;
+    case OpKind::GatedDeltaRule: return decompose_gated_delta_rule;
     default: return nullptr;
   }
 }
@@ -305,10 +356,12 @@ void decompose(Graph& graph, const std::function<bool(const Node&)>& backend_map
     if (!op_is_high_level(n.op) || backend_maps_natively(n)) return Rewrite::keep();
     const Decomposition reference = reference_decomposition(n.op);
     HFX_CHECK(reference != nullptr, "no decomposition for ", op_name(n.op));
-    Value* out = reference(b, n);
-    HFX_CHECK(out->dtype == n.outputs[0]->dtype && out->shape == n.outputs[0]->shape,
-              "decomposition of ", op_name(n.op), " changed the result type");
-    return Rewrite::replace(out);
+    std::vector<Value*> out = reference(b, n);
+    HFX_CHECK(out.size() == n.outputs.size(), "decomposition of ", op_name(n.op), " changed the result count");
+    for (size_t i = 0; i < out.size(); ++i)
+      HFX_CHECK(out[i]->dtype == n.outputs[i]->dtype && out[i]->shape == n.outputs[i]->shape,
+                "decomposition of ", op_name(n.op), " changed the result type");
+    return Rewrite::replace(std::move(out));
   });
 }
 

@@ -9,8 +9,8 @@
 namespace hfx {
 
 class Builder;
-// An op's reference decomposition: emits primitives computing `n`'s result, returns it.
-using Decomposition = Value* (*)(Builder& b, const Node& n);
+// An op's reference decomposition: emits primitives computing `n`'s results, returns them in order.
+using Decomposition = std::vector<Value*> (*)(Builder& b, const Node& n);
 // Null for primitives; every high-level op has one (tested).
 Decomposition reference_decomposition(OpKind op);
 

@@ -20,7 +20,8 @@ void rewrite_nodes(Graph& graph, const std::function<Rewrite(Node&, Builder&)>& 
     // Nodes the visit emits go before (in place of) the node they rewrite.
     const Rewrite r = visit(*n, b);
     if (r.kind == Rewrite::Kind::Keep) order.push_back(n);
-    if (r.kind == Rewrite::Kind::Replace) replaced[n->outputs[0]] = r.with;
+    if (r.kind == Rewrite::Kind::Replace)
+      for (size_t i = 0; i < r.with.size(); ++i) replaced[n->outputs[i]] = r.with[i];
   }
   for (Value*& out : graph.outputs) {
     Value* r = remap(out);

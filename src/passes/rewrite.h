@@ -12,11 +12,12 @@ namespace hfx {
 
 struct Rewrite {
   enum class Kind { Keep, Drop, Replace } kind = Kind::Keep;
-  Value* with = nullptr;  // Replace: the node's result is now this value
+  std::vector<Value*> with;  // Replace: the node's results are now these values, in order
 
   static Rewrite keep() { return {}; }
-  static Rewrite drop() { return {Kind::Drop, nullptr}; }
-  static Rewrite replace(Value* v) { return {Kind::Replace, v}; }
+  static Rewrite drop() { return {Kind::Drop, {}}; }
+  static Rewrite replace(Value* v) { return {Kind::Replace, {v}}; }
+  static Rewrite replace(std::vector<Value*> values) { return {Kind::Replace, std::move(values)}; }
 };
 
 // `visit(node, b)`: the node's inputs already read earlier replacements; b's scope is the node's.

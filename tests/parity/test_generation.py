@@ -1345,10 +1345,41 @@ def test_convolution_state_in_the_cpp_runners(name, mode, tiny, tmp_path, export
 # call-long UT transform whose triangular solve doubles up to the longest call
 
 
-@pytest.mark.parametrize("fmt", list(CONV_FORMATS))
-def test_gated_delta_rule_prompt_longer_than_transformers_chunks(fmt, tmp_path, export_model):
+@pytest.mark.parametrize("mode", ["openvino", "executorch-static", "executorch-multi-token"])
+def test_cpp_runners_feed_a_long_prompt_in_chunks(mode, tmp_path, export_model, hfexport_bin):
+    """hfexport generate's C++ runners feed a 150-token prompt in calls of the manifest's
+    prefill_chunk (64, 64, 22) over the step graph and its state: transformers' greedy tokens."""
+    fmt = mode.split("-")[0]
+    if fmt == "executorch":
+        pytest.importorskip("executorch")
+    from tiny_configs import case
+
+    c = case("qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half")
+    model_dir, model = build_tiny_model(tmp_path / "hf", c.model_type, {**c.config, "max_position_embeddings": 192})
+    ids, mask = make_prompts(model.config.vocab_size, (150,))
+    args = {"openvino": [], "executorch-static": ["--static-cache", "--max-cache-len", "192"],
+            "executorch-multi-token": ["--multi-token-decode", "--dim", "total_sequence=1:192"]}[mode]
+    out = export_model(model_dir, tmp_path / "out", "--format", fmt, "--for-generation", *args)
+    env = dict(os.environ, HFEXPORT_PYTHON="/nonexistent/python")  # the Python runner cannot be what ran
+    proc = subprocess.run([str(hfexport_bin), "generate", str(out), "--input-ids", ",".join(map(str, ids[0])),
+                           "--max-new-tokens", "8", "--ignore-eos"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [int(t) for t in proc.stdout.split()] == hf_generate(model, ids, mask, 8).tokens[0].tolist()
+
+
+LONG_PROMPT_FORMATS = {**CONV_FORMATS, "onnx-standard": ["--onnx-ops", "standard", "--multi-token-decode"]}
+
+
+@pytest.mark.parametrize("variant", list(LONG_PROMPT_FORMATS))
+def test_gated_delta_rule_prompt_longer_than_transformers_chunks(variant, tmp_path, export_model):
     """A left-padded batch whose longest prompt spans three of transformers' chunks: the same step
-    logits and greedy tokens, so the state after prefill is the one transformers carries on with."""
+    logits and greedy tokens, so the state after prefill is the one transformers carries on with.
+    The runner feeds the prompt in calls of the manifest's prefill_chunk (the one-call solve costs
+    more than linearly in the call's length): the first with every padding column, then the rest.
+    GroupQueryAttention (onnx's default) takes several tokens over a past at batch 1 only: there a
+    padded batch goes in one call."""
+    fmt = variant.split("-")[0]
     if fmt == "executorch":
         pytest.importorskip("executorch")
     from tiny_configs import case
@@ -1357,7 +1388,18 @@ def test_gated_delta_rule_prompt_longer_than_transformers_chunks(fmt, tmp_path, 
     model_dir, model = build_tiny_model(tmp_path / "hf", c.model_type, {**c.config, "max_position_embeddings": 192})
     # (The .pte's in-place cache serves one sequence.)
     ids, mask = make_prompts(model.config.vocab_size, (150,) if fmt == "executorch" else (150, 97))
-    args = ["--static-cache", "--max-cache-len", "192"] if fmt == "executorch" else CONV_FORMATS[fmt]
+    args = ["--static-cache", "--max-cache-len", "192"] if fmt == "executorch" else LONG_PROMPT_FORMATS[variant]
     out = export_model(model_dir, tmp_path / "out", "--format", fmt, "--for-generation", *args)
-    tokens, logits, _ = run_ours(out, ids, mask, 8)
+    manifest = json.loads((out / "export.json").read_text())["generation"]
+    assert manifest["prefill_chunk"] == 64 and manifest["multi_token_decode"]
+    runner = hfexport.open_runner(out, **({"session_options": session_options()} if fmt == "onnx" else {}))
+    calls: list[int] = []  # each call's query length
+    prefill, step = runner.prefill, runner.step
+    runner.prefill = lambda i, m, n: calls.append(i.shape[1]) or prefill(i, m, n)
+    runner.step = lambda t: calls.append(1 if np.ndim(t) == 1 else np.shape(t)[1]) or step(t)
+    logits: list = []
+    tokens = hfexport.generate(runner, ids, mask, max_new_tokens=8, ignore_eos=True, step_logits=logits)
+    first = 150 if variant == "onnx" else 150 - int(mask.sum(1).min()) + 64  # the longest padding and a chunk
+    assert calls == [first] + [min(64, 150 - s) for s in range(first, 150, 64)] + [1] * 7
+    assert runner.steps_take_several_tokens(len(ids)) == (variant != "onnx")
     compare(tokens, logits, hf_generate(model, ids, mask, 8), f"qwen3_5_text {fmt} prompt of 150")

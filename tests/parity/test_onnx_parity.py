@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from conftest import TINY_CONFIG
-from tiny_configs import ARCHITECTURES, LLAMA3, YARN, cases, rope
+from tiny_configs import ARCHITECTURES, LLAMA3, YARN, case, cases, rope
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -203,6 +203,24 @@ def test_parity_fp32(model_type, variant, overrides, profile, tmp_path, make_tin
         profile=profile,
         out_dir=tmp_path / "out",
     )
+
+
+@pytest.mark.parametrize("profile", ["standard", "ort", "ort-gqa"])
+def test_gated_delta_rule_is_onnxruntimes_linear_attention_where_contrib_ops_are_allowed(profile, tmp_path,
+                                                                                         make_tiny_model, export_model):
+    """Under the ort profiles the gated delta rule is onnxruntime's com.microsoft LinearAttention
+    (gated_delta): one node per linear-attention layer, linear in a call's length (the reference
+    decomposition's one-chunk solve is not). The standard profile keeps the decomposition. Both give
+    transformers' logits on a left-padded batch."""
+    c = case("qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half")
+    model_dir, model = make_tiny_model(tmp_path / "hf", c.model_type, c.config)
+    out = export_model(model_dir, tmp_path / "out", "--onnx-ops", profile)
+    ops = [n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node]
+    linear_layers = model.config.layer_types.count("linear_attention")
+    assert linear_layers and ops.count("LinearAttention") == (0 if profile == "standard" else linear_layers)
+    inputs = make_inputs(model.config.vocab_size)
+    err = masked_max_abs_diff(ort_logits(out / "model.onnx", inputs), hf_logits(model, inputs), inputs[1])
+    assert err <= FP32_TOL, f"{profile}: max logit error {err:.2e}"
 
 
 # Guards: each feature that a parity case relies on must really change transformers' logits for

@@ -14,10 +14,12 @@ from tiny_configs import case
 # Together: GQA + q/k norm + yarn, a sliding window, tied embeddings with biases and llama3 rope.
 NAMES = ["qwen3-mqa-head_dim24-rope_yarn", "mistral-gqa-sliding_window4", "llama-gqa-head_dim32-tied-attn_bias-mlp_bias-rope_llama3",
          # LayerNorm, partial rotary; attention and final softcaps, 1 + w norms; MoE and sinks
-         "gpt_neox-parallel-rotary_pct0.25", "gemma2-gqa-softcaps-sliding_window4", "gpt_oss-gqa-sinks-window4-experts4-top2"]
+         "gpt_neox-parallel-rotary_pct0.25", "gemma2-gqa-softcaps-sliding_window4", "gpt_oss-gqa-sinks-window4-experts4-top2",
+         # the gated delta rule (onnxruntime's LinearAttention under the ort profiles)
+         "qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half"]
 FUSED_ONNX_OPS = {"RMSNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
                   "LayerNormalization", "SkipLayerNormalization", "MoE", "QMoE",
-                  "RotaryEmbedding", "Attention", "GroupQueryAttention", "Gelu"}
+                  "RotaryEmbedding", "Attention", "GroupQueryAttention", "Gelu", "LinearAttention"}
 
 
 @pytest.fixture(scope="module")

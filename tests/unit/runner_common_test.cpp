@@ -72,7 +72,12 @@ class ScriptedSession final : public DecodeSession {
     fed.push_back(token);
     return next();
   }
+  std::vector<float> extend(const std::vector<int64_t>& ids) override {
+    extended.push_back(ids);
+    return next();
+  }
   std::vector<int64_t> prompt, fed;
+  std::vector<std::vector<int64_t>> extended;
 
  private:
   std::vector<float> next() {
@@ -97,6 +102,35 @@ TEST(RunnerDecodeLoop, StopsAtEosOrMaxNewTokens) {
   ScriptedSession all({3, 4, 2, 7, 7});
   EXPECT_EQ(generate(all, o, {2}), (std::vector<int64_t>{3, 4, 2, 7}));
   EXPECT_EQ(all.fed.size(), 3u);  // no step after the last token
+}
+
+TEST(RunnerDecodeLoop, FeedsALongPromptInChunks) {
+  GenerateOptions o;
+  o.input_ids = {1, 2, 3, 4, 5, 6, 7};
+  o.max_new_tokens = 2;
+  o.ignore_eos = true;
+  ScriptedSession chunked({0, 0, 3, 4});
+  EXPECT_EQ(generate(chunked, o, {}, {.prefill_chunk = 3}), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(chunked.prompt, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(chunked.extended, (std::vector<std::vector<int64_t>>{{4, 5, 6}, {7}}));
+  EXPECT_EQ(chunked.fed, (std::vector<int64_t>{3}));
+
+  ScriptedSession short_prompt({3, 4});  // no longer than a chunk: one call
+  EXPECT_EQ(generate(short_prompt, o, {}, {.prefill_chunk = 7}), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(short_prompt.prompt, o.input_ids);
+  EXPECT_TRUE(short_prompt.extended.empty());
+}
+
+TEST(RunnerDecodeLoop, PrefillChunkOnlyWhereTheStepTakesSeveralTokens) {
+  auto rules = [](bool several) {
+    return LoopRules::of(Manifest(nlohmann::json{
+        {"format", "onnx"},
+        {"components", nlohmann::json::object()},
+        {"generation", {{"multi_token_decode", several}, {"prefill_chunk", 64}, {"rebuild_cache_at_length", 9}}}}));
+  };
+  EXPECT_EQ(rules(true).prefill_chunk, 64);
+  EXPECT_EQ(rules(false).prefill_chunk, 0);  // a one-token step: the prompt goes to prefill whole
+  EXPECT_EQ(rules(false).rebuild_cache_at, 9);
 }
 
 TEST(RunnerDecodeLoop, SequenceBound) {

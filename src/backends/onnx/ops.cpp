@@ -413,6 +413,30 @@ HFX_ONNX_OP_NATIVE(Attention, attention_maps_natively) {
 
 HFX_ONNX_OP(KVAppend) { attr_int(l.node("Concat", in, {out}), "axis", 2); }
 
+// onnxruntime's com.microsoft LinearAttention (update_rule gated_delta; CPU kernel since 1.32):
+// token by token or chunk-parallel, so a call costs linearly in its length, where the reference
+// decomposition's one-chunk solve costs more. Its inputs are packed [B, L, H * D], its state
+// [B, H, Dk, Dv] as ours; q is scaled already (scale 1), every head is a value head (q and k
+// repeated per value head). Contrib ops only: the standard profile decomposes.
+bool gated_delta_rule_maps_natively(const Node&, OnnxOpProfile profile) { return profile_has_contrib_ops(profile); }
+HFX_ONNX_OP_NATIVE(GatedDeltaRule, gated_delta_rule_maps_natively) {
+  const int64_t heads = n.inputs[0]->shape[2].value(), value_dim = n.inputs[2]->shape[3].value();
+  const std::string packed_shape = l.ints({0, 0, -1});
+  auto packed = [&](size_t i) {
+    const std::string t = l.temp(out + "/packed");
+    l.node("Reshape", {in[i], packed_shape}, {t});
+    return t;
+  };
+  const std::string flat = l.temp(out + "/flat");
+  onnx::NodeProto* rule = l.node("LinearAttention", {packed(0), packed(1), packed(2), in[5], in[3], in[4]},
+                                 {flat, l.name_of(n.outputs[1])}, "com.microsoft");
+  attr_int(rule, "q_num_heads", heads);
+  attr_int(rule, "kv_num_heads", heads);
+  attr_string(rule, "update_rule", "gated_delta");
+  attr_float(rule, "scale", 1.0f);
+  l.node("Reshape", {flat, l.ints({0, 0, heads, value_dim})}, {out});
+}
+
 HFX_ONNX_OP(GELU) {
   const bool tanh = n.attrs_as<GELUAttrs>().approximate == GeluApproximation::Tanh;
   attr_string(l.node("Gelu", in, {out}), "approximate", tanh ? "tanh" : "none");

@@ -24,12 +24,33 @@ std::string GenerationTimes::summary() const {
   return buf;
 }
 
+LoopRules LoopRules::of(const Manifest& manifest) {
+  const nlohmann::json& gen = manifest.generation();
+  LoopRules rules;
+  rules.rebuild_cache_at = gen.value(manifest::key::kRebuildCacheAt, int64_t{0});
+  if (gen.value(manifest::key::kMultiTokenDecode, false))
+    rules.prefill_chunk = gen.value(manifest::key::kPrefillChunk, int64_t{0});
+  return rules;
+}
+
+namespace {
+// The prompt in one call, or its first `chunk` tokens and then the rest `chunk` at a time.
+std::vector<float> prefill(DecodeSession& session, const std::vector<int64_t>& ids, int64_t chunk) {
+  const auto n = static_cast<int64_t>(ids.size());
+  if (chunk <= 0 || n <= chunk) return session.prefill(ids);
+  std::vector<float> logits = session.prefill({ids.begin(), ids.begin() + chunk});
+  for (int64_t start = chunk; start < n; start += chunk)
+    logits = session.extend({ids.begin() + start, ids.begin() + std::min(n, start + chunk)});
+  return logits;
+}
+}  // namespace
+
 std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& o, const std::vector<int64_t>& eos,
-                              int64_t rebuild_cache_at, GenerationTimes* times) {
+                              const LoopRules& rules, GenerationTimes* times) {
   Sampler sample(o);
   std::vector<int64_t> out;
   const Clock::time_point start = Clock::now();
-  std::vector<float> logits = session.prefill(o.input_ids);
+  std::vector<float> logits = prefill(session, o.input_ids, rules.prefill_chunk);
   const Clock::time_point prefilled = Clock::now();
   const auto prompt = static_cast<int64_t>(o.input_ids.size());
   if (times) *times = {seconds(start, prefilled), 0, prompt, 0};
@@ -38,10 +59,10 @@ std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& o, 
     out.push_back(token);
     const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
     if (stop || step + 1 == o.max_new_tokens) break;
-    if (prompt < rebuild_cache_at && prompt + step + 1 == rebuild_cache_at) {
+    if (prompt < rules.rebuild_cache_at && prompt + step + 1 == rules.rebuild_cache_at) {
       std::vector<int64_t> sequence = o.input_ids;
       sequence.insert(sequence.end(), out.begin(), out.end());
-      logits = session.prefill(sequence);
+      logits = prefill(session, sequence, rules.prefill_chunk);
       continue;
     }
     logits = session.step(token);
@@ -87,10 +108,8 @@ int runner_main(int argc, char** argv, std::string_view format, const SessionFac
     manifest.generation();  // throws unless exported --for-generation
     const std::vector<int64_t> eos = options.ignore_eos ? std::vector<int64_t>{} : manifest.eos_token_ids();
     const std::unique_ptr<DecodeSession> session = open(manifest, options);
-    const nlohmann::json& gen = manifest.generation();
-    const int64_t rebuild_at = gen.value(manifest::key::kRebuildCacheAt, int64_t{0});
     GenerationTimes times;
-    const std::vector<int64_t> tokens = generate(*session, options, eos, rebuild_at, &times);
+    const std::vector<int64_t> tokens = generate(*session, options, eos, LoopRules::of(manifest), &times);
     for (size_t i = 0; i < tokens.size(); ++i) std::cout << (i ? " " : "") << tokens[i];
     std::cout << "\n";
     if (options.stats) std::cerr << "hfexport: " << times.summary() << "\n";

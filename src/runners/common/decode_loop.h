@@ -21,20 +21,32 @@ class DecodeSession {
   virtual std::vector<float> prefill(const std::vector<int64_t>& input_ids) = 0;
   // Feeds one new token; returns its logits.
   virtual std::vector<float> step(int64_t token) = 0;
+  // Feeds several tokens after the ones before in one call (a multi-token step graph); returns
+  // the last one's logits. Only called where the manifest says the step graph takes several.
+  virtual std::vector<float> extend(const std::vector<int64_t>& ids) = 0;
 };
 
-// The new tokens: at most max_new_tokens, ending at the first eos unless ignore_eos. When the
-// sequence first reaches `rebuild_cache_at` (the manifest's rebuild_cache_at_length; 0: never),
-// the whole sequence is run again from an empty cache, as transformers' generate does for longrope.
+// What the manifest's generation block asks of the loop.
+struct LoopRules {
+  // When the sequence first reaches this length (the manifest's rebuild_cache_at_length; 0:
+  // never), the whole sequence is run again from an empty cache, as transformers' generate does
+  // for longrope.
+  int64_t rebuild_cache_at = 0;
+  // A longer prompt is fed in calls of at most this many tokens (prefill_chunk; 0: one call).
+  int64_t prefill_chunk = 0;
+  static LoopRules of(const Manifest& manifest);
+};
+
 // Where a generation's time went (--stats).
 struct GenerationTimes {
-  double prefill_s = 0, decode_s = 0;  // the prompt's call; every step after it
+  double prefill_s = 0, decode_s = 0;  // the prompt's call(s); every step after them
   int64_t prompt_tokens = 0, decode_steps = 0;
   std::string summary() const;  // "prefill 32 tokens in 41.2 ms; decode 64 steps in 2.10 s, 30.5 tok/s"
 };
 
+// The new tokens: at most max_new_tokens, ending at the first eos unless ignore_eos.
 std::vector<int64_t> generate(DecodeSession& session, const GenerateOptions& options,
-                              const std::vector<int64_t>& eos_token_ids, int64_t rebuild_cache_at = 0,
+                              const std::vector<int64_t>& eos_token_ids, const LoopRules& rules = {},
                               GenerationTimes* times = nullptr);
 
 // Refuses a prompt + new tokens longer than the export's sequence bound (total_sequence).

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -141,6 +142,15 @@ class ExecutorchSession final : public DecodeSession {
     return run({token}, {next_++});
   }
 
+  std::vector<float> extend(const std::vector<int64_t>& ids) override {
+    const auto n = static_cast<int64_t>(ids.size());
+    if (next_ + n > max_cache_len_) fail("prompt exceeds max_cache_len ", max_cache_len_);
+    std::vector<int64_t> positions(ids.size());
+    std::iota(positions.begin(), positions.end(), next_);
+    next_ += n;
+    return run(ids, positions);
+  }
+
  private:
   // One call: the tokens, a [1, 1, query, max_cache_len] mask (slot <= position) and the positions;
   // or the tokens and their cache positions.
@@ -258,6 +268,12 @@ class DynamicSession final : public DecodeSession {
   }
 
   std::vector<float> step(int64_t token) override { return run(*decode_, {token}, {length_}, true); }
+
+  std::vector<float> extend(const std::vector<int64_t>& ids) override {
+    std::vector<int64_t> positions(ids.size());
+    std::iota(positions.begin(), positions.end(), length_);
+    return run(*decode_, ids, positions, true);
+  }
 
  private:
   struct Past {

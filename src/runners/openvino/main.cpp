@@ -76,10 +76,14 @@ class OpenVinoSession final : public DecodeSession {
     return run(ids);
   }
 
-  std::vector<float> step(int64_t token) override {
-    mask_.push_back(1);
-    positions_ = {positions_.back() + 1};
-    return run({token});
+  std::vector<float> step(int64_t token) override { return extend({token}); }
+
+  std::vector<float> extend(const std::vector<int64_t>& ids) override {
+    mask_.insert(mask_.end(), ids.size(), 1);
+    const int64_t next = positions_.back() + 1;
+    positions_.resize(ids.size());
+    std::iota(positions_.begin(), positions_.end(), next);
+    return run(ids);
   }
 
  private:
