@@ -1368,7 +1368,9 @@ def test_cpp_runners_feed_a_long_prompt_in_chunks(mode, tmp_path, export_model, 
     assert [int(t) for t in proc.stdout.split()] == hf_generate(model, ids, mask, 8).tokens[0].tolist()
 
 
-LONG_PROMPT_FORMATS = {**CONV_FORMATS, "onnx-standard": ["--onnx-ops", "standard", "--multi-token-decode"]}
+LONG_PROMPT_FORMATS = {**CONV_FORMATS, "onnx-standard": ["--onnx-ops", "standard", "--multi-token-decode"],
+                       "onnx-static": ["--static-cache", "--max-cache-len", "192", "--batch-size", "2"],
+                       "pt2-static": ["--static-cache", "--max-cache-len", "192", "--batch-size", "2"]}
 
 
 @pytest.mark.parametrize("variant", list(LONG_PROMPT_FORMATS))
