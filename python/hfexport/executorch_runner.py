@@ -203,9 +203,7 @@ class ExecutorchDynamicRunner(DecodeRunner):
         return self._call(self.STEP, feeds)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = step_ids(tokens)
-        positions = step_positions(self.next_position, ids.shape[1])
-        self.next_position = self.next_position + ids.shape[1]
+        ids, positions = self._advance(tokens)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         return self._call(self.STEP, {**self._token_inputs(ids), "attention_mask": self.attention_mask,
                                       "position_ids": self._position_ids(ids, positions), **self.past})

@@ -20,7 +20,7 @@ import onnxruntime as ort
 from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .seq2seq import cross_state_names, decoder_feeds, encoder_results
 from .runner import (DecodeRunner, state_buffer_shape, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
-                     park_padding, step_ids, step_positions)
+                     park_padding)
 from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -335,10 +335,8 @@ class OnnxRuntimeRunner(DecodeRunner):
         return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = step_ids(tokens)
+        ids, positions = self._advance(tokens)
         count = ids.shape[1]
-        positions = step_positions(self.next_position, count)
-        self.next_position = self.next_position + count
         if self.static:
             if positions.max() >= self.cache_len:
                 raise GenerationError(f"generation reached the cache length {self.cache_len}")

@@ -8,7 +8,7 @@ import numpy as np
 import openvino as ov
 
 from .manifest import CACHE_STATEFUL, DECODE, DECODER, ENCODER, ExportManifest
-from .runner import DecodeRunner, GenerationError, left_padded_positions, step_ids, step_positions
+from .runner import DecodeRunner, GenerationError, left_padded_positions
 from .versions import check_runtime_versions
 
 
@@ -81,9 +81,7 @@ class OpenVinoRunner(DecodeRunner):
         return self._run(input_ids, positions)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = step_ids(tokens)
-        positions = step_positions(self.next_position, ids.shape[1])
-        self.next_position = self.next_position + ids.shape[1]
+        ids, positions = self._advance(tokens)
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         return self._run(ids, positions)
 

@@ -45,6 +45,13 @@ class DecodeRunner(ABC):
         """Feeds one new token per row [batch], or several [batch, n] where the manifest's
         multi_token_decode says the step graph takes them; returns the last one's logits [batch, vocab]."""
 
+    def _advance(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A step's ids and positions [batch, query] from `self.next_position`, which moves past them."""
+        ids = step_ids(tokens)
+        positions = step_positions(self.next_position, ids.shape[1])
+        self.next_position = self.next_position + ids.shape[1]
+        return ids, positions
+
     def steps_take_several_tokens(self, batch: int) -> bool:
         """Whether `step` takes several tokens per row for a batch this large (after a prefill)."""
         return bool(self.manifest.generation.get(MULTI_TOKEN_DECODE))

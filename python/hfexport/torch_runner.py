@@ -15,7 +15,7 @@ import numpy as np
 
 from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, ExportManifest
 from .runner import (DecodeRunner, state_buffer_shape, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
-                     park_padding, step_ids, step_positions)
+                     park_padding)
 from .versions import check_runtime_versions
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
@@ -264,9 +264,7 @@ class TorchProgramRunner(DecodeRunner):
         return self._run_dynamic(self.decode, self.decode_outputs, feeds, empty)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = step_ids(tokens)
-        positions = step_positions(self.next_position, ids.shape[1])
-        self.next_position = self.next_position + ids.shape[1]
+        ids, positions = self._advance(tokens)
         if self.static:
             if positions.max() >= self.cache_len:
                 raise GenerationError(f"generation reached the cache length {self.cache_len}")

@@ -267,7 +267,7 @@ class DynamicSession final : public DecodeSession {
     return run(prefill_ ? *prefill_ : *decode_, ids, positions, !prefill_);
   }
 
-  std::vector<float> step(int64_t token) override { return run(*decode_, {token}, {length_}, true); }
+  std::vector<float> step(int64_t token) override { return extend({token}); }
 
   std::vector<float> extend(const std::vector<int64_t>& ids) override {
     std::vector<int64_t> positions(ids.size());
