@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from test_generation import CONFIGS, TOL, hf_generate, make_prompts, tiny  # noqa: F401 (fixture)
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -19,8 +20,10 @@ GENAI_CASES = ["llama-gqa-tied-rope_llama3", "mistral-gqa-rope_linear", "qwen2-g
                "qwen3-gqa-qk_norm-head_dim16"]
 # The first generation case of every other model type (onnxruntime-genai's loop only reads the
 # config's model type for its own defaults; the graph is ours).
-# lfm2: its convolution layers' state named in the config (past_conv_names, layer_types, conv_cache_size).
-GENAI_TYPES = {"gemma", "gemma2", "gemma3_text", "phi3", "granite", "smollm3", "lfm2", "lfm2_moe"}
+# lfm2: its convolution layers' state named in the config (past_conv_names, layer_types, conv_cache_size);
+# qwen3_5 and granitemoehybrid: convolution and recurrent state by name templates, no layer_types.
+GENAI_TYPES = {"gemma", "gemma2", "gemma3_text", "phi3", "granite", "smollm3", "lfm2", "lfm2_moe",
+               "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid"}
 _FIRST = {m: n for n, (m, _) in reversed(CONFIGS.items())}
 GENAI_CASES += [n for t, n in _FIRST.items() if t in GENAI_TYPES]
 # Model types onnxruntime-genai 0.18 refuses (or, gpt2, runs with other inputs): no config for them.
@@ -51,13 +54,38 @@ def test_genai_generator_matches_transformers(name, args, tiny, tmp_path, export
     out = export_model(tm.model_dir, tmp_path / "out", "--for-generation", *args)
     config = json.loads((out / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is (not args)
-    ids, mask = make_prompts(tm.vocab, (9,))
-    want = hf_generate(tm.model, ids, mask, NEW_TOKENS)
+    check_genai_generation(name, tm.model, tm.vocab, out)
+
+
+def test_genai_runs_the_text_model_of_a_qwen3_5_vision_language_checkpoint(tmp_path, export_model):
+    """Qwen3.5 ships as Qwen3_5ForConditionalGeneration: the export is its text model, which
+    onnxruntime-genai runs as its `qwen3_5_text` type (the type its own builder writes for it), the
+    convolution and recurrent state found through the name templates."""
+    from conftest import build_tiny_model
+    from test_onnx_parity import BASE
+    from tiny_configs import case
+    from transformers import AutoModelForCausalLM
+
+    text = {**BASE, **case("qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half").overrides}
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, out_hidden_size=BASE["hidden_size"])
+    model_dir, _ = build_tiny_model(tmp_path / "hf", "qwen3_5", dict(text_config=text, vision_config=vision),
+                                    causal_lm=False)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).eval()
+    out = export_model(model_dir, tmp_path / "out", "--for-generation")
+    genai = json.loads((out / "genai_config.json").read_text())["model"]
+    assert genai["type"] == "qwen3_5_text"
+    assert genai["decoder"]["inputs"]["past_recurrent_names"] == "past_ssm.%d"
+    check_genai_generation("qwen3_5", model, text["vocab_size"], out)
+
+
+def check_genai_generation(name, model, vocab, out) -> None:
+    ids, mask = make_prompts(vocab, (9,))
+    want = hf_generate(model, ids, mask, NEW_TOKENS)
     tokens, logits = genai_generate(out, ids, NEW_TOKENS)
     # min_length keeps onnxruntime-genai from ending early by suppressing eos; transformers (eos
     # unset) may pick it: compare up to that step (its logits included).
     want_tokens = want.tokens[0].tolist()
-    eos = tm.model.config.eos_token_id
+    eos = model.config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [eos])
     n = next((i for i, t in enumerate(want_tokens) if t in eos), NEW_TOKENS)
     assert tokens[:n] == want_tokens[:n], f"{name}: onnxruntime-genai {tokens} vs transformers {want_tokens}"

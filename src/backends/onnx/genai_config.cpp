@@ -1,7 +1,7 @@
 #include "backends/onnx/genai_config.h"
 
 #include <fstream>
-#include <set>
+#include <map>
 
 #include <string>
 
@@ -30,12 +30,24 @@ json first_id(const json& generation, const char* k) {
 }
 
 // The model types onnxruntime-genai 0.18 loads and runs our decode graph under (measured by
-// tests/parity/test_onnxruntime_genai.py): it refuses gpt_neox, olmo2, starcoder2 and the MoE
-// families, and its gpt2 model wants other inputs. The others get no genai_config.json.
-bool genai_runs(const std::string& model_type) {
-  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-                                               "gemma3_text", "phi3", "granite", "smollm3", "lfm2", "lfm2_moe"};
-  return kTypes.count(model_type) > 0;
+// tests/parity/test_onnxruntime_genai.py), and the type its config names: it refuses gpt_neox, olmo2,
+// starcoder2, mamba2, falcon_h1, qwen3_next and the MoE families it lacks, and its gpt2 model wants
+// other inputs. A Qwen3.5 checkpoint's text model (ours from either checkpoint) is its `*_text` type,
+// as its own builder writes it. The others get no genai_config.json.
+std::optional<std::string> genai_type(const std::string& model_type) {
+  static const std::map<std::string, std::string> kTypes = {
+      {"llama", "llama"},         {"mistral", "mistral"},
+      {"qwen2", "qwen2"},         {"qwen3", "qwen3"},
+      {"gemma", "gemma"},         {"gemma2", "gemma2"},
+      {"gemma3_text", "gemma3_text"}, {"phi3", "phi3"},
+      {"granite", "granite"},     {"smollm3", "smollm3"},
+      {"lfm2", "lfm2"},           {"lfm2_moe", "lfm2_moe"},
+      {"qwen3_5", "qwen3_5_text"}, {"qwen3_5_text", "qwen3_5_text"},
+      {"qwen3_5_moe", "qwen3_5_moe_text"}, {"qwen3_5_moe_text", "qwen3_5_moe_text"},
+      {"granitemoehybrid", "granitemoehybrid"}};
+  const auto it = kTypes.find(model_type);
+  if (it == kTypes.end()) return std::nullopt;
+  return it->second;
 }
 
 // The token ids, context length and greedy search every config carries.
@@ -253,11 +265,35 @@ void add_conv_state(json& decoder, const json& decode, int64_t layers) {
   decoder["outputs"]["present_conv_names"] = "present_conv.%d";
 }
 
+// A recurrent layer's convolution and recurrent state (Qwen3.5's gated DeltaNet, Granite 4's
+// Mamba2): onnxruntime-genai finds those layers by the names' templates (no layer_types) and keeps
+// one shape for all of them, so layers whose states differ in shape get no config (false).
+bool add_recurrent_state(json& decoder, const json& decode, int64_t layers) {
+  const json *first_state = nullptr, *first_conv = nullptr;
+  for (int64_t i = 0; i < layers; ++i) {
+    const json* state = tensor(decode, key::kInputs, str("past_ssm.", i));
+    if (!state) continue;
+    const json* conv = tensor(decode, key::kInputs, str("past_conv.", i));
+    if (!conv) return false;
+    if (!first_state) first_state = state, first_conv = conv;
+    if (state->at("shape") != first_state->at("shape") || conv->at("shape") != first_conv->at("shape")) return false;
+  }
+  if (!first_state) return true;
+  decoder.erase("layer_types");
+  decoder.erase("conv_cache_size");
+  decoder["inputs"]["past_conv_names"] = "past_conv.%d";
+  decoder["inputs"]["past_recurrent_names"] = "past_ssm.%d";
+  decoder["outputs"]["present_conv_names"] = "present_conv.%d";
+  decoder["outputs"]["present_recurrent_names"] = "present_ssm.%d";
+  return true;
+}
+
 std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
   const std::string model_type = m.at(key::kSource).value("model_type", "");
   if (model_type == "whisper") return whisper_genai_config(m, hf);
   if (model_type == "qwen2_vl" || model_type == "qwen2_5_vl") return qwen_vl_genai_config(m, hf);
-  if (!genai_runs(m.at(key::kSource).value("model_type", ""))) return std::nullopt;
+  const auto type = genai_type(m.at(key::kSource).value("model_type", ""));
+  if (!type) return std::nullopt;
   const json& gen = m.value(key::kGeneration, json());
   const json& components = m.at(key::kComponents);
   if (!gen.is_object() || gen.value(key::kCache, "") != manifest::cache::kDynamic ||
@@ -294,7 +330,8 @@ std::optional<json> genai_config(const json& m, const JsonConfig& hf) {
                     {"present_key_names", "present.%d.key"},
                     {"present_value_names", "present.%d.value"}}}};
   add_conv_state(decoder, decode, layers);
-  json model = {{"type", m.at(key::kSource).value("model_type", "")}, {"decoder", decoder}}, search;
+  if (!add_recurrent_state(decoder, decode, layers)) return std::nullopt;
+  json model = {{"type", *type}, {"decoder", decoder}}, search;
   add_common(model, search, gen, context, logits->at("shape").back());
   return json{{"model", model}, {"search", search}};
 }
