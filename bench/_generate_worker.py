@@ -151,9 +151,13 @@ class BuilderIoBindingLoop:
         self.session = ort.InferenceSession(str(path / "model.onnx"), session_options(ort_threads),
                                             providers=["CPUExecutionProvider"])
         self.pasts = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values")]
-        # A hybrid's convolution state (LFM2: past.{i}.conv [batch, hidden, kernel - 1]), replaced
-        # every call: two buffers per layer, read from one and written to the other, swapped.
-        self.convs = [i for i in self.session.get_inputs() if i.name.startswith("past.") and i.name.endswith(".conv")]
+        # A hybrid's convolution state (LFM2, Qwen3.5: past.{i}.conv [batch, channels, kernel - 1])
+        # and recurrent state (Qwen3.5: past.{i}.recurrent), replaced every call: two buffers per
+        # layer, read from one and written to the other, swapped.
+        self.convs = [i for i in self.session.get_inputs()
+                      if i.name.startswith("past.") and i.name.endswith((".conv", ".recurrent"))]
+        # Qwen3.5's graph takes M-RoPE positions [3, batch, sequence] (the same row three times for text).
+        self.position_rows = next((len(i.shape) for i in self.session.get_inputs() if i.name == "position_ids"), 0)
         self.new_tokens = new_tokens
         self.vocab = self.session.get_outputs()[0].shape[-1]
         self.head_size = json.loads((path / "genai_config.json").read_text())["model"]["decoder"]["head_size"]
@@ -162,6 +166,10 @@ class BuilderIoBindingLoop:
         b = self.binding
         b.bind_cpu_input("input_ids", ids)
         b.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
+        if self.position_rows:
+            positions = np.arange(self.length - ids.shape[1], self.length, dtype=np.int64)[None]
+            b.bind_cpu_input("position_ids", np.ascontiguousarray(
+                np.broadcast_to(positions, (3, *positions.shape)) if self.position_rows == 3 else positions))
         b.bind_ortvalue_output("logits", logits)
         for c, (read, write) in zip(self.convs, self.conv_buffers):
             b.bind_ortvalue_input(c.name, read)

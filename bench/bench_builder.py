@@ -49,7 +49,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_export import MODELS, default_hfexport, ensure_checkpoint, measure, onnx_output_bytes
+from bench_export import MODELS, default_hfexport, ensure_checkpoint, measure, onnx_output_bytes, text_config
 from bench_generate import run_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,11 +70,12 @@ def add_tokenizer(ckpt: Path, workdir: Path) -> Path:
         (out / f.name).unlink(missing_ok=True)
         (out / f.name).symlink_to(f)
     shutil.copy(ckpt / "config.json", out / "config.json")
-    config = json.loads((ckpt / "config.json").read_text())
+    config = text_config(json.loads((ckpt / "config.json").read_text()))
     vocab = {f"t{i}": i for i in range(config["vocab_size"])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    eos = f"t{config['eos_token_id']}"
+    eos = config["eos_token_id"]
+    eos = f"t{eos[0] if isinstance(eos, list) else eos}"
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos, unk_token="t0").save_pretrained(out)
     return out
 
@@ -99,7 +100,7 @@ def weights_read_per_step(out: Path) -> int:
     config = json.loads((out / "genai_config.json").read_text())["model"]
     hf = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
     if hf and not hf.get("tie_word_embeddings", False):
-        data -= config["vocab_size"] * hf["hidden_size"] * 4
+        data -= config["vocab_size"] * text_config(hf)["hidden_size"] * 4
     return data
 
 
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
         args.layers = MODELS[args.model][2]
 
     ckpt = add_tokenizer(ensure_checkpoint(args.workdir, args.layers, args.seed, False, args.model), args.workdir)
-    vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    vocab = text_config(json.loads((ckpt / "config.json").read_text()))["vocab_size"]
     root = args.workdir / f"builder-{ckpt.name}"
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)

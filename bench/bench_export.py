@@ -151,7 +151,8 @@ def qwen3_5_0_8b_config(layers: int) -> dict:
         "vocab_size": 248320,
         "tie_word_embeddings": True,
         "max_position_embeddings": 262144,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                            "mrope_section": [11, 11, 10], "mrope_interleaved": True},
         "rms_norm_eps": 1e-6,
         "hidden_act": "silu",
         "linear_conv_kernel_dim": 4,
@@ -167,12 +168,30 @@ def qwen3_5_0_8b_config(layers: int) -> dict:
     }
 
 
+def qwen3_5_0_8b_vl_config(layers: int) -> dict:
+    """Qwen3.5-0.8B as the Hub ships it, Qwen3_5ForConditionalGeneration: the text model above
+    under text_config, beside a vision tower (a small one here: neither exporter reads it, and
+    onnxruntime-genai's builder takes Qwen3.5 only in this form)."""
+    text = qwen3_5_0_8b_config(layers)
+    del text["architectures"], text["dtype"]
+    vision = {"depth": 2, "hidden_size": 256, "intermediate_size": 512, "num_heads": 4, "patch_size": 16,
+              "out_hidden_size": text["hidden_size"]}
+    return {"text_config": text, "vision_config": vision, "tie_word_embeddings": True,
+            "architectures": ["Qwen3_5ForConditionalGeneration"], "dtype": "bfloat16"}
+
+
+def text_config(config: dict) -> dict:
+    """A config.json's text model part: text_config where the checkpoint is multimodal."""
+    return config.get("text_config", config)
+
+
 # --model: (model_type, config of `layers` layers, its real layer count)
 MODELS = {
     "qwen3-0.6b": ("qwen3", qwen3_0_6b_config, 28),
     "gemma3-1b": ("gemma3_text", gemma3_1b_config, 26),
     "lfm2-1.2b": ("lfm2", lfm2_1_2b_config, 16),
     "qwen3.5-0.8b": ("qwen3_5_text", qwen3_5_0_8b_config, 24),
+    "qwen3.5-0.8b-vl": ("qwen3_5", qwen3_5_0_8b_vl_config, 24),
 }
 
 
@@ -181,10 +200,14 @@ def tensor_specs(config) -> list[tuple[str, tuple[int, ...]]]:
 
     lm_head.weight is left out: the embeddings are tied, so checkpoints do not store it."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        if hasattr(config, "text_config"):  # a multimodal checkpoint: the class it names
+            model = getattr(transformers, config.architectures[0])(config)
+        else:
+            model = AutoModelForCausalLM.from_config(config)
     if model.lm_head.weight is not model.get_input_embeddings().weight:
         raise RuntimeError("expected lm_head.weight tied to the input embeddings")
     return sorted((name, tuple(t.shape)) for name, t in model.state_dict().items() if name != "lm_head.weight")

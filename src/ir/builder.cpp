@@ -288,6 +288,18 @@ Value* Builder::silu(Value* x) { return emit(OpKind::SiLU, {x}); }
 
 Value* Builder::gelu(Value* x, GeluApproximation approximate) { return emit(OpKind::GELU, {x}, GELUAttrs{approximate}); }
 
+std::pair<Value*, Value*> Builder::causal_conv(Value* x, Value* weight, Value* state, Value* bias) {
+  std::vector<Value*> inputs{x, weight, state};
+  if (bias) inputs.push_back(bias);
+  const std::vector<Value*> out = emit_all(OpKind::CausalConv, std::move(inputs));
+  return {out[0], out[1]};
+}
+
+std::pair<Value*, Value*> Builder::state_space_scan(Value* x, Value* dt, Value* a, Value* b, Value* c, Value* state) {
+  const std::vector<Value*> out = emit_all(OpKind::StateSpaceScan, {x, dt, a, b, c, state});
+  return {out[0], out[1]};
+}
+
 std::pair<Value*, Value*> Builder::gated_delta_rule(Value* q, Value* k, Value* v, Value* decay, Value* beta,
                                                     Value* state, int64_t doublings) {
   const std::vector<Value*> out =

@@ -101,6 +101,10 @@ class Builder {
   Value* state_update(int64_t state, Value* current, Value* fresh, Value* positions, Shape shape);
   Value* silu(Value* x);
   Value* gelu(Value* x, GeluApproximation approximate);
+  // CausalConv (ops.def): the call's outputs y and the state after it; `bias` may be null.
+  std::pair<Value*, Value*> causal_conv(Value* x, Value* weight, Value* state, Value* bias);
+  // StateSpaceScan (ops.def): the call's outputs y and the state after it.
+  std::pair<Value*, Value*> state_space_scan(Value* x, Value* dt, Value* a, Value* b, Value* c, Value* state);
   // GatedDeltaRule (ops.def): the call's outputs o and the state after it.
   std::pair<Value*, Value*> gated_delta_rule(Value* q, Value* k, Value* v, Value* decay, Value* beta, Value* state,
                                              int64_t doublings);

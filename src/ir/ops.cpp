@@ -308,6 +308,29 @@ Types rule_gated_delta_rule(const Inputs& in, const OpAttrs&) {
   return {{DType::F32, v->shape}, {DType::F32, state->shape}};
 }
 
+Types rule_causal_conv(const Inputs& in, const OpAttrs&) {
+  const Value *x = in[0], *weight = in[1], *state = in[2], *bias = in.size() > 3 ? in[3] : nullptr;
+  need(x->rank() == 3 && weight->rank() == 3 && weight->shape[1] == Dim(1) && weight->shape[0] == x->shape[2] &&
+           weight->shape[2].is_static(), "CausalConv x [B, L, C], weight [C, 1, K]");
+  need(state->shape == Shape{x->shape[0], x->shape[2], Dim(weight->shape[2].value() - 1)}, "CausalConv state [B, C, K - 1]");
+  need(!bias || bias->shape == Shape{x->shape[2]}, "CausalConv bias [C]");
+  for (const Value* v : in) need(v->dtype == x->dtype, "CausalConv operands share one type");
+  return {{x->dtype, x->shape}, {x->dtype, state->shape}};
+}
+
+Types rule_state_space_scan(const Inputs& in, const OpAttrs&) {
+  const Value *x = in[0], *dt = in[1], *a = in[2], *bm = in[3], *cm = in[4], *state = in[5];
+  for (const Value* v : in) need(v->dtype == DType::F32, "StateSpaceScan computes in float32");
+  need(x->rank() == 4 && bm->rank() == 4 && cm->shape == bm->shape, "StateSpaceScan x / b / c ranks");
+  need(bm->shape[0] == x->shape[0] && bm->shape[1] == x->shape[1], "StateSpaceScan b / c [B, L, G, N]");
+  need(x->shape[2].is_static() && bm->shape[2].is_static() && x->shape[2].value() % bm->shape[2].value() == 0,
+       "StateSpaceScan groups divide heads");
+  need(dt->shape == Shape(x->shape.begin(), x->shape.begin() + 3), "StateSpaceScan dt [B, L, H]");
+  need(a->shape == Shape{x->shape[2]}, "StateSpaceScan a [H]");
+  need(state->shape == Shape{x->shape[0], x->shape[2], x->shape[3], bm->shape[3]}, "StateSpaceScan state [B, H, P, N]");
+  return {{DType::F32, x->shape}, {DType::F32, state->shape}};
+}
+
 Types rule_kv_append(const Inputs& in, const OpAttrs& a) {
   need(in[0]->rank() == 4 && in[1]->rank() == 4 && in[0]->dtype == in[1]->dtype, "KVAppend operands");
   Shape out = in[0]->shape;
@@ -428,6 +451,8 @@ RULE(RoPETable, rule_rope_table)
 RULE(Attention, rule_attention)
 RULE(KVAppend, rule_kv_append)
 RULE(GatedDeltaRule, rule_gated_delta_rule)
+RULE(StateSpaceScan, rule_state_space_scan)
+RULE(CausalConv, rule_causal_conv)
 RULE(StateRead, rule_state)
 RULE(StateUpdate, rule_state)
 #undef RULE

@@ -271,20 +271,6 @@ Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value*
   return scaled(b, b.linear(b.mul(act, up), down.weight, down.bias), s.down_scale);
 }
 
-Value* causal_depthwise_conv(Builder& b, Value* window, Value* taps, Value* bias, Dim length) {
-  const int64_t kernel = taps->shape[0].value();
-  Value* window_length = b.gather(b.shape_of(window), b.const_i64({1}), 0);
-  Value* sum = nullptr;
-  for (int64_t j = 0; j < kernel; ++j) {
-    // out[t] += taps[j] * window[t + j]: rows j .. j + length - 1 of the window.
-    Value* rows = b.range(b.const_i64({j}), b.sub(window_length, b.const_i64({kernel - 1 - j})), b.const_i64({1}),
-                          length);
-    Value* term = b.mul(b.gather(window, rows, 1), b.slice(taps, 0, j, j + 1));
-    sum = sum ? b.add(sum, term) : term;
-  }
-  return bias ? b.add(sum, bias) : sum;
-}
-
 Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis) {
   if (groups == heads) return x;
   std::vector<int64_t> index(static_cast<size_t>(heads));

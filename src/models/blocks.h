@@ -163,13 +163,6 @@ Value* scaled(Builder& b, Value* x, double k);
 // The MLP with HF names under `prefix` (e.g. "model.layers.0.mlp.").
 Value* gated_mlp(ModelBuilder& m, const std::string& prefix, const MlpSpec& spec, Value* x);
 
-// A causal depthwise convolution over `window` [batch, kernel - 1 + length, channels]: the kernel - 1
-// inputs before the call (a convolution state, or zeros) then the call's. out[t] = bias +
-// sum_j taps[j] * window[t + j] for t < length (the call's dim); `taps` [kernel, channels] (a Conv1d weight
-// [channels, 1, kernel] transposed), `bias` [channels] or null. Gathers with ranges, not slices,
-// so that it holds for any symbolic length.
-Value* causal_depthwise_conv(Builder& b, Value* window, Value* taps, Value* bias, Dim length);
-
 // out[h] = x[group of h] along `axis`: head h reads row h / (heads / groups), as repeat_interleave
 // does (Mamba2's B and C groups, a gated DeltaNet's q/k heads serving several value heads).
 Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis);

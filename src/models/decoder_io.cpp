@@ -300,28 +300,24 @@ Value* DecoderIO::single_step() {
   return b_.logical_and(one_token, continues_sequence());
 }
 
-Value* DecoderIO::conv_window(int64_t layer, Value* u, int64_t kernel) {
+Value* DecoderIO::causal_conv(int64_t layer, Value* u, Value* weight, Value* bias) {
   const Dim channels = u->shape[2];
+  const int64_t kernel = weight->shape[2].value();
   const Dim held(kernel - 1);
-  const Dim window = b_.graph().dim(dim_plus(query_, kernel - 1));
   const std::string name = "past_conv." + std::to_string(layer);
-  auto window_of = [&](Value* before) {  // before: [batch, kernel - 1, channels]
-    return b_.concat({b_.cast(before, u->dtype), u}, 1, window);
-  };
   Value* zeros = nullptr;
-  if (variant_.cache == CacheKind::None || !variant_.has_past) zeros = zero_state({kernel - 1, channels.value()}, u->dtype);
-  if (variant_.cache == CacheKind::None) return window_of(zeros);
+  if (variant_.cache == CacheKind::None || !variant_.has_past) zeros = zero_state({channels.value(), kernel - 1}, u->dtype);
+  if (variant_.cache == CacheKind::None) return b_.causal_conv(u, weight, zeros, bias).first;
   const int64_t state = b_.declare_state({name, StateKind::Convolution, StateUpdatePolicy::Replace, cache_.dtype,
                                           {batch_, channels, held}});
   Value* current = variant_.has_past ? b_.state_read(state) : nullptr;
-  Value* before = current ? b_.transpose(current, {0, 2, 1}) : zeros;
+  Value* before = current ? b_.cast(current, u->dtype) : zeros;
   // A static cache's buffers outlive a sequence (a runtime's method buffers): a call at position 0
   // starts a new one, whose convolution sees zeros before it.
   if (variant_.cache == CacheKind::Static) before = b_.mul(before, b_.cast(continues_sequence(), before->dtype));
-  Value* full = window_of(before);
-  Value* kept = b_.cast(b_.transpose(b_.slice(full, 1, -(kernel - 1), INT64_MAX), {0, 2, 1}), cache_.dtype);
-  b_.state_update(state, current, kept, nullptr, {batch_, channels, held});
-  return full;
+  auto [y, kept] = b_.causal_conv(u, weight, before, bias);
+  b_.state_update(state, current, b_.cast(kept, cache_.dtype), nullptr, {batch_, channels, held});
+  return y;
 }
 
 Value* DecoderIO::zero_state(const std::vector<int64_t>& dims, DType dtype) {

@@ -93,10 +93,11 @@ class DecoderIO {
   // This call's real tokens, [batch, query] in `dtype` (1; 0 for padding), from the attention
   // mask's last query columns; null when the graph takes no mask (every token is real).
   Value* real_tokens(DType dtype);
-  // A causal convolution's window at layer `layer`: the kernel - 1 inputs before this call (state
-  // past_conv.{layer} [batch, channels, kernel - 1], which each call replaces with its own last
-  // ones; zeros where the sequence starts) followed by this call's `u` [batch, query, channels].
-  Value* conv_window(int64_t layer, Value* u, int64_t kernel);
+  // The causal depthwise convolution (CausalConv) of this call's `u` [batch, query, channels] at layer
+  // `layer` by `weight` [channels, 1, kernel] (+ `bias` [channels], or null), all of u's type,
+  // over the kernel - 1 inputs before this call: state past_conv.{layer} [batch, channels,
+  // kernel - 1], which each call replaces with its own last ones; zeros where the sequence starts.
+  Value* causal_conv(int64_t layer, Value* u, Value* weight, Value* bias);
   // A recurrent state at layer `layer` (state past_ssm.{layer}, float32 [batch, *dims], replaced by
   // each call) as this call finds it: zeros where a sequence starts.
   Value* recurrent_state(int64_t layer, const std::vector<int64_t>& dims);

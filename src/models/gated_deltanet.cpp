@@ -75,9 +75,8 @@ Value* gated_deltanet(DecoderGraph& g, int64_t layer, const std::string& p, cons
   const Projected in = s.layout == GatedDeltaSpec::Layout::Separate ? project_separate(g.m, p, s, x)
                                                                      : project_per_key_head(g.m, p, s, x);
   // The convolution sums in float32 and rounds once (as torch's conv1d does in half precision).
-  Value* window = f32(g.io->conv_window(layer, in.qkv, s.kernel));
-  Value* taps = b.transpose(b.reshape(f32(g.m.weight(p + "conv1d.weight", {channels, 1, s.kernel})), {channels, s.kernel}), {1, 0});
-  Value* mixed = b.silu(b.cast(causal_depthwise_conv(b, window, taps, nullptr, g.io->query_dim()), x->dtype));
+  Value* conv = g.io->causal_conv(layer, f32(in.qkv), f32(g.m.weight(p + "conv1d.weight", {channels, 1, s.kernel})), nullptr);
+  Value* mixed = b.silu(b.cast(conv, x->dtype));
   auto heads = [&](int64_t begin, int64_t end, int64_t count, int64_t dim) {
     return b.reshape(f32(b.slice(mixed, 2, begin, end)), {batch, length, Dim(count), Dim(dim)});
   };

@@ -107,9 +107,7 @@ class Lfm2Decoder : public Decoder {
     Value* gate_in = b.slice(bcx, 2, 0, hidden);
     Value* gate_out = b.slice(bcx, 2, hidden, 2 * hidden);
     Value* u = b.mul(gate_in, b.slice(bcx, 2, 2 * hidden, 3 * hidden));
-    Value* window = g.io->conv_window(i, u, k);
-    Value* taps = b.transpose(b.reshape(g.m.weight(p + "conv.weight", {hidden, 1, k}), {hidden, k}), {1, 0});
-    Value* y = causal_depthwise_conv(b, window, taps, bias("conv", hidden), g.io->query_dim());
+    Value* y = g.io->causal_conv(i, u, g.m.weight(p + "conv.weight", {hidden, 1, k}), bias("conv", hidden));
     return b.linear(b.mul(gate_out, y), g.m.weight(p + "out_proj.weight", {hidden, hidden}), bias("out_proj", hidden));
   }
 };

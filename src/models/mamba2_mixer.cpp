@@ -73,37 +73,6 @@ Value* gated_output(DecoderGraph& g, const std::string& p, const Mamba2Spec& s, 
 
 }  // namespace
 
-std::pair<Value*, Value*> ssd_scan(Builder& b, Value* x, Value* dt, Value* a, Value* bm, Value* cm, Value* d,
-                                   Value* initial, Dim length) {
-  const int64_t heads = x->shape[2].value(), groups = bm->shape[2].value();
-  // Per head, the log decay of each step and its running sum over the call: [batch, heads, L].
-  Value* log_decay = b.transpose(b.mul(dt, a), {0, 2, 1});
-  Value* cum = b.cumsum(log_decay, 2);
-  // decay[l, s] = exp(cum[l] - cum[s]) for s <= l, else 0. cum never rises (dt >= 0, A < 0), so
-  // min(., 0) only touches the masked half and keeps exp finite there.
-  Value* diff = b.sub(b.unsqueeze(cum, {3}), b.unsqueeze(cum, {2}));
-  Value* steps = b.range(b.const_i64({0}), b.gather(b.shape_of(x), b.const_i64({1}), 0), b.const_i64({1}), length);
-  Value* causal = b.cast(b.compare(OpKind::LessOrEqual, b.unsqueeze(steps, {0}), b.unsqueeze(steps, {1})), DType::F32);
-  Value* decay = b.mul(b.unary(OpKind::Exp, b.min(diff, b.scalar(0.0, DType::F32))), causal);
-  Value* bg = b.transpose(bm, {0, 2, 1, 3});  // [batch, groups, L, state]
-  Value* cg = b.transpose(cm, {0, 2, 1, 3});
-  // Within the call: y[l] = sum_s (C_l . B_s) decay[l, s] dt_s x_s.
-  Value* scores = groups_to_heads(b, b.matmul(cg, swap_last(b, bg)), groups, heads, 1);  // [batch, heads, L, L]
-  Value* xdt = b.transpose(b.mul(x, b.unsqueeze(dt, {3})), {0, 2, 1, 3});                 // [batch, heads, L, P]
-  Value* y = b.matmul(b.mul(scores, decay), xdt);
-  // From the state before the call: y[l] += exp(cum[l]) C_l . S0.
-  Value* ch = groups_to_heads(b, cg, groups, heads, 1);  // [batch, heads, L, state]
-  Value* bh = groups_to_heads(b, bg, groups, heads, 1);
-  y = b.add(y, b.mul(b.matmul(ch, swap_last(b, initial)), b.unsqueeze(b.unary(OpKind::Exp, cum), {3})));
-  // The state after the last token: exp(cum[-1]) S0 + sum_l exp(cum[-1] - cum[l]) dt_l x_l B_l^T.
-  Value* last = b.slice(cum, 2, -1, INT64_MAX);  // [batch, heads, 1]
-  Value* to_end = b.unsqueeze(b.unary(OpKind::Exp, b.sub(last, cum)), {3});
-  Value* final_state = b.add(b.mul(initial, b.unsqueeze(b.unary(OpKind::Exp, last), {3})),
-                             b.matmul(swap_last(b, b.mul(xdt, to_end)), bh));
-  y = b.add(b.transpose(y, {0, 2, 1, 3}), b.mul(x, b.unsqueeze(d, {1})));
-  return {y, final_state};
-}
-
 Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& p, const Mamba2Spec& s, Value* x) {
   Builder& b = g.b();
   b.set_scope(p.substr(0, p.size() - 1));
@@ -122,10 +91,9 @@ Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& p, const 
 
   auto f32 = [&](Value* v) { return b.cast(v, DType::F32); };
   // The convolution sums in float32 and rounds once (as torch's conv1d does in half precision).
-  Value* window = f32(g.io->conv_window(layer, xbc, s.kernel));
-  Value* taps = b.transpose(b.reshape(f32(g.m.weight(p + "conv1d.weight", {channels, 1, s.kernel})), {channels, s.kernel}), {1, 0});
+  Value* conv_weight = f32(g.m.weight(p + "conv1d.weight", {channels, 1, s.kernel}));
   Value* conv_bias = s.conv_bias ? f32(g.m.weight(p + "conv1d.bias", {channels})) : nullptr;
-  Value* conv = b.cast(causal_depthwise_conv(b, window, taps, conv_bias, g.io->query_dim()), x->dtype);
+  Value* conv = b.cast(g.io->causal_conv(layer, f32(xbc), conv_weight, conv_bias), x->dtype);
   // Padding is zeroed again after the convolution, as transformers does (its bias and SiLU).
   xbc = unpadded(b.silu(conv));
 
@@ -144,8 +112,9 @@ Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& p, const 
   Value* a = b.unary(OpKind::Neg, b.unary(OpKind::Exp, f32(g.m.weight(p + "A_log", {s.heads}))));
   Value* d = f32(g.m.weight(p + "D", {s.heads}));
   Value* initial = g.io->recurrent_state(layer, {s.heads, s.head_dim, s.state_size});
-  auto [y, final_state] = ssd_scan(b, xs, dt, a, bm, cm, d, initial, length);
+  auto [scanned, final_state] = b.state_space_scan(xs, dt, a, bm, cm, initial);
   g.io->update_recurrent_state(layer, final_state);
+  Value* y = b.add(scanned, b.mul(xs, b.unsqueeze(d, {1})));  // D's skip connection
 
   b.set_scope(p + "norm");
   Value* normed = gated_output(g, p, s, b.reshape(y, {batch, length, Dim(inner)}), f32(z));

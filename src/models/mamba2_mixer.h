@@ -24,12 +24,4 @@ void finish_mamba2_spec(const JsonConfig& c, Mamba2Spec& spec, const char* heads
 // past_ssm.{layer}; x [batch, query, hidden] -> [batch, query, hidden].
 Value* mamba2_mixer(DecoderGraph& g, int64_t layer, const std::string& prefix, const Mamba2Spec& spec, Value* x);
 
-// The SSD recurrence over one call, S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t,
-// in its quadratic (one chunk) form: x [batch, L, heads, head_dim], dt [batch, L, heads] (after
-// softplus), a [heads] (= -exp(A_log)), b and c [batch, L, groups, state_size], d [heads], initial
-// [batch, heads, head_dim, state_size]; all float32. Returns y [batch, L, heads, head_dim] and the
-// state after the call's last token.
-std::pair<Value*, Value*> ssd_scan(Builder& b, Value* x, Value* dt, Value* a, Value* bm, Value* cm, Value* d,
-                                   Value* initial, Dim length);
-
 }  // namespace hfx

@@ -321,6 +321,69 @@ std::vector<Value*> decompose_gated_delta_rule(Builder& b, const Node& n) {
   return {heads_first(o), final_state};
 }
 
+// Over the window w = state ++ x [batch, K - 1 + L, channels]: out[t] = bias + sum_j taps[j] w[t + j],
+// gathered with ranges, not slices, so that it holds for any symbolic length; the next state is
+// w's last K - 1 rows.
+std::vector<Value*> decompose_causal_conv(Builder& b, const Node& n) {
+  Value *x = n.inputs[0], *weight = n.inputs[1], *state = n.inputs[2], *bias = n.input(3);
+  const int64_t channels = x->shape[2].value(), kernel = weight->shape[2].value();
+  const Dim length = x->shape[1];
+  Value* window = b.concat({b.transpose(state, {0, 2, 1}), x}, 1, b.graph().dim(dim_plus(length, kernel - 1)));
+  Value* taps = b.transpose(b.reshape(weight, {channels, kernel}), {1, 0});  // [kernel, channels]
+  Value* window_length = b.gather(b.shape_of(window), b.const_i64({1}), 0);
+  Value* sum = nullptr;
+  for (int64_t j = 0; j < kernel; ++j) {
+    // out[t] += taps[j] * window[t + j]: rows j .. j + length - 1 of the window.
+    Value* rows = b.range(b.const_i64({j}), b.sub(window_length, b.const_i64({kernel - 1 - j})), b.const_i64({1}), length);
+    Value* term = b.mul(b.gather(window, rows, 1), b.slice(taps, 0, j, j + 1));
+    sum = sum ? b.add(sum, term) : term;
+  }
+  if (bias) sum = b.add(sum, bias);
+  return {sum, b.transpose(b.slice(window, 1, -(kernel - 1), INT64_MAX), {0, 2, 1})};
+}
+
+// Each of `groups` rows of `x` along `axis` repeated for the heads it serves (heads / groups each).
+Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis) {
+  if (groups == heads) return x;
+  std::vector<int64_t> index(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) index[static_cast<size_t>(h)] = h / (heads / groups);
+  return b.gather(x, b.const_i64(index, {heads}), axis);
+}
+
+// The SSD recurrence in its quadratic (one chunk) form, from primitives only: a call of L tokens
+// costs L^2 per head.
+std::vector<Value*> decompose_state_space_scan(Builder& b, const Node& n) {
+  Value *x = n.inputs[0], *dt = n.inputs[1], *a = n.inputs[2], *bm = n.inputs[3], *cm = n.inputs[4];
+  Value* initial = n.inputs[5];
+  const int64_t heads = x->shape[2].value(), groups = bm->shape[2].value();
+  const Dim length = x->shape[1];
+  auto swap_last = [&](Value* v) { return b.transpose(v, {0, 1, 3, 2}); };
+  auto exp = [&](Value* v) { return b.unary(OpKind::Exp, v); };
+  // Per head, the log decay of each step and its running sum over the call: [batch, heads, L].
+  Value* cum = b.cumsum(b.transpose(b.mul(dt, a), {0, 2, 1}), 2);
+  // decay[l, s] = exp(cum[l] - cum[s]) for s <= l, else 0. cum never rises (dt >= 0, A < 0), so
+  // min(., 0) only touches the masked half and keeps exp finite there.
+  Value* diff = b.sub(b.unsqueeze(cum, {3}), b.unsqueeze(cum, {2}));
+  Value* steps = b.range(b.const_i64({0}), b.gather(b.shape_of(x), b.const_i64({1}), 0), b.const_i64({1}), length);
+  Value* causal = b.cast(b.compare(OpKind::LessOrEqual, b.unsqueeze(steps, {0}), b.unsqueeze(steps, {1})), DType::F32);
+  Value* decay = b.mul(exp(b.min(diff, b.scalar(0.0, DType::F32))), causal);
+  Value* bg = b.transpose(bm, {0, 2, 1, 3});  // [batch, groups, L, state]
+  Value* cg = b.transpose(cm, {0, 2, 1, 3});
+  // Within the call: y[l] = sum_s (C_l . B_s) decay[l, s] dt_s x_s.
+  Value* scores = groups_to_heads(b, b.matmul(cg, swap_last(bg)), groups, heads, 1);  // [batch, heads, L, L]
+  Value* xdt = b.transpose(b.mul(x, b.unsqueeze(dt, {3})), {0, 2, 1, 3});              // [batch, heads, L, P]
+  Value* y = b.matmul(b.mul(scores, decay), xdt);
+  // From the state before the call: y[l] += exp(cum[l]) C_l . S0.
+  Value* ch = groups_to_heads(b, cg, groups, heads, 1);  // [batch, heads, L, state]
+  Value* bh = groups_to_heads(b, bg, groups, heads, 1);
+  y = b.add(y, b.mul(b.matmul(ch, swap_last(initial)), b.unsqueeze(exp(cum), {3})));
+  // The state after the last token: exp(cum[-1]) S0 + sum_l exp(cum[-1] - cum[l]) dt_l x_l B_l^T.
+  Value* last = b.slice(cum, 2, -1, INT64_MAX);  // [batch, heads, 1]
+  Value* to_end = b.unsqueeze(exp(b.sub(last, cum)), {3});
+  Value* final_state = b.add(b.mul(initial, b.unsqueeze(exp(last), {3})), b.matmul(swap_last(b.mul(xdt, to_end)), bh));
+  return {b.transpose(y, {0, 2, 1, 3}), final_state};
+}
+
 // The single-result decompositions, as the registry's type.
 template <Value* (*F)(Builder&, const Node&)>
 std::vector<Value*> single(Builder& b, const Node& n) {
@@ -347,6 +410,8 @@ Decomposition reference_decomposition(OpKind op) {
     case OpKind::KVAppend: return single<decompose_kv_append>;
     case OpKind::GELU: return single<decompose_gelu>;
     case OpKind::GatedDeltaRule: return decompose_gated_delta_rule;
+    case OpKind::StateSpaceScan: return decompose_state_space_scan;
+    case OpKind::CausalConv: return decompose_causal_conv;
     default: return nullptr;
   }
 }

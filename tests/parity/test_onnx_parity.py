@@ -205,19 +205,36 @@ def test_parity_fp32(model_type, variant, overrides, profile, tmp_path, make_tin
     )
 
 
+# The recurrences with an onnxruntime kernel: the gated delta rule (Qwen3.5, Qwen3-Next) and Mamba2's
+# SSD; every one of these families' convolutions is its CausalConvWithState (LFM2's alone).
+FUSED_RECURRENCES = [("qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half", "LinearAttention"),
+                     ("qwen3_next-moe4-top2-shared-khead2-vhead4", "LinearAttention"),
+                     ("mamba2-heads8-groups2-state16-conv4", "GatedDeltaNet"),
+                     ("granitemoehybrid-dense-nope-conv3-projbias-dt_limit", "GatedDeltaNet"),
+                     ("falcon_h1-d_ssm96-groups2-rmsnorm-mup", "GatedDeltaNet"),
+                     ("lfm2-conv3-gqa-layer_types", None),
+                     ("lfm2-conv4-bias-mha-full_attn_idxs-untied", None)]
+
+
 @pytest.mark.parametrize("profile", ["standard", "ort", "ort-gqa"])
-def test_gated_delta_rule_is_onnxruntimes_linear_attention_where_contrib_ops_are_allowed(profile, tmp_path,
-                                                                                         make_tiny_model, export_model):
+@pytest.mark.parametrize("name, fused", FUSED_RECURRENCES, ids=[n for n, _ in FUSED_RECURRENCES])
+def test_recurrences_and_convolutions_are_onnxruntimes_kernels_where_contrib_ops_are_allowed(
+        name, fused, profile, tmp_path, make_tiny_model, export_model):
     """Under the ort profiles the gated delta rule is onnxruntime's com.microsoft LinearAttention
-    (gated_delta): one node per linear-attention layer, linear in a call's length (the reference
-    decomposition's one-chunk solve is not). The standard profile keeps the decomposition. Both give
-    transformers' logits on a left-padded batch."""
-    c = case("qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half")
+    (gated_delta), Mamba2's SSD its GatedDeltaNet (gated, groups as its query / key heads) and each
+    causal convolution with its state its CausalConvWithState: one node per layer, the recurrences
+    linear in a call's length (the reference decompositions' one-chunk forms are not). The standard
+    profile keeps the decompositions. Both give transformers' logits on a left-padded batch."""
+    c = case(name)
     model_dir, model = make_tiny_model(tmp_path / "hf", c.model_type, c.config)
     out = export_model(model_dir, tmp_path / "out", "--onnx-ops", profile)
     ops = [n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node]
-    linear_layers = model.config.layer_types.count("linear_attention")
-    assert linear_layers and ops.count("LinearAttention") == (0 if profile == "standard" else linear_layers)
+    fused_count = (lambda n: 0) if profile == "standard" else (lambda n: n)
+    convolutions = sum(1 for m in model.modules() if isinstance(m, torch.nn.Conv1d))
+    assert convolutions and ops.count("CausalConvWithState") == fused_count(convolutions)
+    if fused:
+        recurrent_layers = sum(1 for m in model.modules() if hasattr(m, "A_log"))  # every DeltaNet and Mamba2 mixer
+        assert recurrent_layers and ops.count(fused) == fused_count(recurrent_layers)
     inputs = make_inputs(model.config.vocab_size)
     err = masked_max_abs_diff(ort_logits(out / "model.onnx", inputs), hf_logits(model, inputs), inputs[1])
     assert err <= FP32_TOL, f"{profile}: max logit error {err:.2e}"

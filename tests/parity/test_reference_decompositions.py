@@ -16,10 +16,13 @@ NAMES = ["qwen3-mqa-head_dim24-rope_yarn", "mistral-gqa-sliding_window4", "llama
          # LayerNorm, partial rotary; attention and final softcaps, 1 + w norms; MoE and sinks
          "gpt_neox-parallel-rotary_pct0.25", "gemma2-gqa-softcaps-sliding_window4", "gpt_oss-gqa-sinks-window4-experts4-top2",
          # the gated delta rule (onnxruntime's LinearAttention under the ort profiles)
-         "qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half"]
+         "qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half",
+         # Mamba2's SSD beside attention (onnxruntime's GatedDeltaNet under the ort profiles)
+         "granitemoehybrid-mamba-groups2-rope-moe4-4x_names"]
 FUSED_ONNX_OPS = {"RMSNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
                   "LayerNormalization", "SkipLayerNormalization", "MoE", "QMoE",
-                  "RotaryEmbedding", "Attention", "GroupQueryAttention", "Gelu", "LinearAttention"}
+                  "RotaryEmbedding", "Attention", "GroupQueryAttention", "Gelu", "LinearAttention",
+                  "GatedDeltaNet", "CausalConvWithState"}
 
 
 @pytest.fixture(scope="module")

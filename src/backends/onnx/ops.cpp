@@ -1,6 +1,8 @@
 // The ONNX lowering of each IR op, one registered function per op (opset 23; com.microsoft
 // contrib ops where the profile allows them). High-level ops without a rule here, or whose
 // native predicate says no, are decomposed into primitives before lowering.
+#include <algorithm>
+
 #include "backends/onnx/lowering.h"
 #include "core/error.h"
 #include "ir/builder.h"
@@ -435,6 +437,40 @@ HFX_ONNX_OP_NATIVE(GatedDeltaRule, gated_delta_rule_maps_natively) {
   attr_string(rule, "update_rule", "gated_delta");
   attr_float(rule, "scale", 1.0f);
   l.node("Reshape", {flat, l.ints({0, 0, heads, value_dim})}, {out});
+}
+
+// onnxruntime's com.microsoft CausalConvWithState (CPU kernel since 1.32, float32 there): channels
+// first, its state [B, C, K - 1] ours, so only the call's input and output are transposed (a
+// reshape for a one-token step).
+bool causal_conv_maps_natively(const Node& n, OnnxOpProfile profile) {
+  return profile_has_contrib_ops(profile) &&
+         std::all_of(n.inputs.begin(), n.inputs.end(), [](const Value* v) { return v->dtype == DType::F32; });
+}
+HFX_ONNX_OP_NATIVE(CausalConv, causal_conv_maps_natively) {
+  const std::string channels_first = l.temp(out + "/channels_first"), conv = l.temp(out + "/conv");
+  attr_ints(l.node("Transpose", {in[0]}, {channels_first}), "perm", {0, 2, 1});
+  onnx::NodeProto* node = l.node("CausalConvWithState", {channels_first, in[1], n.input(3) ? in[3] : "", in[2]},
+                                 {conv, l.name_of(n.outputs[1])}, "com.microsoft");
+  attr_string(node, "activation", "none");
+  attr_int(node, "ndim", 1);
+  attr_ints(l.node("Transpose", {conv}, {out}), "perm", {0, 2, 1});
+}
+
+// onnxruntime's com.microsoft GatedDeltaNet with update_rule gated (CPU kernel since 1.32): the SSD
+// as a linear recurrence, so a call costs linearly in its length. q = c and k = b per group (its
+// query and key heads may be fewer than the value heads when they divide them: Mamba2's groups),
+// v = dt x, decay = dt a (log), scale 1; its state is V-major [B, H, P, N], ours.
+bool state_space_scan_maps_natively(const Node&, OnnxOpProfile profile) { return profile_has_contrib_ops(profile); }
+HFX_ONNX_OP_NATIVE(StateSpaceScan, state_space_scan_maps_natively) {
+  const std::string dt_last = l.temp(out + "/dt_per_channel"), values = l.temp(out + "/values");
+  const std::string decay = l.temp(out + "/decay");
+  l.node("Unsqueeze", {in[1], l.ints({3})}, {dt_last});
+  l.node("Mul", {in[0], dt_last}, {values});
+  l.node("Mul", {in[1], in[2]}, {decay});
+  onnx::NodeProto* scan = l.node("GatedDeltaNet", {in[4], in[3], values, "", decay, "", in[5]},
+                                 {out, l.name_of(n.outputs[1])}, "com.microsoft");
+  attr_string(scan, "update_rule", "gated");
+  attr_float(scan, "scale", 1.0f);
 }
 
 HFX_ONNX_OP(GELU) {
