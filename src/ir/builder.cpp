@@ -288,6 +288,13 @@ Value* Builder::silu(Value* x) { return emit(OpKind::SiLU, {x}); }
 
 Value* Builder::gelu(Value* x, GeluApproximation approximate) { return emit(OpKind::GELU, {x}, GELUAttrs{approximate}); }
 
+Value* Builder::groups_to_heads(Value* x, int64_t groups, int64_t heads, int64_t axis) {
+  if (groups == heads) return x;
+  std::vector<int64_t> index(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) index[static_cast<size_t>(h)] = h / (heads / groups);
+  return gather(x, const_i64(index, {heads}), axis);
+}
+
 std::pair<Value*, Value*> Builder::causal_conv(Value* x, Value* weight, Value* state, Value* bias) {
   std::vector<Value*> inputs{x, weight, state};
   if (bias) inputs.push_back(bias);

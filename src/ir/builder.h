@@ -101,6 +101,9 @@ class Builder {
   Value* state_update(int64_t state, Value* current, Value* fresh, Value* positions, Shape shape);
   Value* silu(Value* x);
   Value* gelu(Value* x, GeluApproximation approximate);
+  // out[h] = x[group of h] along `axis`: head h reads row h / (heads / groups), as repeat_interleave
+  // does (Mamba2's B and C groups, a gated DeltaNet's q/k heads serving several value heads).
+  Value* groups_to_heads(Value* x, int64_t groups, int64_t heads, int64_t axis);
   // CausalConv (ops.def): the call's outputs y and the state after it; `bias` may be null.
   std::pair<Value*, Value*> causal_conv(Value* x, Value* weight, Value* state, Value* bias);
   // StateSpaceScan (ops.def): the call's outputs y and the state after it.

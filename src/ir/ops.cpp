@@ -311,7 +311,8 @@ Types rule_gated_delta_rule(const Inputs& in, const OpAttrs&) {
 Types rule_causal_conv(const Inputs& in, const OpAttrs&) {
   const Value *x = in[0], *weight = in[1], *state = in[2], *bias = in.size() > 3 ? in[3] : nullptr;
   need(x->rank() == 3 && weight->rank() == 3 && weight->shape[1] == Dim(1) && weight->shape[0] == x->shape[2] &&
-           weight->shape[2].is_static(), "CausalConv x [B, L, C], weight [C, 1, K]");
+           weight->shape[2].is_static() && weight->shape[2].value() >= 2,
+       "CausalConv x [B, L, C], weight [C, 1, K >= 2]");
   need(state->shape == Shape{x->shape[0], x->shape[2], Dim(weight->shape[2].value() - 1)}, "CausalConv state [B, C, K - 1]");
   need(!bias || bias->shape == Shape{x->shape[2]}, "CausalConv bias [C]");
   for (const Value* v : in) need(v->dtype == x->dtype, "CausalConv operands share one type");

@@ -271,11 +271,10 @@ Value* gated_mlp(ModelBuilder& m, const std::string& p, const MlpSpec& s, Value*
   return scaled(b, b.linear(b.mul(act, up), down.weight, down.bias), s.down_scale);
 }
 
-Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis) {
-  if (groups == heads) return x;
-  std::vector<int64_t> index(static_cast<size_t>(heads));
-  for (int64_t h = 0; h < heads; ++h) index[static_cast<size_t>(h)] = h / (heads / groups);
-  return b.gather(x, b.const_i64(index, {heads}), axis);
+int64_t conv_kernel_size(const JsonConfig& c, const std::string& key, int64_t fallback) {
+  const int64_t kernel = c.positive(key, fallback);
+  if (kernel < 2) c.invalid(key, str("must be at least 2 (a causal convolution whose state holds kernel - 1 inputs), got ", kernel));
+  return kernel;
 }
 
 Value* swap_last(Builder& b, Value* x) { return b.transpose(x, {0, 1, 3, 2}); }

@@ -163,9 +163,9 @@ Value* scaled(Builder& b, Value* x, double k);
 // The MLP with HF names under `prefix` (e.g. "model.layers.0.mlp.").
 Value* gated_mlp(ModelBuilder& m, const std::string& prefix, const MlpSpec& spec, Value* x);
 
-// out[h] = x[group of h] along `axis`: head h reads row h / (heads / groups), as repeat_interleave
-// does (Mamba2's B and C groups, a gated DeltaNet's q/k heads serving several value heads).
-Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis);
+// A causal convolution's kernel size from `key` (default `fallback`): at least 2, since its state
+// holds the kernel - 1 inputs before a call.
+int64_t conv_kernel_size(const JsonConfig& c, const std::string& key, int64_t fallback);
 // The last two axes of a rank-4 tensor swapped.
 Value* swap_last(Builder& b, Value* x);
 

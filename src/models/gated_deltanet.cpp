@@ -85,8 +85,8 @@ Value* gated_deltanet(DecoderGraph& g, int64_t layer, const std::string& p, cons
   Value* k = l2_normalized(b, heads(kc, 2 * kc, s.key_heads, s.key_dim));
   Value* v = heads(2 * kc, channels, s.value_heads, s.value_dim);
   // Each key head serves value_heads / key_heads consecutive value heads.
-  q = groups_to_heads(b, q, s.key_heads, s.value_heads, 2);
-  k = groups_to_heads(b, k, s.key_heads, s.value_heads, 2);
+  q = b.groups_to_heads(q, s.key_heads, s.value_heads, 2);
+  k = b.groups_to_heads(k, s.key_heads, s.value_heads, 2);
   Value* beta = f32(b.unary(OpKind::Sigmoid, in.b));
   // g = -exp(A_log) * softplus(a + dt_bias), in float32.
   Value* dt = b.unary(OpKind::Softplus, b.add(f32(in.a), f32(g.m.weight(p + "dt_bias", {s.value_heads}))));

@@ -69,7 +69,7 @@ DecoderConfig parse_lfm2(const JsonConfig& config, const DecoderDefaults& defaul
   cfg.mlp.up = "w3";
   cfg.mlp.down = "w2";
   cfg.layer_types = mixer_types(c, cfg.layers);
-  cfg.conv.kernel = c.positive("conv_L_cache", 3);
+  cfg.conv.kernel = conv_kernel_size(c, "conv_L_cache", 3);
   cfg.conv.bias = c.boolean("conv_bias", false);
   return cfg;
 }

@@ -43,7 +43,7 @@ class Mamba2Decoder final : public Decoder {
     s.head_dim = config.positive("head_dim", 64);
     s.groups = config.positive("n_groups", 8);
     s.state_size = config.positive("state_size", 128);
-    s.kernel = config.positive("conv_kernel", 4);
+    s.kernel = conv_kernel_size(config, "conv_kernel", 4);
     s.proj_bias = s.out_bias = config.boolean("use_bias", false);
     s.conv_bias = config.boolean("use_conv_bias", true);
     s.norm_eps = cfg.norm_eps;

@@ -12,7 +12,7 @@ Mamba2Spec read_mamba_keys(const JsonConfig& c, int64_t hidden, double norm_eps,
   s.heads = c.positive("mamba_n_heads", 128);
   s.groups = c.positive("mamba_n_groups", 1);
   s.state_size = c.positive("mamba_d_state", 256);
-  s.kernel = c.positive("mamba_d_conv", 4);
+  s.kernel = conv_kernel_size(c, "mamba_d_conv", 4);
   // mamba_d_ssm: absent takes the family's default, null (or no such default) mamba_expand * hidden.
   const bool sized = c.has("mamba_d_ssm") || (d_ssm && !c.json().contains("mamba_d_ssm"));
   const int64_t inner = sized ? c.positive("mamba_d_ssm", d_ssm.value_or(0)) : c.positive("mamba_expand", 2) * hidden;

@@ -52,7 +52,7 @@ GatedDeltaSpec read_delta_keys(const JsonConfig& c, const DecoderConfig& cfg, Ga
   s.value_heads = c.positive("linear_num_value_heads", 32);
   s.key_dim = c.positive("linear_key_head_dim", 128);
   s.value_dim = c.positive("linear_value_head_dim", 128);
-  s.kernel = c.positive("linear_conv_kernel_dim", 4);
+  s.kernel = conv_kernel_size(c, "linear_conv_kernel_dim", 4);
   s.norm_eps = cfg.norm_eps;
   s.layout = layout;
   if (s.value_heads % s.key_heads != 0)

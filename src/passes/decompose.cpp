@@ -342,14 +342,6 @@ std::vector<Value*> decompose_causal_conv(Builder& b, const Node& n) {
   return {sum, b.transpose(b.slice(window, 1, -(kernel - 1), INT64_MAX), {0, 2, 1})};
 }
 
-// Each of `groups` rows of `x` along `axis` repeated for the heads it serves (heads / groups each).
-Value* groups_to_heads(Builder& b, Value* x, int64_t groups, int64_t heads, int64_t axis) {
-  if (groups == heads) return x;
-  std::vector<int64_t> index(static_cast<size_t>(heads));
-  for (int64_t h = 0; h < heads; ++h) index[static_cast<size_t>(h)] = h / (heads / groups);
-  return b.gather(x, b.const_i64(index, {heads}), axis);
-}
-
 // The SSD recurrence in its quadratic (one chunk) form, from primitives only: a call of L tokens
 // costs L^2 per head.
 std::vector<Value*> decompose_state_space_scan(Builder& b, const Node& n) {
@@ -370,12 +362,12 @@ std::vector<Value*> decompose_state_space_scan(Builder& b, const Node& n) {
   Value* bg = b.transpose(bm, {0, 2, 1, 3});  // [batch, groups, L, state]
   Value* cg = b.transpose(cm, {0, 2, 1, 3});
   // Within the call: y[l] = sum_s (C_l . B_s) decay[l, s] dt_s x_s.
-  Value* scores = groups_to_heads(b, b.matmul(cg, swap_last(bg)), groups, heads, 1);  // [batch, heads, L, L]
+  Value* scores = b.groups_to_heads(b.matmul(cg, swap_last(bg)), groups, heads, 1);  // [batch, heads, L, L]
   Value* xdt = b.transpose(b.mul(x, b.unsqueeze(dt, {3})), {0, 2, 1, 3});              // [batch, heads, L, P]
   Value* y = b.matmul(b.mul(scores, decay), xdt);
   // From the state before the call: y[l] += exp(cum[l]) C_l . S0.
-  Value* ch = groups_to_heads(b, cg, groups, heads, 1);  // [batch, heads, L, state]
-  Value* bh = groups_to_heads(b, bg, groups, heads, 1);
+  Value* ch = b.groups_to_heads(cg, groups, heads, 1);  // [batch, heads, L, state]
+  Value* bh = b.groups_to_heads(bg, groups, heads, 1);
   y = b.add(y, b.mul(b.matmul(ch, swap_last(initial)), b.unsqueeze(exp(cum), {3})));
   // The state after the last token: exp(cum[-1]) S0 + sum_l exp(cum[-1] - cum[l]) dt_l x_l B_l^T.
   Value* last = b.slice(cum, 2, -1, INT64_MAX);  // [batch, heads, 1]

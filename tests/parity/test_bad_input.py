@@ -536,6 +536,7 @@ def granite_hybrid_base(tmp_path_factory, make_tiny_model) -> Path:
     (dict(mamba_n_heads=5), "mamba_n_heads"),
     (dict(time_step_limit=[0.5, 0.1]), "time_step_limit"),
     (dict(time_step_limit="fast"), "time_step_limit"),
+    (dict(mamba_d_conv=1), "mamba_d_conv"),
     (dict(position_embedding_type="alibi"), "position_embedding_type"),
 ])
 def test_granitemoehybrid_bad_config(edit, key, granite_hybrid_base, tmp_path, out, run_hfexport):
@@ -622,6 +623,7 @@ def qwen3_5_base(tmp_path_factory, make_tiny_model) -> Path:
     (dict(layer_types=["linear_attention"]), "layer_types"),
     (dict(linear_num_value_heads=3), "linear_num_value_heads"),
     (dict(linear_conv_kernel_dim=0), "linear_conv_kernel_dim"),
+    (dict(linear_conv_kernel_dim=1), "linear_conv_kernel_dim"),  # a state of kernel - 1 inputs
     (dict(hidden_act="gelu"), "hidden_act"),
 ])
 def test_qwen3_5_bad_config(edit, key, qwen3_5_base, tmp_path, out, run_hfexport):

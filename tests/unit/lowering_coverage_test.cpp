@@ -4,7 +4,7 @@
 //
 // Recurrences (decided for the state-space and hybrid decoders): there is no kernel-only op class.
 // A recurrence with a closed form over a symbolic length is built from primitives (Mamba2's chunked
-// SSD: CumSum, Exp, MatMul over chunks; LFM2's short convolution: Pad + Conv) and so has a
+// SSD: CumSum, Exp, MatMul; a causal convolution with its state: Concat, Gather, Mul) and so has a
 // reference decomposition like every high-level op here. One that must carry state from chunk to
 // chunk over a run-time count (the gated delta rule's inter-chunk state) will be a `Scan` primitive
 // with a body graph, which each backend lowers natively (ONNX Scan, OpenVINO TensorIterator, the

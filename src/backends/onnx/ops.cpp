@@ -440,8 +440,7 @@ HFX_ONNX_OP_NATIVE(GatedDeltaRule, gated_delta_rule_maps_natively) {
 }
 
 // onnxruntime's com.microsoft CausalConvWithState (CPU kernel since 1.32, float32 there): channels
-// first, its state [B, C, K - 1] ours, so only the call's input and output are transposed (a
-// reshape for a one-token step).
+// first, its state [B, C, K - 1] ours, so only the call's input and output are transposed.
 bool causal_conv_maps_natively(const Node& n, OnnxOpProfile profile) {
   return profile_has_contrib_ops(profile) &&
          std::all_of(n.inputs.begin(), n.inputs.end(), [](const Value* v) { return v->dtype == DType::F32; });
