@@ -240,6 +240,27 @@ def test_recurrences_and_convolutions_are_onnxruntimes_kernels_where_contrib_ops
     assert err <= FP32_TOL, f"{profile}: max logit error {err:.2e}"
 
 
+@pytest.mark.parametrize("name", ["qwen3_5_text-gqa-khead2-vhead4-conv4-rope_half", "mamba2-heads8-groups2-state16-conv4"])
+def test_fused_recurrences_hold_a_long_call_with_strong_decay(name, tmp_path, make_tiny_model, export_model):
+    """One call of 150 tokens (the kernels' own chunks, 64, inside it) with a decay of about -60
+    per token: a chunked kernel that formed exp of the running sum unguarded would overflow
+    (exp(3840)). onnxruntime's LinearAttention / GatedDeltaNet give transformers' logits still."""
+    c = case(name)
+    model_dir, model = make_tiny_model(tmp_path / "hf", c.model_type, {**c.config, "max_position_embeddings": 256})
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "A_log"):  # A = -20, dt about softplus(3) = 3
+                m.A_log.fill_(float(np.log(20.0)))
+                m.dt_bias.fill_(3.0)
+    model.save_pretrained(model_dir)
+    out = export_model(model_dir, tmp_path / "out", "--onnx-ops", "ort")
+    ops = [n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node]
+    assert {"LinearAttention", "GatedDeltaNet"} & set(ops)
+    inputs = make_inputs(model.config.vocab_size, lengths=(150, 71))
+    err = masked_max_abs_diff(ort_logits(out / "model.onnx", inputs), hf_logits(model, inputs), inputs[1])
+    assert err <= FP32_TOL, f"{name}: max logit error {err:.2e}"
+
+
 # Guards: each feature that a parity case relies on must really change transformers' logits for
 # the prompt batch used here, else the parity case would pass without testing it.
 GUARDS = [
