@@ -30,6 +30,8 @@ from .versions import check_runtime_versions
 logger = logging.getLogger("hfexport")
 
 DECODER_INPUTS = ("input_ids", "attention_mask", "position_ids")
+# Integer inputs whose callers pass other widths (SigLIP 2's processor: an int32 patch mask).
+INTEGER_INPUTS = DECODER_INPUTS + ("pixel_attention_mask", "spatial_shapes")
 CACHE_KWARGS = ("past_key_values", "cache")
 # The input a forward call is built around (its batch), first match: token embeddings, tokens, audio
 # features, images.
@@ -450,7 +452,7 @@ class ExportedModel(Mapping):
         feeds = {}
         for key in input_names:
             if key in tensors:
-                feeds[key] = tensors[key].astype(np.int64) if key in DECODER_INPUTS else tensors[key]
+                feeds[key] = tensors[key].astype(np.int64) if key in INTEGER_INPUTS else tensors[key]
         dropped = [k for k in tensors if k not in feeds]
         if dropped:
             logger.warning("hfexport: dropping inputs the export does not take: %s", dropped)

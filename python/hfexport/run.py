@@ -122,12 +122,14 @@ def run_texts(model, codec: TextCodec, texts: list[str], top_k: int = 5) -> list
     return results[:len(texts)]
 
 
+# Zero-shot models trained with a sigmoid loss (each label scored alone; texts padded to max_length).
+SIGMOID_SCORED = ("siglip", "siglip2")
 IMAGE_TASKS = ("image-classification", "feature-extraction", "zero-shot-image-classification")
 
 
 def run_images(model, images: list[str], texts: list[str] | None, top_k: int = 5) -> list[dict]:
     """What `hfexport run --image` prints, one dict per image."""
-    from .vision import pixel_values
+    from .vision import image_inputs
 
     task = model.manifest.get("task")
     inputs = [i["name"] for i in model.manifest["components"]["model"]["inputs"]]
@@ -137,12 +139,12 @@ def run_images(model, images: list[str], texts: list[str] | None, top_k: int = 5
     if task == "zero-shot-image-classification" and not texts:
         raise ValueError("zero-shot-image-classification scores the images against candidate labels: give them as --text")
     config = json.loads((model.directory / "config.json").read_text())
-    feeds = {"pixel_values": pixel_values(model.directory, images)}
+    feeds = {k: v for k, v in image_inputs(model.directory, images).items() if k in inputs}
     if task == "zero-shot-image-classification":
         codec = TextCodec(model.directory)
         longest, _ = _bound(model, 1, None)
         # SigLIP's processor pads every text to max_length and returns no mask: every position counts.
-        siglip = config.get("model_type") == "siglip"
+        siglip = config.get("model_type") in SIGMOID_SCORED
         feeds.update({k: v for k, v in codec.encode_batch(texts, longest, pad_to=longest if siglip else None).items()
                       if k in inputs})
         if siglip:
@@ -161,7 +163,7 @@ def run_images(model, images: list[str], texts: list[str] | None, top_k: int = 5
             result[name] = out[name][row].tolist()
         else:
             logits = out["logits_per_image"][row]
-            scores = _sigmoid(logits) if config.get("model_type") == "siglip" else _softmax(logits)
+            scores = _sigmoid(logits) if config.get("model_type") in SIGMOID_SCORED else _softmax(logits)
             order = np.argsort(-scores, kind="stable")
             result["scores"] = [{"text": texts[i], "score": float(scores[i])} for i in order]
         results.append(result)

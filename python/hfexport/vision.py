@@ -4,7 +4,9 @@ use without torchvision): convert to RGB (transparency onto white), resize (to h
 the aspect ratio, with the configured Pillow resampling filter), center crop, rescale (in float64,
 then float32), normalize with the mean and std. ViT's, CLIP's and SigLIP's processors are such
 sequences. The result is `pixel_values` [batch, channels, height, width] float32. Qwen2-VL's processor
-resizes each image to its own size (smart_resize) and returns flattened patches with image_grid_thw."""
+resizes each image to its own size (smart_resize) and returns flattened patches with image_grid_thw;
+SigLIP 2's resizes each image to the largest patch grid within max_num_patches that keeps its
+aspect ratio and returns its patches padded to max_num_patches, with their mask and grid shape."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ _QWEN2_VL_DEFAULTS = {**_DEFAULTS, "resample": 3, "image_mean": _CLIP_MEAN, "ima
                       "temporal_patch_size": 2, "merge_size": 2}
 
 
+SIGLIP2 = "Siglip2ImageProcessor"
+_SIGLIP2_DEFAULTS = {**_DEFAULTS, "patch_size": 16, "max_num_patches": 256}
+
 SMOLVLM = "SmolVLMImageProcessor"
 _SMOLVLM_DEFAULTS = {**_DEFAULTS, "resample": 1, "size": {"longest_edge": 4 * 364}, "max_image_size": {"longest_edge": 364},
                      "do_image_splitting": True}
@@ -56,11 +61,11 @@ def processor_config(directory: str | Path) -> dict[str, Any]:
     path, stored = _stored_settings(Path(directory))
     config = {**_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
     known = ("ViTImageProcessor", "CLIPImageProcessor", "SiglipImageProcessor", "BitImageProcessor",
-             "Gemma3ImageProcessor", QWEN2_VL, SMOLVLM)
+             "Gemma3ImageProcessor", QWEN2_VL, SMOLVLM, SIGLIP2)
     kind = config.get("image_processor_type", "")
     if _kind(config) not in known:
         raise ImageError(f"{path}: image_processor_type {kind!r} is not supported (supported: {', '.join(known)})")
-    defaults = {QWEN2_VL: _QWEN2_VL_DEFAULTS, SMOLVLM: _SMOLVLM_DEFAULTS}.get(_kind(config))
+    defaults = {QWEN2_VL: _QWEN2_VL_DEFAULTS, SMOLVLM: _SMOLVLM_DEFAULTS, SIGLIP2: _SIGLIP2_DEFAULTS}.get(_kind(config))
     if defaults:  # its class's defaults for the keys a config omits
         config = {**defaults, **{k: v for k, v in stored.items() if v is not None}}
     if config.get("do_pan_and_scan"):
@@ -187,6 +192,53 @@ def qwen2_vl_patches(image, config: dict[str, Any]) -> tuple[np.ndarray, list[in
     return np.ascontiguousarray(blocks.reshape(grid_h * grid_w, -1), dtype=np.float32), [1, grid_h, grid_w]
 
 
+def _scaled_side(side: int, scale: float, patch: int) -> int:
+    return max(patch, math.ceil(side * scale / patch) * patch)
+
+
+def size_for_max_patches(height: int, width: int, patch: int, max_patches: int, eps: float = 1e-5) -> tuple[int, int]:
+    """SigLIP 2's target size: both sides multiples of the patch, scaled by one factor (bisected to
+    eps, as its processor does) to the most patches within max_patches, at least one patch a side."""
+    low, high = eps / 10, 100.0
+    while high - low >= eps:
+        scale = (low + high) / 2
+        rows, cols = _scaled_side(height, scale, patch) / patch, _scaled_side(width, scale, patch) / patch
+        low, high = (scale, high) if rows * cols <= max_patches else (low, scale)
+    return _scaled_side(height, low, patch), _scaled_side(width, low, patch)
+
+
+def siglip2_patches(image, config: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
+    """One Pillow image -> its patches [rows * cols, patch * patch * channels] (each patch's pixels
+    row by row, channels last) and its grid [rows, cols], as Siglip2ImageProcessor makes them."""
+    from PIL import Image
+
+    patch = int(config["patch_size"])
+    if config["do_convert_rgb"]:
+        image = _rgb(image)
+    if config["do_resize"]:
+        height, width = size_for_max_patches(image.height, image.width, patch, int(config["max_num_patches"]))
+        image = image.resize((width, height), resample=Image.Resampling(int(config["resample"])))
+    pixels = np.array(image)
+    pixels = _rescaled_normalized(pixels[None] if pixels.ndim == 2 else np.moveaxis(pixels, -1, 0), config)
+    channels, rows, cols = pixels.shape[0], pixels.shape[1] // patch, pixels.shape[2] // patch
+    grid = pixels[:, : rows * patch, : cols * patch].reshape(channels, rows, patch, cols, patch)
+    return np.ascontiguousarray(grid.transpose(1, 3, 2, 4, 0).reshape(rows * cols, -1)), [rows, cols]
+
+
+def siglip2_inputs(images: Sequence, config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The processor's batch: pixel_values [images, max_num_patches, patch * patch * channels],
+    pixel_attention_mask [images, max_num_patches] (int32, 0 on the padding) and spatial_shapes."""
+    limit = int(config["max_num_patches"])
+    patches, grids = zip(*(siglip2_patches(image, config) for image in images))
+    values = np.zeros((len(patches), limit, patches[0].shape[1]), np.float32)
+    mask = np.zeros((len(patches), limit), np.int32)
+    for row, p in enumerate(patches):
+        if len(p) > limit:
+            raise ImageError(f"an image of {grids[row]} patches exceeds max_num_patches {limit} (do_resize is off)")
+        values[row, : len(p)], mask[row, : len(p)] = p, 1
+    return {"pixel_values": values, "pixel_attention_mask": mask, "spatial_shapes": np.array(grids, np.int64)}
+
+
 def _longest_edge_size(height: int, width: int, longest: int) -> tuple[int, int]:
     """SmolVLM's resize: the longest side to `longest`, the other in proportion (truncated, then
     made even), at most 4096 a side."""
@@ -244,6 +296,8 @@ def image_inputs(directory: str | Path, images: Sequence) -> dict[str, np.ndarra
         split = [smolvlm_tiles(image, config) for image in opened]
         return {"pixel_values": np.stack([f for frames, _, _ in split for f in frames]),
                 "rows": [r for _, r, _ in split], "cols": [c for _, _, c in split]}
+    if _kind(config) == SIGLIP2:
+        return siglip2_inputs(opened, config)
     if _kind(config) != QWEN2_VL:
         return {"pixel_values": pixel_values(directory, opened)}
     patches, grids = zip(*(qwen2_vl_patches(image, config) for image in opened))
@@ -253,8 +307,8 @@ def image_inputs(directory: str | Path, images: Sequence) -> dict[str, np.ndarra
 def pixel_values(directory: str | Path, images: Sequence) -> np.ndarray:
     """pixel_values [batch, channels, height, width] for image files (or Pillow images)."""
     config = processor_config(directory)
-    if _kind(config) == QWEN2_VL:
-        raise ImageError("Qwen2-VL's processor makes flattened patches with image_grid_thw (hfexport.vision.image_inputs)")
+    if _kind(config) in (QWEN2_VL, SIGLIP2):
+        raise ImageError(f"{_kind(config)} makes flattened patches with their grids (hfexport.vision.image_inputs)")
     opened = [open_image(i) if isinstance(i, (str, Path)) else i for i in images]
     batch = [preprocess(image, config) for image in opened]
     if len({b.shape for b in batch}) > 1:

@@ -13,6 +13,13 @@
 // a patch convolution with bias, no class token, post_layernorm over every patch, pooled by the
 // multi-head attention pooling head (a learned probe attending to the patches, LayerNorm, MLP);
 // its text tower: bidirectional over the padding mask, pooled at the last position through `head`.
+// SigLIP 2: siglip2 (Siglip2Model), siglip2_vision_model and siglip2_text_model: SigLIP's towers,
+// the vision tower at any resolution (NaFlex): pixel_values [batch, patches, channels * patch *
+// patch] (each image resized to its own patch grid, padded to the processor's max_num_patches),
+// pixel_attention_mask [batch, patches] and spatial_shapes [batch, 2] (each image's rows and
+// columns of patches); the patch embedding is a Linear, the learned position grid is resized to
+// each image's grid in the graph (bilinear with antialiasing, as transformers computes its weights),
+// and the padding patches are masked out of every attention, the pooling head's too.
 #include <algorithm>
 #include <cmath>
 
@@ -39,6 +46,14 @@ struct TowerConfig {
 struct VisionConfig : TowerConfig {
   int64_t image = 0, patch = 0, channels = 0;
   std::vector<int64_t> position_ids;  // empty: each patch's own index
+  int64_t position_grid = 0;          // SigLIP 2: the side of the learned position grid (else 0)
+};
+
+// What the vision tower reads: pixel_values, and SigLIP 2's patch mask and grid shapes.
+struct PixelInputs {
+  Value* pixels = nullptr;
+  Value* patch_mask = nullptr;      // [batch, patches] int64, 0 on padding patches
+  Value* spatial_shapes = nullptr;  // [batch, 2] int64: rows and columns of patches
 };
 
 struct TextConfig : TowerConfig {
@@ -54,11 +69,19 @@ struct FamilyInfo {
   int64_t vocab, positions, patch;
   double eps;
   const char* activation;
+  bool flexible_resolution = false;  // SigLIP 2's NaFlex patches
 };
 
 FamilyInfo info(Family family) {
   if (family == Family::Clip) return {family, "clip", 49408, 77, 32, 1e-5, "quick_gelu"};
   return {family, "siglip", 32000, 64, 16, 1e-6, "gelu_pytorch_tanh"};
+}
+
+FamilyInfo siglip2_info() {
+  FamilyInfo f = info(Family::Siglip);
+  f.model_type = "siglip2";
+  f.flexible_resolution = true;
+  return f;
 }
 
 void parse_tower(const JsonConfig& c, TowerConfig& t, int64_t hidden, int64_t ffn, int64_t heads, const FamilyInfo& f) {
@@ -75,10 +98,16 @@ void parse_tower(const JsonConfig& c, TowerConfig& t, int64_t hidden, int64_t ff
 VisionConfig parse_vision(const JsonConfig& c, const FamilyInfo& f) {
   VisionConfig v;
   parse_tower(c, v, 768, 3072, 12, f);
-  v.image = c.positive("image_size", 224);
   v.patch = c.positive("patch_size", f.patch);
-  if (v.image % v.patch != 0) c.invalid("patch_size", "must divide image_size");
   v.channels = c.positive("num_channels", 3);
+  if (f.flexible_resolution) {
+    const int64_t patches = c.positive("num_patches", 256);
+    v.position_grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(patches))));
+    if (v.position_grid * v.position_grid != patches) c.invalid("num_patches", "must be a square (the position grid)");
+    return v;
+  }
+  v.image = c.positive("image_size", 224);
+  if (v.image % v.patch != 0) c.invalid("patch_size", "must divide image_size");
   return v;
 }
 
@@ -114,8 +143,8 @@ struct Tower {
 };
 
 // SigLIP's pooling head: its probe attends to the patches (nn.MultiheadAttention: one fused
-// in_proj), then x + mlp(layernorm(x)); [batch, hidden].
-Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* x) {
+// in_proj; `mask` [batch, 1, 1, patches] or null), then x + mlp(layernorm(x)); [batch, hidden].
+Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* x, Value* mask) {
   Builder& b = m.b();
   b.set_scope(p + "attention");
   const int64_t h = v.hidden, head_dim = v.hidden / v.heads;
@@ -127,7 +156,7 @@ Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConf
     Value* y = b.linear(in, m.rows(w, j * h, (j + 1) * h), m.rows(bias, j * h, (j + 1) * h));
     return b.transpose(b.reshape(y, {batch, in->shape[1], Dim(v.heads), Dim(head_dim)}), {0, 2, 1, 3});
   };
-  Value* o = b.attention(heads(probe, 0), heads(x, 1), heads(x, 2), nullptr,
+  Value* o = b.attention(heads(probe, 0), heads(x, 1), heads(x, 2), mask,
                          {.scale = 1.0 / std::sqrt(static_cast<double>(head_dim)), .softcap = 0, .causal = false});
   o = b.reshape(b.transpose(o, {0, 2, 1, 3}), {batch, one, Dim(h)});
   o = encoder_dense(m, p + "attention.out_proj", h, h, o);
@@ -136,10 +165,55 @@ Value* attention_pooling(ModelBuilder& m, const std::string& p, const VisionConf
   return b.reshape(o, {batch, Dim(h)});
 }
 
+// One axis of F.interpolate(mode="bilinear", align_corners=False, antialias=True) from `grid` to
+// `size` [batch, 1] cells, at each output cell `index` [batch, patches] (float32): the normalised
+// triangle weights [batch, patches, grid], in transformers' order of operations.
+Value* resize_weights(Builder& b, Value* index, Value* size, int64_t grid) {
+  Value* scale = b.div(b.scalar(static_cast<double>(grid), DType::F32), size);
+  Value* support = b.unsqueeze(b.max(scale, b.scalar(1.0, DType::F32)), {2});
+  Value* center = b.sub(b.mul(b.add(index, b.scalar(0.5, DType::F32)), scale), b.scalar(0.5, DType::F32));
+  std::vector<float> cells(static_cast<size_t>(grid));
+  for (int64_t i = 0; i < grid; ++i) cells[static_cast<size_t>(i)] = static_cast<float>(i);
+  Value* offset = b.sub(b.const_f32(cells, {grid}), b.unsqueeze(center, {2}));
+  Value* distance = b.max(offset, b.unary(OpKind::Neg, offset));
+  Value* weights = b.max(b.sub(b.scalar(1.0, DType::F32), b.div(distance, support)), b.scalar(0.0, DType::F32));
+  return b.div(weights, b.reduce(OpKind::ReduceSum, weights, {-1}, true));
+}
+
+// SigLIP 2's learned position grid resized to each image's patch grid and laid out as its patches
+// ([batch, patches, hidden]); a padding patch takes the first cell's embedding, as transformers'.
+Value* resized_positions(ModelBuilder& m, const std::string& e, const VisionConfig& v, const PixelInputs& in) {
+  Builder& b = m.b();
+  b.set_scope(e + "position_embedding");
+  const int64_t grid = v.position_grid;
+  Value* table = b.cast(m.weight(e + "position_embedding.weight", {grid * grid, v.hidden}), DType::F32);
+  Value* rows = b.gather(in.spatial_shapes, b.const_i64({0}, {1}), 1);  // [batch, 1]
+  Value* cols = b.gather(in.spatial_shapes, b.const_i64({1}, {1}), 1);
+  Value* slot = b.unsqueeze(arange_tokens(b, in.pixels), {0});     // [1, patches]
+  Value* inside = b.compare(OpKind::Less, slot, b.mul(rows, cols));
+  Value* col = b.mod(slot, cols);
+  Value* row = b.div(b.sub(slot, col), cols);
+  Value* zero = b.const_i64({0});
+  auto weights = [&](Value* index, Value* size) {
+    return resize_weights(b, b.cast(b.where(inside, index, zero), DType::F32), b.cast(size, DType::F32), grid);
+  };
+  Value* per_cell = b.mul(b.unsqueeze(weights(row, rows), {3}), b.unsqueeze(weights(col, cols), {2}));
+  const Shape& s = in.pixels->shape;
+  Value* resized = b.matmul(b.reshape(per_cell, {s[0], s[1], Dim(grid * grid)}), table);
+  return b.cast(resized, m.config().dtype);
+}
+
 // The patch and position embeddings (CLIP: with the class token, through pre_layrnorm): the
 // states the first layer takes.
-Value* vision_embeddings(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels, Family family) {
+Value* vision_embeddings(ModelBuilder& m, const std::string& p, const VisionConfig& v, const PixelInputs& in,
+                         Family family) {
   Builder& b = m.b();
+  Value* pixels = in.pixels;
+  if (v.position_grid > 0) {  // SigLIP 2: flattened patches through a Linear
+    const std::string e = p + "embeddings.";
+    Value* x = encoder_dense(m, e + "patch_embedding", v.hidden, v.channels * v.patch * v.patch, pixels);
+    return b.add(x, resized_positions(m, e, v, in));
+  }
   const bool clip = family == Family::Clip;
   const int64_t grid = v.image / v.patch, patches = grid * grid;
   const std::string e = p + "embeddings.";
@@ -159,13 +233,22 @@ Value* vision_embeddings(ModelBuilder& m, const std::string& p, const VisionConf
   return clip ? encoder_layer_norm(m, p + "pre_layrnorm", x, v.eps) : x;
 }
 
-// pixel_values [batch, channels, image, image] -> the vision tower's states and its pooled output.
-Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v, Value* pixels, Family family) {
+// pixel_values [batch, channels, image, image] (SigLIP 2: its patches, mask and shapes) -> the
+// vision tower's states and its pooled output.
+Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v, const PixelInputs& in, Family family) {
   Builder& b = m.b();
-  Value* x = tower_layers(m, p, v, vision_embeddings(m, p, v, pixels, family), nullptr);
+  Value* mask = nullptr;  // SigLIP 2's padding patches, hidden from every query
+  if (in.patch_mask) {
+    b.set_scope(p + "mask");
+    mask = padding_mask(b, in.patch_mask, in.patch_mask);
+  }
+  Value* x = tower_layers(m, p, v, vision_embeddings(m, p, v, in, family), mask);
   if (family == Family::Siglip) {
     x = encoder_layer_norm(m, p + "post_layernorm", x, v.eps);
-    return {x, m.has(p + "head.probe") ? attention_pooling(m, p + "head.", v, x) : nullptr};
+    if (!m.has(p + "head.probe")) return {x, nullptr};
+    Value* probe_mask = nullptr;  // [batch, 1, 1, patches]
+    if (in.patch_mask) probe_mask = b.unsqueeze(b.compare(OpKind::Greater, in.patch_mask, b.const_i64({0})), {1, 2});
+    return {x, attention_pooling(m, p + "head.", v, x, probe_mask)};
   }
   b.set_scope(p + "post_layernorm");
   Value* first = b.gather(x, b.const_i64({0}), 1);
@@ -239,10 +322,17 @@ TextInputs text_inputs(ModelBuilder& m, const TextConfig& t, const char* batch_d
   return {b.input("input_ids", DType::I64, {batch, sequence}), b.input("attention_mask", DType::I64, {batch, sequence})};
 }
 
-Value* pixel_input(ModelBuilder& m, const VisionConfig& v, const char* batch_dim) {
-  m.b().set_scope("inputs");
-  return m.b().input("pixel_values", m.config().dtype,
-                     {m.dim(batch_dim, 1, kMaxBatch), Dim(v.channels), Dim(v.image), Dim(v.image)});
+PixelInputs pixel_input(ModelBuilder& m, const VisionConfig& v, const char* batch_dim) {
+  Builder& b = m.b();
+  b.set_scope("inputs");
+  const Dim batch = m.dim(batch_dim, 1, kMaxBatch);
+  if (v.position_grid == 0)
+    return {b.input("pixel_values", m.config().dtype, {batch, Dim(v.channels), Dim(v.image), Dim(v.image)})};
+  // Up to 16x the position grid's cells: the processor's max_num_patches is the caller's choice.
+  const Dim patches = m.dim("patches", 1, 16 * v.position_grid * v.position_grid);
+  return {b.input("pixel_values", m.config().dtype, {batch, patches, Dim(v.channels * v.patch * v.patch)}),
+          b.input("pixel_attention_mask", DType::I64, {batch, patches}),
+          b.input("spatial_shapes", DType::I64, {batch, Dim(int64_t{2})})};
 }
 
 Task tower_task(const std::string& model_type, const ExportConfig& config, Task only) {
@@ -264,7 +354,7 @@ ExportModel build_pair(const Checkpoint& ckpt, const ExportConfig& config, const
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   const TextInputs text = text_inputs(m, t, "text_batch");
-  Value* pixels = pixel_input(m, v, "image_batch");
+  const PixelInputs pixels = pixel_input(m, v, "image_batch");
   Value* text_pooled = text_tower(m, "text_model.", t, text.ids, text.mask, f.family).pooled;
   Value* image_pooled = vision_tower(m, "vision_model.", v, pixels, f.family).pooled;
   if (!image_pooled) fail(ckpt.where(), ": vision_model.head.probe: ", f.model_type, " scores images by its pooling head");
@@ -287,7 +377,9 @@ ExportModel build_pair(const Checkpoint& ckpt, const ExportConfig& config, const
   b.output(text_embeds, "text_embeds");
   b.output(image_embeds, "image_embeds");
   tolerate_position_ids(m, ckpt);
-  const char* output_type = f.family == Family::Clip ? "CLIPOutput" : "SiglipOutput";
+  const char* output_type = f.family == Family::Clip           ? "CLIPOutput"
+                            : f.flexible_resolution ? "Siglip2Output"
+                                                    : "SiglipOutput";
   out.components.push_back({Role::Forward, finish_component(m, output_type, t.layers + v.layers, out.dims)});
   return out;
 }
@@ -352,6 +444,15 @@ ExportModel build_siglip_vision(const Checkpoint& ckpt, const ExportConfig& conf
 ExportModel build_siglip_text(const Checkpoint& ckpt, const ExportConfig& config) {
   return build_text(ckpt, config, info(Family::Siglip));
 }
+ExportModel build_siglip2(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_pair(ckpt, config, siglip2_info());
+}
+ExportModel build_siglip2_vision(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_vision(ckpt, config, siglip2_info());
+}
+ExportModel build_siglip2_text(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_text(ckpt, config, siglip2_info());
+}
 
 }  // namespace
 
@@ -403,7 +504,7 @@ std::vector<Value*> vision_hidden_states(ModelBuilder& m, const std::string& p, 
   VisionConfig v;
   static_cast<TowerConfig&>(v) = {t.hidden, t.layers, t.heads, t.ffn, t.eps, t.activation};
   v.image = t.image, v.patch = t.patch, v.channels = t.channels, v.position_ids = t.position_ids;
-  std::vector<Value*> states{vision_embeddings(m, p, v, pixels, t.family)};
+  std::vector<Value*> states{vision_embeddings(m, p, v, PixelInputs{pixels}, t.family)};
   for (int64_t i = 0; i < layers; ++i)
     states.push_back(clip_layer(m, p + "encoder.layers." + std::to_string(i) + ".", v, states.back(), nullptr));
   return states;
@@ -419,5 +520,8 @@ HFX_REGISTER_ARCH("clip_text_model", build_clip_text)
 HFX_REGISTER_ARCH("siglip", build_siglip)
 HFX_REGISTER_ARCH("siglip_vision_model", build_siglip_vision)
 HFX_REGISTER_ARCH("siglip_text_model", build_siglip_text)
+HFX_REGISTER_ARCH("siglip2", build_siglip2)
+HFX_REGISTER_ARCH("siglip2_vision_model", build_siglip2_vision)
+HFX_REGISTER_ARCH("siglip2_text_model", build_siglip2_text)
 
 }  // namespace hfx

@@ -246,18 +246,24 @@ def test_siglip_refuses_mismatched_widths(tmp_path, run_hfexport):
     assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "projection_size", "hidden_size")
 
 
-@pytest.mark.parametrize("family", ["clip", "siglip"])
+SIGLIP2_PROCESSOR = ("Siglip2ImageProcessorPil", dict(patch_size=4, max_num_patches=16))
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip", "siglip2"])
 def test_run_zero_shot_on_image_files(tmp_path, export_model, run_hfexport, family):
     """`hfexport run OUT --image FILE --text LABEL ...`: each label's probability as transformers
-    gives it for the same file and labels (CLIP: softmax over the labels; SigLIP: sigmoid)."""
+    gives it for the same file and labels (CLIP: softmax over the labels; SigLIP and SigLIP 2:
+    sigmoid; SigLIP 2's image resized to its own patch grid)."""
     import transformers
     from PIL import Image
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from test_vit import PROCESSORS, image_files
 
-    model = build(tmp_path / "model", "CLIPModel") if family == "clip" else build_siglip(tmp_path / "model", "SiglipModel")
-    cls, kwargs = PROCESSORS[family]
+    builders = {"clip": lambda f: build(f, "CLIPModel"), "siglip": lambda f: build_siglip(f, "SiglipModel"),
+                "siglip2": lambda f: build_siglip2(f, "Siglip2Model")}
+    model = builders[family](tmp_path / "model")
+    cls, kwargs = SIGLIP2_PROCESSOR if family == "siglip2" else PROCESSORS[family]
     processor = getattr(transformers, cls)(**kwargs)
     processor.save_pretrained(tmp_path / "model")
     words = ["a", "cat", "dog", "photo", "of", "the", "[UNK]", "[PAD]"]
@@ -272,17 +278,149 @@ def test_run_zero_shot_on_image_files(tmp_path, export_model, run_hfexport, fami
     proc = run_hfexport("run", out, "--image", path, *[a for t in labels for a in ("--text", t)])
     assert proc.returncode == 0, proc.stderr
     scores = {s["text"]: s["score"] for s in json.loads(proc.stdout)["scores"]}
-    pad_to = SIGLIP_TEXT["max_position_embeddings"] if family == "siglip" else None
+    sigmoid = family != "clip"
+    pad_to = SIGLIP_TEXT["max_position_embeddings"] if sigmoid else None
     encoded = [tok.encode(t).ids for t in labels]
     width = pad_to or max(map(len, encoded))
     ids = np.array([e + [1] * (width - len(e)) for e in encoded], np.int64)
     mask = np.array([[1] * len(e) + [0] * (width - len(e)) for e in encoded], np.int64)
-    if family == "siglip":
+    if sigmoid:
         mask = np.ones_like(ids)  # padded to max_length, every position attended (its processor returns no mask)
-    pixels = processor(Image.open(path), return_tensors="pt").pixel_values
+    images = dict(processor(Image.open(path), return_tensors="pt"))
     with torch.no_grad():
         logits = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                       pixel_values=pixels).logits_per_image[0]
-    expected = torch.sigmoid(logits) if family == "siglip" else torch.softmax(logits, -1)
+                       **images).logits_per_image[0]
+    expected = torch.sigmoid(logits) if sigmoid else torch.softmax(logits, -1)
     np.testing.assert_allclose([scores[t] for t in labels], expected.numpy(), atol=1e-5)
     assert_clean_error(run_hfexport("run", out, "--image", path), None, "--text")
+
+
+# SigLIP 2 (NaFlex): a 4 x 4 learned position grid resized to each image's own patch grid.
+SIGLIP2_VISION = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=2, patch_size=4,
+                      num_patches=16, hidden_act="gelu_pytorch_tanh")
+
+
+def build_siglip2(folder, cls: str, vision: dict | None = None):
+    import transformers
+
+    torch.manual_seed(0)
+    vision = {**SIGLIP2_VISION, **(vision or {})}
+    if cls == "Siglip2Model":
+        config = transformers.Siglip2Config(text_config=SIGLIP_TEXT, vision_config=vision)
+    elif cls == "Siglip2VisionModel":
+        config = transformers.Siglip2VisionConfig(**vision)
+    else:
+        config = transformers.Siglip2TextConfig(**SIGLIP_TEXT)
+    config._attn_implementation = "eager"
+    model = randomize(getattr(transformers, cls)(config))
+    with torch.no_grad():
+        if cls == "Siglip2Model":
+            model.logit_bias.fill_(-1.5)
+    model.save_pretrained(folder)
+    return model
+
+
+def naflex_patches(grids: list[tuple[int, int]], max_patches: int, patch_dim: int = 3 * 4 * 4) -> dict:
+    """What Siglip2ImageProcessor returns for images of these patch grids: each image's patches
+    (random pixels) padded to max_patches, its pixel_attention_mask (int32, as the processor's) and
+    spatial_shapes."""
+    rng = np.random.default_rng(8)
+    values = np.zeros((len(grids), max_patches, patch_dim), np.float32)
+    mask = np.zeros((len(grids), max_patches), np.int32)
+    for row, (h, w) in enumerate(grids):
+        values[row, : h * w] = rng.standard_normal((h * w, patch_dim))
+        mask[row, : h * w] = 1
+    return {"pixel_values": values, "pixel_attention_mask": mask, "spatial_shapes": np.array(grids, np.int64)}
+
+
+# Grids smaller than the 4 x 4 position grid (downscaled: antialiased), larger (upscaled), mixed.
+NAFLEX_CASES = {"16-patches": ([(3, 5), (2, 3)], 16), "40-patches": ([(5, 8), (6, 2)], 40)}
+
+
+def torch_inputs(inputs: dict) -> dict:
+    return {k: torch.from_numpy(v) for k, v in inputs.items()}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_siglip2_zero_shot_matches_transformers(tmp_path, export_model, support_matrix, fmt):
+    from hfexport import ExportedModel
+
+    model = build_siglip2(tmp_path / "model", "Siglip2Model")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
+    assert json.loads((out / "export.json").read_text())["task"] == "zero-shot-image-classification"
+    single = fmt == "executorch"
+    exported, err = ExportedModel(out), 0.0
+    for grids, max_patches in NAFLEX_CASES.values():
+        images = naflex_patches(grids[:1] if single else grids, max_patches)
+        for padded in (True, False):
+            ids, mask = siglip_texts(1 if single else 3, padded)
+            got = exported(input_ids=ids, attention_mask=mask, **images)
+            with torch.no_grad():
+                result = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                               **torch_inputs(images))
+            err = max(err, compare(got, result, ["logits_per_image", "logits_per_text", "text_embeds", "image_embeds"]))
+    support_matrix.record("siglip2", "zero-shot-image-classification", True, err, backend=fmt)
+
+
+@pytest.mark.parametrize("case", sorted(NAFLEX_CASES))
+@pytest.mark.parametrize("head", [True, False], ids=["pooling-head", "no-head"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_siglip2_towers_match_transformers(tmp_path, export_model, support_matrix, fmt, head, case):
+    """The vision tower at two patch budgets, each batch mixing a downscaled and an upscaled
+    position grid (only the valid patches' states are compared: transformers' padding rows attend to
+    the valid ones too, and are compared as well); the text tower as SigLIP's."""
+    from hfexport import ExportedModel
+
+    vision = build_siglip2(tmp_path / "vision", "Siglip2VisionModel", {"vision_use_head": head})
+    out = export_model(tmp_path / "vision", tmp_path / "vision-out", "--format", fmt)
+    grids, max_patches = NAFLEX_CASES[case]
+    images = naflex_patches(grids[:1] if fmt == "executorch" else grids, max_patches)
+    with torch.no_grad():
+        result = vision(**torch_inputs(images))
+    got = ExportedModel(out)(**images)
+    assert head or "pooler_output" not in got
+    err = compare(got, result, ["last_hidden_state"] + (["pooler_output"] if head else []))
+    if head:
+        text = build_siglip2(tmp_path / "text", "Siglip2TextModel")
+        out = export_model(tmp_path / "text", tmp_path / "text-out", "--format", fmt)
+        ids, mask = siglip_texts(1 if fmt == "executorch" else 3, padded=True)
+        with torch.no_grad():
+            result = text(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+        err = max(err, compare(ExportedModel(out)(input_ids=ids, attention_mask=mask), result,
+                               ["last_hidden_state", "pooler_output"]))
+    support_matrix.record("siglip2_vision_model", f"feature-extraction (head {head}, {case})", True, err, backend=fmt)
+
+
+def test_siglip2_refuses_a_position_table_that_is_not_square(tmp_path, run_hfexport):
+    build_siglip2(tmp_path / "model", "Siglip2VisionModel")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    config["num_patches"] = 15
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "num_patches", "square")
+
+
+@pytest.mark.parametrize("cls", ["Siglip2ImageProcessorPil", "Siglip2ImageProcessor"])
+@pytest.mark.parametrize("max_patches", [16, 64])
+def test_siglip2_image_inputs_match_the_processor(tmp_path, cls, max_patches):
+    """hfexport.vision's SigLIP 2 preprocessing (each image to the largest patch grid within
+    max_num_patches that keeps its aspect ratio, patches padded, mask, grid shapes) against the
+    processor, Pillow and torchvision backends, for a non-square, a grayscale and an RGBA file
+    together."""
+    import transformers
+
+    from hfexport.vision import image_inputs
+    from test_vit import image_files
+
+    # do_convert_rgb: its default (None) refuses the grayscale file; hfexport converts every image.
+    processor = getattr(transformers, cls)(patch_size=4, max_num_patches=max_patches, do_convert_rgb=True)
+    processor.save_pretrained(tmp_path)
+    paths = image_files(tmp_path)
+    from PIL import Image
+
+    expected = processor([Image.open(p) for p in paths], return_tensors="np")
+    got = image_inputs(tmp_path, paths)
+    np.testing.assert_array_equal(got["spatial_shapes"], expected["spatial_shapes"])
+    np.testing.assert_array_equal(got["pixel_attention_mask"], expected["pixel_attention_mask"])
+    assert got["pixel_attention_mask"].dtype == expected["pixel_attention_mask"].dtype
+    np.testing.assert_allclose(got["pixel_values"], expected["pixel_values"], rtol=0, atol=1e-5)
