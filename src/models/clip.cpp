@@ -47,6 +47,7 @@ struct VisionConfig : TowerConfig {
   int64_t image = 0, patch = 0, channels = 0;
   std::vector<int64_t> position_ids;  // empty: each patch's own index
   int64_t position_grid = 0;          // SigLIP 2: the side of the learned position grid (else 0)
+  int64_t patches_side() const { return image / patch; }
 };
 
 // What the vision tower reads: pixel_values, and SigLIP 2's patch mask and grid shapes.
@@ -342,15 +343,42 @@ Task tower_task(const std::string& model_type, const ExportConfig& config, Task 
   return task;
 }
 
+// The image classifier (...ForImageClassification): the vision tower's last_hidden_state averaged
+// over the patches (CLIP: after [CLS]; SigLIP 2: the real ones), then `classifier`.
+ExportModel build_image_classifier(const Checkpoint& ckpt, const ExportConfig& config, const FamilyInfo& f,
+                                   const VisionConfig& v, ExportModel out) {
+  ModelBuilder m(ckpt, config);
+  Builder& b = m.b();
+  const PixelInputs in = pixel_input(m, v, "batch");
+  Value* x = vision_tower(m, "vision_model.", v, in, f.family).last_hidden_state;
+  b.set_scope("classifier");
+  Value* pooled = nullptr;
+  if (f.family == Family::Clip) {
+    pooled = b.reduce(OpKind::ReduceMean, b.slice(x, 1, 1, v.patches_side() * v.patches_side() + 1), {1}, false);
+  } else if (in.patch_mask) {
+    Value* kept = b.unsqueeze(b.cast(in.patch_mask, x->dtype), {2});
+    pooled = b.div(b.reduce(OpKind::ReduceSum, b.mul(x, kept), {1}, false), b.reduce(OpKind::ReduceSum, kept, {1}, false));
+  } else {
+    pooled = b.reduce(OpKind::ReduceMean, x, {1}, false);
+  }
+  b.output(b.cast(encoder_dense(m, "classifier", label_count(ckpt.config()), v.hidden, pooled), DType::F32), "logits");
+  out.components.push_back({Role::Forward, finish_component(m, "ImageClassifierOutput", v.layers, out.dims)});
+  return out;
+}
+
 ExportModel build_pair(const Checkpoint& ckpt, const ExportConfig& config, const FamilyInfo& f) {
   const JsonConfig& c = ckpt.config();
-  const auto text_config = c.object("text_config");
   const auto vision_config = c.object("vision_config");
-  if (!text_config || !vision_config) c.invalid("text_config", f.model_type + " needs text_config and vision_config");
-  const TextConfig t = parse_text(*text_config, f);
+  if (!vision_config) c.invalid("vision_config", f.model_type + " needs vision_config");
   const VisionConfig v = parse_vision(*vision_config, f);
   ExportModel out{f.model_type, architectures(c), {}, {}};
-  out.task = tower_task(f.model_type, config, Task::ZeroShotImageClassification);
+  // ...ForImageClassification exports image-classification; the pair (...Model) zero-shot scores.
+  const bool classifier = resolve_task("", out.architectures, Task::ZeroShotImageClassification) == Task::ImageClassification;
+  out.task = tower_task(f.model_type, config, classifier ? Task::ImageClassification : Task::ZeroShotImageClassification);
+  if (classifier) return build_image_classifier(ckpt, config, f, v, std::move(out));
+  const auto text_config = c.object("text_config");
+  if (!text_config) c.invalid("text_config", f.model_type + " needs text_config and vision_config");
+  const TextConfig t = parse_text(*text_config, f);
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   const TextInputs text = text_inputs(m, t, "text_batch");

@@ -424,3 +424,30 @@ def test_siglip2_image_inputs_match_the_processor(tmp_path, cls, max_patches):
     np.testing.assert_array_equal(got["pixel_attention_mask"], expected["pixel_attention_mask"])
     assert got["pixel_attention_mask"].dtype == expected["pixel_attention_mask"].dtype
     np.testing.assert_allclose(got["pixel_values"], expected["pixel_values"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", ["CLIPForImageClassification", "SiglipForImageClassification",
+                                 "Siglip2ForImageClassification"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_image_classifiers_match_transformers(tmp_path, export_model, support_matrix, fmt, cls):
+    """...ForImageClassification: the vision tower's states averaged over the patches (CLIP's after
+    [CLS], SigLIP 2's real ones only), then the classifier: image-classification's logits."""
+    import transformers
+    from hfexport import ExportedModel
+
+    torch.manual_seed(0)
+    family = cls.removesuffix("ForImageClassification")
+    vision = {"CLIP": VISION, "Siglip": {**VISION, "hidden_act": "gelu_pytorch_tanh"}, "Siglip2": SIGLIP2_VISION}[family]
+    config = getattr(transformers, f"{family}Config")(text_config=SIGLIP_TEXT, vision_config=vision, num_labels=5)
+    config._attn_implementation = "eager"
+    model = randomize(getattr(transformers, cls)(config))
+    model.save_pretrained(tmp_path / "model")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
+    assert json.loads((out / "export.json").read_text())["task"] == "image-classification"
+    batch = 1 if fmt == "executorch" else 2
+    images = (naflex_patches([(3, 5), (2, 3)][:batch], 16) if family == "Siglip2"
+              else {"pixel_values": pixels(batch)})
+    with torch.no_grad():
+        result = model(**torch_inputs(images))
+    err = compare(ExportedModel(out)(**images), result, ["logits"])
+    support_matrix.record(family.lower(), f"image-classification ({cls})", True, err, backend=fmt)
