@@ -1,5 +1,6 @@
 """Prefill and decode of a hybrid recurrent decoder (Qwen3.5-0.8B-shaped: gated DeltaNet layers
-between gated attention) at two context lengths, through the path users call.
+between gated attention; or --model lfm2-1.2b: short convolutions between GQA layers) at two
+context lengths, through the path users call.
 
 For each export form, one process per (form, context): `hfexport.open_runner(OUT)` and
 `hfexport.generate(runner, prompt, max_new_tokens=N, ignore_eos=True)` on a random prompt of
@@ -69,7 +70,7 @@ def step_bytes(out: Path, hidden: int, vocab: int, tied: bool) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("/tmp/hfexport-bench"))
-    p.add_argument("--model", choices=[m for m in MODELS if m.startswith("qwen3.5")], default="qwen3.5-0.8b")
+    p.add_argument("--model", choices=[m for m in MODELS if m.startswith(("qwen3.5", "lfm2"))], default="qwen3.5-0.8b")
     p.add_argument("--layers", type=int, help="decoder layers (default: the real model's)")
     p.add_argument("--contexts", default="128,4096", help="prompt lengths")
     p.add_argument("--new-tokens", type=int, default=16)
