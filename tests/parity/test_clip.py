@@ -166,20 +166,23 @@ SIGLIP_TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidd
 
 
 def build_siglip(folder, cls: str, vision: dict | None = None):
+    """A SigLIP model, or SigLIP 2's (`cls` starting with Siglip2: the NaFlex vision config)."""
     import transformers
 
     torch.manual_seed(0)
-    vision = {**VISION, "hidden_act": "gelu_pytorch_tanh", **(vision or {})}
-    if cls == "SiglipModel":
-        config = transformers.SiglipConfig(text_config=SIGLIP_TEXT, vision_config=vision)
-    elif cls == "SiglipVisionModel":
-        config = transformers.SiglipVisionConfig(**vision)
+    family = "Siglip2" if cls.startswith("Siglip2") else "Siglip"
+    base = SIGLIP2_VISION if family == "Siglip2" else {**VISION, "hidden_act": "gelu_pytorch_tanh"}
+    vision = {**base, **(vision or {})}
+    if cls == f"{family}Model":
+        config = getattr(transformers, f"{family}Config")(text_config=SIGLIP_TEXT, vision_config=vision)
+    elif cls == f"{family}VisionModel":
+        config = getattr(transformers, f"{family}VisionConfig")(**vision)
     else:
-        config = transformers.SiglipTextConfig(**SIGLIP_TEXT)
+        config = getattr(transformers, f"{family}TextConfig")(**SIGLIP_TEXT)
     config._attn_implementation = "eager"
     model = randomize(getattr(transformers, cls)(config))
     with torch.no_grad():
-        if cls == "SiglipModel":
+        if cls == f"{family}Model":
             model.logit_bias.fill_(-1.5)
     model.save_pretrained(folder)
     return model
@@ -213,6 +216,18 @@ def test_siglip_zero_shot_matches_transformers(tmp_path, export_model, support_m
     support_matrix.record("siglip", "zero-shot-image-classification", True, err, backend=fmt)
 
 
+def text_tower_error(tmp_path, export_model, fmt: str, cls: str) -> float:
+    """A SigLIP (2) text tower against transformers on max_length texts: the largest difference."""
+    from hfexport import ExportedModel
+
+    text = build_siglip(tmp_path / "text", cls)
+    out = export_model(tmp_path / "text", tmp_path / "text-out", "--format", fmt)
+    ids, mask = siglip_texts(1 if fmt == "executorch" else 3, padded=True)
+    with torch.no_grad():
+        result = text(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    return compare(ExportedModel(out)(input_ids=ids, attention_mask=mask), result, ["last_hidden_state", "pooler_output"])
+
+
 @pytest.mark.parametrize("head", [True, False], ids=["pooling-head", "no-head"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_siglip_towers_match_transformers(tmp_path, export_model, support_matrix, fmt, head):
@@ -226,14 +241,7 @@ def test_siglip_towers_match_transformers(tmp_path, export_model, support_matrix
     names = ["last_hidden_state"] + (["pooler_output"] if head else [])
     got = ExportedModel(out)(pixel_values=images)
     assert head or "pooler_output" not in got
-    err = compare(got, result, names)
-    text = build_siglip(tmp_path / "text", "SiglipTextModel")
-    out = export_model(tmp_path / "text", tmp_path / "text-out", "--format", fmt)
-    ids, mask = siglip_texts(1 if fmt == "executorch" else 3, padded=True)
-    with torch.no_grad():
-        result = text(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
-    err = max(err, compare(ExportedModel(out)(input_ids=ids, attention_mask=mask), result,
-                           ["last_hidden_state", "pooler_output"]))
+    err = max(compare(got, result, names), text_tower_error(tmp_path, export_model, fmt, "SiglipTextModel"))
     support_matrix.record("siglip_vision_model", f"feature-extraction (head {head})", True, err, backend=fmt)
 
 
@@ -261,7 +269,7 @@ def test_run_zero_shot_on_image_files(tmp_path, export_model, run_hfexport, fami
     from test_vit import PROCESSORS, image_files
 
     builders = {"clip": lambda f: build(f, "CLIPModel"), "siglip": lambda f: build_siglip(f, "SiglipModel"),
-                "siglip2": lambda f: build_siglip2(f, "Siglip2Model")}
+                "siglip2": lambda f: build_siglip(f, "Siglip2Model")}
     model = builders[family](tmp_path / "model")
     cls, kwargs = SIGLIP2_PROCESSOR if family == "siglip2" else PROCESSORS[family]
     processor = getattr(transformers, cls)(**kwargs)
@@ -300,26 +308,6 @@ SIGLIP2_VISION = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=2,
                       num_patches=16, hidden_act="gelu_pytorch_tanh")
 
 
-def build_siglip2(folder, cls: str, vision: dict | None = None):
-    import transformers
-
-    torch.manual_seed(0)
-    vision = {**SIGLIP2_VISION, **(vision or {})}
-    if cls == "Siglip2Model":
-        config = transformers.Siglip2Config(text_config=SIGLIP_TEXT, vision_config=vision)
-    elif cls == "Siglip2VisionModel":
-        config = transformers.Siglip2VisionConfig(**vision)
-    else:
-        config = transformers.Siglip2TextConfig(**SIGLIP_TEXT)
-    config._attn_implementation = "eager"
-    model = randomize(getattr(transformers, cls)(config))
-    with torch.no_grad():
-        if cls == "Siglip2Model":
-            model.logit_bias.fill_(-1.5)
-    model.save_pretrained(folder)
-    return model
-
-
 def naflex_patches(grids: list[tuple[int, int]], max_patches: int, patch_dim: int = 3 * 4 * 4) -> dict:
     """What Siglip2ImageProcessor returns for images of these patch grids: each image's patches
     (random pixels) padded to max_patches, its pixel_attention_mask (int32, as the processor's) and
@@ -345,7 +333,7 @@ def torch_inputs(inputs: dict) -> dict:
 def test_siglip2_zero_shot_matches_transformers(tmp_path, export_model, support_matrix, fmt):
     from hfexport import ExportedModel
 
-    model = build_siglip2(tmp_path / "model", "Siglip2Model")
+    model = build_siglip(tmp_path / "model", "Siglip2Model")
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
     assert json.loads((out / "export.json").read_text())["task"] == "zero-shot-image-classification"
     single = fmt == "executorch"
@@ -371,7 +359,7 @@ def test_siglip2_towers_match_transformers(tmp_path, export_model, support_matri
     the valid ones too, and are compared as well); the text tower as SigLIP's."""
     from hfexport import ExportedModel
 
-    vision = build_siglip2(tmp_path / "vision", "Siglip2VisionModel", {"vision_use_head": head})
+    vision = build_siglip(tmp_path / "vision", "Siglip2VisionModel", {"vision_use_head": head})
     out = export_model(tmp_path / "vision", tmp_path / "vision-out", "--format", fmt)
     grids, max_patches = NAFLEX_CASES[case]
     images = naflex_patches(grids[:1] if fmt == "executorch" else grids, max_patches)
@@ -381,18 +369,12 @@ def test_siglip2_towers_match_transformers(tmp_path, export_model, support_matri
     assert head or "pooler_output" not in got
     err = compare(got, result, ["last_hidden_state"] + (["pooler_output"] if head else []))
     if head:
-        text = build_siglip2(tmp_path / "text", "Siglip2TextModel")
-        out = export_model(tmp_path / "text", tmp_path / "text-out", "--format", fmt)
-        ids, mask = siglip_texts(1 if fmt == "executorch" else 3, padded=True)
-        with torch.no_grad():
-            result = text(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
-        err = max(err, compare(ExportedModel(out)(input_ids=ids, attention_mask=mask), result,
-                               ["last_hidden_state", "pooler_output"]))
+        err = max(err, text_tower_error(tmp_path, export_model, fmt, "Siglip2TextModel"))
     support_matrix.record("siglip2_vision_model", f"feature-extraction (head {head}, {case})", True, err, backend=fmt)
 
 
 def test_siglip2_refuses_a_position_table_that_is_not_square(tmp_path, run_hfexport):
-    build_siglip2(tmp_path / "model", "Siglip2VisionModel")
+    build_siglip(tmp_path / "model", "Siglip2VisionModel")
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     config["num_patches"] = 15
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
