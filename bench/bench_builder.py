@@ -18,6 +18,8 @@ weights; a word-level tokenizer with an eos id is added, which the builder needs
                                  same mechanics as hfexport's runner (shared cache buffers), so the two
                                  graphs are compared apart from the loops
                hfexport-genai    hfexport's export through onnxruntime-genai's loop (its genai_config.json)
+               eager             transformers eager on the checkpoint in float32 (AutoModelForCausalLM,
+                                 the forward calls generate makes, its DynamicCache; fp32 rows only)
   tokens       the greedy tokens of the fp32 runs, compared between every configuration
   alternating  hfexport's runner and the builder's graph (our loop) in one process, in alternating
                blocks of 16 decode steps over --alternate-generations generations (0: skip), twice:
@@ -54,7 +56,7 @@ from bench_generate import run_worker
 
 REPO = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "int4")
-LOOPS = ("hfexport", "builder", "builder-graph", "hfexport-genai")
+LOOPS = ("hfexport", "builder", "builder-graph", "hfexport-genai", "eager")
 
 
 def add_tokenizer(ckpt: Path, workdir: Path) -> Path:
@@ -97,16 +99,15 @@ def weights_read_per_step(out: Path) -> int:
     """Bytes of weights one batch-1 step streams: the data file, less an untied embedding table
     (gathered, not read whole). The builder's cos/sin caches are counted too (a few MB)."""
     data = sum(p.stat().st_size for p in out.glob("*.data"))
-    config = json.loads((out / "genai_config.json").read_text())["model"]
     hf = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
     if hf and not hf.get("tie_word_embeddings", False):
-        data -= config["vocab_size"] * text_config(hf)["hidden_size"] * 4
+        data -= text_config(hf)["vocab_size"] * text_config(hf)["hidden_size"] * 4
     return data
 
 
 def timing_args(loop: str, out: Path, args, vocab: int) -> list[str]:
     kind = {"hfexport": "hfexport", "builder": "genai", "builder-graph": "builder-iobinding",
-            "hfexport-genai": "genai"}[loop]
+            "hfexport-genai": "genai", "eager": "eager"}[loop]
     return ["time", kind, str(out), "--vocab-size", str(vocab), "--prompt-len", str(args.prompt_len),
             "--new-tokens", str(args.new_tokens), "--repeats", "1", "--ort-threads", str(args.ort_threads)]
 
@@ -128,11 +129,17 @@ def main(argv=None) -> int:
     p.add_argument("--ort-threads", type=int, default=0, help="0: onnxruntime's default (every core)")
     p.add_argument("--alternate-generations", type=int, default=3,
                    help="generations of the in-process alternating decode comparison (0: skip it)")
+    p.add_argument("--loops", default=",".join(LOOPS), help=f"which timings to run (of {', '.join(LOOPS)})")
+    p.add_argument("--precisions", default=",".join(PRECISIONS), help="fp32, int4 or both")
     p.add_argument("--keep-exports", action="store_true")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.layers is None:
         args.layers = MODELS[args.model][2]
+    loops, precisions = args.loops.split(","), args.precisions.split(",")
+    if not set(loops) <= set(LOOPS) or not set(precisions) <= set(PRECISIONS):
+        p.error(f"--loops takes {', '.join(LOOPS)}; --precisions takes {', '.join(PRECISIONS)}")
+    tools = {"builder" if loop.startswith("builder") else "hfexport" for loop in loops if loop != "eager"}
 
     ckpt = add_tokenizer(ensure_checkpoint(args.workdir, args.layers, args.seed, False, args.model), args.workdir)
     vocab = text_config(json.loads((ckpt / "config.json").read_text()))["vocab_size"]
@@ -143,6 +150,8 @@ def main(argv=None) -> int:
     failed = False
 
     for (tool, precision), cmd in export_commands(args, ckpt, root).items():
+        if tool not in tools | {"hfexport"} or precision not in precisions:
+            continue
         out = root / f"{tool}-{precision}"
         shutil.rmtree(out, ignore_errors=True)
         m = measure(cmd, logs / f"export-{tool}-{precision}.log", 0.05)
@@ -159,12 +168,16 @@ def main(argv=None) -> int:
     results["bandwidth_gb_s"] = bandwidth["gb_s"] if bandwidth else None
     samples: dict = {}
     for r in range(args.rounds):
-        for precision in PRECISIONS:
-            for loop in LOOPS:
+        for precision in precisions:
+            for loop in loops:
                 tool = "hfexport" if loop.startswith("hfexport") else "builder"
-                out = root / f"{tool}-{precision}"
-                if not results["exports"][f"{tool}-{precision}"]["ok"]:
+                if loop == "eager":  # the checkpoint itself, in float32
+                    if precision != "fp32":
+                        continue
+                    tool = "hfexport"
+                if not results["exports"].get(f"{tool}-{precision}", {}).get("ok"):
                     continue
+                out = ckpt if loop == "eager" else root / f"{tool}-{precision}"
                 name = f"{loop}-{precision}"
                 res, _, err = run_worker(timing_args(loop, out, args, vocab), root / "run.json", logs / f"{name}-{r}.log")
                 if res is None:
@@ -175,9 +188,9 @@ def main(argv=None) -> int:
                 print(f"round {r + 1}: {name:22s} prefill {res['prefill_ms_median']:8.1f} ms  decode "
                       f"{res['decode_tok_s_median']:6.2f} tok/s  rss {res['peak_rss_kib'] / 1024:6.0f} MiB", flush=True)
     results["alternating"] = {}
-    for precision in PRECISIONS if args.alternate_generations > 0 else ():
+    for precision in precisions if args.alternate_generations > 0 else ():
         ours, peer = root / f"hfexport-{precision}", root / f"builder-{precision}"
-        if not all(results["exports"][f"{t}-{precision}"]["ok"] for t in ("hfexport", "builder")):
+        if not all(results["exports"].get(f"{t}-{precision}", {}).get("ok") for t in ("hfexport", "builder")):
             continue
         for first in ("hfexport", "builder"):
             res, _, err = run_worker(["alternate", str(ours), str(peer), "--vocab-size", str(vocab),
@@ -193,7 +206,8 @@ def main(argv=None) -> int:
             results["alternating"].setdefault(precision, []).append(res)
     for name, runs in samples.items():
         tool, precision = name.rsplit("-", 1)
-        out = root / (("hfexport" if tool.startswith("hfexport") else "builder") + f"-{precision}")
+        # eager reads the same weights as hfexport's float32 export
+        out = root / (("hfexport" if tool.startswith(("hfexport", "eager")) else "builder") + f"-{precision}")
         entry = {k: statistics.median(x[k] for x in runs)
                  for k in ("prefill_ms_median", "decode_tok_s_median", "peak_rss_kib")}
         entry["tokens"] = runs[0]["tokens"]
@@ -236,6 +250,11 @@ def print_report(results: dict) -> None:
                      f"prefill {ratio(ours['prefill_ms_median'], min(p['prefill_ms_median'] for p in peers))}",
                      f"runtime RSS {ratio(ours['peak_rss_kib'], min(p['peak_rss_kib'] for p in peers))}"]
         print(f"  {precision}: " + ", ".join(line))
+        eager = runs.get(f"eager-{precision}")
+        if ours and eager:
+            print(f"  {precision}, hfexport / transformers eager: decode "
+                  f"{ratio(ours['decode_tok_s_median'], eager['decode_tok_s_median'])}, prefill "
+                  f"{ratio(ours['prefill_ms_median'], eager['prefill_ms_median'])}")
     for precision, pair in results.get("alternating", {}).items():
         for a in pair:
             tok_s = a["decode_tok_s_median"]
