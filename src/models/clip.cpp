@@ -329,8 +329,10 @@ PixelInputs pixel_input(ModelBuilder& m, const VisionConfig& v, const char* batc
   const Dim batch = m.dim(batch_dim, 1, kMaxBatch);
   if (v.position_grid == 0)
     return {b.input("pixel_values", m.config().dtype, {batch, Dim(v.channels), Dim(v.image), Dim(v.image)})};
-  // Up to 16x the position grid's cells: the processor's max_num_patches is the caller's choice.
-  const Dim patches = m.dim("patches", 1, 16 * v.position_grid * v.position_grid);
+  // The processor's max_num_patches is the caller's: up to 4x the position grid's cells (1,024 for
+  // the usual 256: the Hub's NaFlex budgets go to 1,024), more with --dim patches=1:N. ExecuTorch
+  // plans its memory for the bound.
+  const Dim patches = m.dim("patches", 1, 4 * v.position_grid * v.position_grid);
   return {b.input("pixel_values", m.config().dtype, {batch, patches, Dim(v.channels * v.patch * v.patch)}),
           b.input("pixel_attention_mask", DType::I64, {batch, patches}),
           b.input("spatial_shapes", DType::I64, {batch, Dim(int64_t{2})})};
