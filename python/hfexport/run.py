@@ -139,15 +139,15 @@ def run_images(model, images: list[str], texts: list[str] | None, top_k: int = 5
     if task == "zero-shot-image-classification" and not texts:
         raise ValueError("zero-shot-image-classification scores the images against candidate labels: give them as --text")
     config = json.loads((model.directory / "config.json").read_text())
+    sigmoid = config.get("model_type") in SIGMOID_SCORED
     feeds = {k: v for k, v in image_inputs(model.directory, images).items() if k in inputs}
     if task == "zero-shot-image-classification":
         codec = TextCodec(model.directory)
         longest, _ = _bound(model, 1, None)
         # SigLIP's processor pads every text to max_length and returns no mask: every position counts.
-        siglip = config.get("model_type") in SIGMOID_SCORED
-        feeds.update({k: v for k, v in codec.encode_batch(texts, longest, pad_to=longest if siglip else None).items()
+        feeds.update({k: v for k, v in codec.encode_batch(texts, longest, pad_to=longest if sigmoid else None).items()
                       if k in inputs})
-        if siglip:
+        if sigmoid:
             feeds["attention_mask"] = np.ones_like(feeds["input_ids"])
     out = {k: np.asarray(v, np.float32) for k, v in model(**feeds).items()}
     results = []
@@ -163,7 +163,7 @@ def run_images(model, images: list[str], texts: list[str] | None, top_k: int = 5
             result[name] = out[name][row].tolist()
         else:
             logits = out["logits_per_image"][row]
-            scores = _sigmoid(logits) if config.get("model_type") in SIGMOID_SCORED else _softmax(logits)
+            scores = _sigmoid(logits) if sigmoid else _softmax(logits)
             order = np.argsort(-scores, kind="stable")
             result["scores"] = [{"text": texts[i], "score": float(scores[i])} for i in order]
         results.append(result)

@@ -168,22 +168,28 @@ def _pixel_bounds(config: dict[str, Any]) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def _resized_pixels(image, config: dict[str, Any], target_size) -> np.ndarray:
+    """One Pillow image -> [channels, height, width] float32: RGB as configured, resized to
+    target_size(height, width) when do_resize, rescaled and normalized (no crop)."""
+    from PIL import Image
+
+    if config["do_convert_rgb"]:
+        image = _rgb(image)
+    if config["do_resize"]:
+        height, width = target_size(image.height, image.width)
+        image = image.resize((width, height), resample=Image.Resampling(int(config["resample"])))
+    pixels = np.array(image)
+    return _rescaled_normalized(pixels[None] if pixels.ndim == 2 else np.moveaxis(pixels, -1, 0), config)
+
+
 def qwen2_vl_patches(image, config: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
     """One Pillow image -> its flattened patches [grid_h * grid_w, channels * temporal * patch^2]
     (each merge x merge block of patches consecutive, the frame repeated over the temporal patch)
     and its grid [1, grid_h, grid_w], as Qwen2VLImageProcessor makes them."""
-    from PIL import Image
-
     patch, merge, temporal = int(config["patch_size"]), int(config["merge_size"]), int(config["temporal_patch_size"])
-    if config["do_convert_rgb"]:
-        image = _rgb(image)
-    height, width = image.height, image.width
-    if config["do_resize"]:
-        height, width = smart_resize(height, width, patch * merge, *_pixel_bounds(config))
-        image = image.resize((width, height), resample=Image.Resampling(int(config["resample"])))
-    pixels = np.array(image)
-    pixels = _rescaled_normalized(pixels[None] if pixels.ndim == 2 else np.moveaxis(pixels, -1, 0), config)
-    channels, grid_h, grid_w = pixels.shape[0], height // patch, width // patch
+    pixels = _resized_pixels(image, config, lambda h, w: smart_resize(h, w, patch * merge, *_pixel_bounds(config)))
+    channels, height, width = pixels.shape
+    grid_h, grid_w = height // patch, width // patch
     if height % (patch * merge) or width % (patch * merge):
         raise ImageError(f"an image of {height}x{width} does not divide into {patch * merge}-pixel blocks (do_resize is off)")
     blocks = pixels.reshape(channels, grid_h // merge, merge, patch, grid_w // merge, merge, patch)
@@ -210,16 +216,9 @@ def size_for_max_patches(height: int, width: int, patch: int, max_patches: int, 
 def siglip2_patches(image, config: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
     """One Pillow image -> its patches [rows * cols, patch * patch * channels] (each patch's pixels
     row by row, channels last) and its grid [rows, cols], as Siglip2ImageProcessor makes them."""
-    from PIL import Image
-
     patch = int(config["patch_size"])
-    if config["do_convert_rgb"]:
-        image = _rgb(image)
-    if config["do_resize"]:
-        height, width = size_for_max_patches(image.height, image.width, patch, int(config["max_num_patches"]))
-        image = image.resize((width, height), resample=Image.Resampling(int(config["resample"])))
-    pixels = np.array(image)
-    pixels = _rescaled_normalized(pixels[None] if pixels.ndim == 2 else np.moveaxis(pixels, -1, 0), config)
+    pixels = _resized_pixels(image, config,
+                             lambda h, w: size_for_max_patches(h, w, patch, int(config["max_num_patches"])))
     channels, rows, cols = pixels.shape[0], pixels.shape[1] // patch, pixels.shape[2] // patch
     grid = pixels[:, : rows * patch, : cols * patch].reshape(channels, rows, patch, cols, patch)
     return np.ascontiguousarray(grid.transpose(1, 3, 2, 4, 0).reshape(rows * cols, -1)), [rows, cols]

@@ -247,9 +247,7 @@ Tower vision_tower(ModelBuilder& m, const std::string& p, const VisionConfig& v,
   if (family == Family::Siglip) {
     x = encoder_layer_norm(m, p + "post_layernorm", x, v.eps);
     if (!m.has(p + "head.probe")) return {x, nullptr};
-    Value* probe_mask = nullptr;  // [batch, 1, 1, patches]
-    if (in.patch_mask) probe_mask = b.unsqueeze(b.compare(OpKind::Greater, in.patch_mask, b.const_i64({0})), {1, 2});
-    return {x, attention_pooling(m, p + "head.", v, x, probe_mask)};
+    return {x, attention_pooling(m, p + "head.", v, x, in.patch_mask ? encoder_padding(b, in.patch_mask) : nullptr)};
   }
   b.set_scope(p + "post_layernorm");
   Value* first = b.gather(x, b.const_i64({0}), 1);
