@@ -1,4 +1,4 @@
-"""Generation with a vision-language export (llava, gemma3, qwen2_vl): its `vision_encoder` turns the images into
+"""Generation with a vision-language export (llava, gemma3, qwen2_vl, qwen3_vl): its `vision_encoder` turns the images into
 features, its `token_embedding` the prompt's ids into embeddings, and the features replace the
 embeddings of the image tokens (as the model's forward does with masked_scatter) before the
 `text_decoder` runs the decode loop over inputs_embeds. Each format's decode-loop runner serves
@@ -35,6 +35,11 @@ class VisionLanguage:
         self.image_features: np.ndarray | None = None
         decoder_inputs = {i["name"]: i for i in manifest.component(TEXT_DECODER)["inputs"]}
         self.takes_token_types = "token_type_ids" in decoder_inputs
+        # Qwen3-VL's deepstack: the vision encoder's deepstack_features [layers, features, hidden] go
+        # to the text decoder with the image tokens' mask (zero features in a call without images).
+        self.deepstack_layers = int(decoder_inputs["deepstack_visual_embeds"]["shape"][0]) \
+            if "deepstack_visual_embeds" in decoder_inputs else 0
+        self.deepstack_features: np.ndarray | None = None
         self.hidden_size = int(decoder_inputs["inputs_embeds"]["shape"][-1])
         embedder_inputs = {i["name"]: i for i in manifest.component(TOKEN_EMBEDDING)["inputs"]}
         self.merges_features = "image_features" in embedder_inputs
@@ -55,7 +60,7 @@ class VisionLanguage:
         with their padding images and pixel_attention_mask); None for a prompt without images."""
         self.image_grids = None if image_grid_thw is None else np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
         if pixel_values is None:
-            self.image_features = None
+            self.image_features = self.deepstack_features = None
             return
         pixels = np.ascontiguousarray(real_images(np.asarray(pixel_values, dtype=np.float32), pixel_attention_mask))
         feeds = {"pixel_values": pixels}
@@ -64,8 +69,11 @@ class VisionLanguage:
                 raise GenerationError("this export's vision encoder takes image_grid_thw with pixel_values "
                                       "(what its processor returns)")
             feeds["image_grid_thw"] = np.ascontiguousarray(self.image_grids)
-        features = self.vision(feeds)["image_features"]
+        outputs = self.vision(feeds)
+        features = outputs["image_features"]
         self.image_features = np.asarray(features).reshape(-1, features.shape[-1])
+        if self.deepstack_layers:
+            self.deepstack_features = np.asarray(outputs["deepstack_features"], dtype=self.feature_dtype)
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
         self.rope_deltas = None  # this prompt sets them
@@ -79,6 +87,13 @@ class VisionLanguage:
         inputs = {"inputs_embeds": self._embeddings(ids)}
         if self.takes_token_types:  # 1 marks the image tokens (Gemma 3's image attention)
             inputs["token_type_ids"] = (ids == self.image_token_id).astype(np.int64)
+        if self.deepstack_layers:
+            with_images = self.in_prompt and self.deepstack_features is not None
+            marked = (ids == self.image_token_id) & with_images
+            features = self.deepstack_features if with_images else \
+                np.zeros((self.deepstack_layers, 0, self.hidden_size), self.feature_dtype)
+            inputs["visual_pos_masks"] = np.ascontiguousarray(marked)
+            inputs["deepstack_visual_embeds"] = np.ascontiguousarray(features)
         return inputs
 
     def _position_ids(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -218,7 +233,7 @@ def _smolvlm_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePr
 
 # model_type -> (directory, codec, export.json's image_tokens, the images' inputs) -> its processor's ImagePrompt.
 IMAGE_PROMPTS = {"llava": _llava_prompt, "gemma3": _gemma3_prompt, "qwen2_vl": _qwen2_vl_prompt,
-                 "qwen2_5_vl": _qwen2_vl_prompt, "smolvlm": _smolvlm_prompt}
+                 "qwen2_5_vl": _qwen2_vl_prompt, "qwen3_vl": _qwen2_vl_prompt, "smolvlm": _smolvlm_prompt}
 
 
 def features_per_image(manifest: ExportManifest, image_inputs: dict) -> list[int]:

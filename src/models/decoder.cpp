@@ -102,6 +102,39 @@ Value* merge_image_features(ModelBuilder& m, Value* ids, Value* embeds, int64_t 
   return b.where(b.unsqueeze(b.logical_and(is_image, available), {2}), gathered, embeds);
 }
 
+// Qwen3-VL's deepstack inputs (DecoderConfig::deepstack_layers): visual_pos_masks and
+// deepstack_visual_embeds, and each marked token's index into the features (its order among the
+// batch's marked tokens; the zero row past the features for the others).
+struct DeepstackInputs {
+  Value* padded;  // [layers, features + 1, hidden]: the features and a zero row
+  Value* index;   // [batch, query] int64
+};
+
+DeepstackInputs deepstack_inputs(ModelBuilder& m, const DecoderConfig& cfg, Value* inputs_embeds, DType dtype) {
+  Builder& b = m.b();
+  const Shape& tokens = inputs_embeds->shape;
+  Value* marked = b.input("visual_pos_masks", DType::Bool, {tokens[0], tokens[1]});
+  const Dim count = m.dim("deepstack_features", 0, cfg.max_positions);
+  Value* embeds = b.input("deepstack_visual_embeds", dtype, {Dim(cfg.deepstack_layers), count, Dim(cfg.hidden)});
+  b.set_scope("deepstack");
+  Value* ones = b.cast(marked, DType::I64);
+  Value* per_row = b.reduce(OpKind::ReduceSum, ones, {1}, false);
+  Value* before_row = b.sub(b.cumsum(per_row, 0), per_row);
+  Value* order = b.add(b.unsqueeze(before_row, {1}), b.sub(b.cumsum(ones, 1), b.const_i64({1})));
+  Value* rows = b.gather(b.shape_of(embeds), b.const_i64({1}), 0);
+  Value* index = b.where(marked, b.min(order, rows), rows);  // past the features: the zero row
+  Value* zero = b.cast(b.const_f32(std::vector<float>(static_cast<size_t>(cfg.deepstack_layers * cfg.hidden), 0.0f),
+                                   {cfg.deepstack_layers, 1, cfg.hidden}), dtype);
+  return {b.concat({embeds, zero}, 1, m.graph().dim(dim_plus(count, 1))), index};
+}
+
+// The states after layer `layer` plus that layer's deepstack features at the marked tokens.
+Value* add_deepstack(Builder& b, const DeepstackInputs& in, int64_t layer, Value* x) {
+  b.set_scope("deepstack." + std::to_string(layer));
+  Value* features = b.gather(in.padded, b.const_i64({layer}, {}), 0);  // [features + 1, hidden]
+  return b.add(x, b.gather(features, in.index, 0));
+}
+
 // The decoders other models embed, by model_type. Function-local: registrations run in other
 // files' static initialisers.
 std::map<std::string, DecoderFactory>& decoder_factories() {
@@ -342,7 +375,15 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   // Given inputs_embeds, the embedding table is read only by a tied head.
   if (io.inputs_embeds()) m.tolerate(cfg.prefix + defaults_.names.embed + ".weight");
   Value* x = embed(g, io.inputs_embeds() ? io.inputs_embeds() : embed_tokens(g, io.input_ids()));
-  for (int64_t i = 0; i < cfg.layers; ++i) x = layer(g, i, x);
+  std::optional<DeepstackInputs> deepstack;
+  if (cfg.deepstack_layers > 0 && io.inputs_embeds()) {
+    b.set_scope("inputs");
+    deepstack = deepstack_inputs(m, cfg, io.inputs_embeds(), config.dtype);
+  }
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    x = layer(g, i, x);
+    if (deepstack && i < cfg.deepstack_layers) x = add_deepstack(b, *deepstack, i, x);
+  }
   b.set_scope("model.norm");
   // With left padding the last column is every row's last real token.
   if (variant.last_logits) x = b.slice(x, 1, -1, INT64_MAX);

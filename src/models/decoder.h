@@ -147,6 +147,10 @@ struct DecoderConfig {
   // and which layers have it (the others keep the dense MLP).
   std::optional<MoeSpec> moe;
   std::vector<bool> layer_moe;
+  // Qwen3-VL's deepstack: given inputs_embeds, the graph also takes visual_pos_masks [batch, query]
+  // (bool: the image tokens) and deepstack_visual_embeds [deepstack_layers, features, hidden], and
+  // after layer i < deepstack_layers adds row i's features, in order, to the marked tokens' states.
+  int64_t deepstack_layers = 0;
 };
 
 DecoderConfig parse_decoder_config(const JsonConfig& config, const DecoderDefaults& defaults);

@@ -1,4 +1,5 @@
-// qwen2_vl (Qwen2VLForConditionalGeneration) and qwen2_5_vl (Qwen2_5_VLForConditionalGeneration).
+// qwen2_vl (Qwen2VLForConditionalGeneration), qwen2_5_vl (Qwen2_5_VLForConditionalGeneration) and
+// qwen3_vl (Qwen3VLForConditionalGeneration).
 // vision_encoder: pixel_values [patches, channels * temporal_patch * patch * patch] (the image
 // processor's flattened patches, each spatial_merge_size^2 block of an image consecutive) and
 // image_grid_thw [images, 3] -> image_features [patches / merge^2, text hidden]: the 3-D patch
@@ -8,7 +9,12 @@
 // after the merger; a mask per window gives the same attention without moving rows.
 // text_decoder: Qwen2 over inputs_embeds with multimodal RoPE: position_ids [3, batch, sequence]
 // (temporal, height, width), as get_rope_index computes them; token_embedding as the others.
+// Qwen3-VL: the patch convolution with a bias, a learned square position grid resampled to each
+// image's grid (bilinear, align_corners), LayerNorm blocks, and deepstack mergers on listed blocks
+// whose features the text decoder adds to the image tokens' states after its first layers; a Qwen3
+// language model with interleaved multimodal RoPE.
 // Checkpoints as the Hub's 4.x (flat text keys, model. / visual.) and transformers 5 save them.
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -28,9 +34,11 @@ constexpr int64_t kMaxPatches = 16384;
 
 // What differs between the two towers.
 struct QwenVisionFamily {
-  bool rms_norm;   // RMSNorm (2.5) or LayerNorm with bias (2) in the blocks and merger
-  bool gated_mlp;  // gate/up/down with biases (2.5) or fc1/fc2 (2)
+  bool rms_norm;   // RMSNorm (2.5) or LayerNorm with bias (2, 3) in the blocks and merger
+  bool gated_mlp;  // gate/up/down with biases (2.5) or fc1/fc2 (2; 3's linear_fc1/linear_fc2)
   bool windows;    // window attention outside fullatt_block_indexes (2.5)
+  // Qwen3-VL: 2.5's size keys, a patch bias, learned positions, linear_fc* names, deepstack mergers.
+  bool learned_positions = false;
 };
 
 struct QwenVisionConfig {
@@ -40,7 +48,9 @@ struct QwenVisionConfig {
   std::string activation;
   double theta = 10000.0;
   int64_t window = 0;              // in merged patches (window_size / merge / patch)
-  std::vector<bool> full_attention;  // per block (2.5); all true in 2
+  std::vector<bool> full_attention;  // per block (2.5); all true in 2 and 3
+  int64_t position_side = 0;         // 3: the learned grid's side (sqrt(num_position_embeddings))
+  std::vector<int64_t> deepstack;    // 3: the blocks whose output a deepstack merger takes, in order
   int64_t head_dim() const { return width / heads; }
   int64_t patch_dim() const { return channels * temporal * patch * patch; }
 };
@@ -55,7 +65,24 @@ QwenVisionConfig parse_qwen_vision(const JsonConfig& v, const QwenVisionFamily& 
   cfg.temporal = v.positive("temporal_patch_size", 2);
   cfg.merge = v.positive("spatial_merge_size", 2);
   if (const auto rope = v.object("rope_parameters")) cfg.theta = rope->number("rope_theta", 10000.0);
-  if (family.gated_mlp) {  // 2.5: hidden_size is the tower's width, out_hidden_size the merger's
+  if (family.learned_positions) {  // 3: hidden_size is the tower's width, out_hidden_size the merger's
+    cfg.width = v.positive("hidden_size", 1152);
+    cfg.ffn = v.positive("intermediate_size", 4304);
+    cfg.out_hidden = v.positive("out_hidden_size", 3584);
+    cfg.activation = v.string("hidden_act", "gelu_pytorch_tanh");
+    cfg.full_attention.assign(static_cast<size_t>(cfg.depth), true);
+    const int64_t positions = v.positive("num_position_embeddings", 2304);
+    cfg.position_side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(positions))));
+    if (cfg.position_side * cfg.position_side != positions)
+      v.invalid("num_position_embeddings", str(positions, " is not a square grid"));
+    cfg.deepstack = {8, 16, 24};
+    if (v.has("deepstack_visual_indexes")) {
+      if (!v.at("deepstack_visual_indexes").is_array()) v.invalid("deepstack_visual_indexes", "must list block indices");
+      cfg.deepstack = v.at("deepstack_visual_indexes").get<std::vector<int64_t>>();
+    }
+    for (int64_t i : cfg.deepstack)
+      if (i < 0 || i >= cfg.depth) v.invalid("deepstack_visual_indexes", str("block ", i, " is not one of the ", cfg.depth, " blocks"));
+  } else if (family.gated_mlp) {  // 2.5: hidden_size is the tower's width, out_hidden_size the merger's
     cfg.width = v.positive("hidden_size", 3584);
     cfg.ffn = v.positive("intermediate_size", 3420);
     cfg.out_hidden = v.positive("out_hidden_size", 3584);
@@ -103,6 +130,9 @@ struct PatchPlaces {
   Value* row;
   Value* column;
   Value* merged_columns;  // the image's columns of merge x merge blocks
+  Value* image;           // the image's index in image_grid_thw
+  Value* heights;         // [images]: each image's rows and columns of patches
+  Value* widths;
 };
 
 PatchPlaces patch_places(Builder& b, Value* grid_thw, const Dim& patches, Value* count, int64_t merge) {
@@ -128,7 +158,7 @@ PatchPlaces patch_places(Builder& b, Value* grid_thw, const Dim& patches, Value*
   Value* blocks_per_row = b.div(b.gather(w, image, 0), mk);
   Value* row = b.add(b.mul(b.div(block, blocks_per_row), mk), b.div(inside, mk));
   Value* col = b.add(b.mul(b.mod(block, blocks_per_row), mk), b.mod(inside, mk));
-  return {frame, row, col, blocks_per_row};
+  return {frame, row, col, blocks_per_row, image, h, w};
 }
 
 // [1, 1, patches, patches] bool: rows with equal keys attend to each other.
@@ -155,6 +185,65 @@ Value* vision_norm(ModelBuilder& m, const QwenVisionConfig& cfg, const std::stri
   Value* w = m.weight(module + ".weight", {cfg.width});
   if (cfg.family.rms_norm) return m.b().rms_norm(x, w, 1e-6);
   return m.b().layer_norm(x, w, m.weight(module + ".bias", {cfg.width}), 1e-6);
+}
+
+// Qwen3-VL's position embedding of each patch: the learned square grid resampled to the patch's
+// image grid as F.interpolate(bilinear, align_corners=True), in transformers' form: two taps per
+// axis, floor(src) and the next (clamped), src = index * (side - 1) / max(size - 1, 1); the four
+// cells' rows weighted by the product of their axes' weights, summed in float32.
+Value* learned_positions(ModelBuilder& m, const QwenVisionConfig& cfg, const std::string& v, const PatchPlaces& at) {
+  Builder& b = m.b();
+  b.set_scope(v + "pos_embed");
+  const int64_t side = cfg.position_side;
+  Value* table = b.cast(m.weight(v + "pos_embed.weight", {side * side, cfg.width}), DType::F32);
+  Value* one = b.const_i64({1});
+  Value* last = b.const_i64({side - 1});
+  Value* unit = b.scalar(1.0, DType::F32);
+  struct Tap {
+    Value* cell;
+    Value* weight;
+  };
+  auto axis = [&](Value* index, Value* sizes) {
+    Value* span = b.max(b.sub(b.gather(sizes, at.image, 0), one), one);
+    Value* scaled = b.mul(index, last);
+    Value* first = b.div(scaled, span);  // floor(src): exact in integers
+    Value* src = b.div(b.cast(scaled, DType::F32), b.cast(span, DType::F32));
+    Value* fraction = b.sub(src, b.cast(first, DType::F32));
+    Value* beyond = b.sub(fraction, unit);
+    return std::array<Tap, 2>{Tap{first, b.sub(unit, fraction)},
+                              Tap{b.min(b.add(first, one), last), b.sub(unit, b.max(beyond, b.unary(OpKind::Neg, beyond)))}};
+  };
+  const auto rows = axis(at.row, at.heights);
+  const auto columns = axis(at.column, at.widths);
+  Value* sum = nullptr;
+  for (const Tap& r : rows)
+    for (const Tap& c : columns) {
+      Value* cell = b.gather(table, b.add(b.mul(r.cell, b.const_i64({side})), c.cell), 0);  // [patches, width]
+      Value* term = b.mul(cell, b.unsqueeze(b.mul(r.weight, c.weight), {1}));
+      sum = sum ? b.add(sum, term) : term;
+    }
+  return b.unsqueeze(b.cast(sum, m.config().dtype), {0});
+}
+
+// Qwen3-VL's patch merger: LayerNorm over each patch (or, `postshuffle`, over each merged group of
+// merge^2 patches: the deepstack mergers), the groups concatenated, linear_fc1, GELU, linear_fc2.
+Value* qwen3_merger(ModelBuilder& m, const QwenVisionConfig& cfg, const std::string& p, Value* x, bool postshuffle,
+                    int64_t text_hidden, const Dim& merged) {
+  Builder& b = m.b();
+  const int64_t merged_width = cfg.width * cfg.merge * cfg.merge;
+  const int64_t norm_width = postshuffle ? merged_width : cfg.width;
+  auto norm = [&](Value* v) {
+    b.set_scope(p + "norm");
+    return b.layer_norm(v, m.weight(p + "norm.weight", {norm_width}), m.weight(p + "norm.bias", {norm_width}), 1e-6);
+  };
+  if (!postshuffle) x = norm(x);
+  x = b.reshape(x, {merged, Dim(merged_width)});
+  if (postshuffle) x = norm(x);
+  b.set_scope(p + "linear_fc1");
+  x = b.linear(x, m.weight(p + "linear_fc1.weight", {merged_width, merged_width}), m.weight(p + "linear_fc1.bias", {merged_width}));
+  x = b.gelu(x, GeluApproximation::None);
+  b.set_scope(p + "linear_fc2");
+  return b.linear(x, m.weight(p + "linear_fc2.weight", {text_hidden, merged_width}), m.weight(p + "linear_fc2.bias", {text_hidden}));
 }
 
 std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportConfig& config, const QwenVisionConfig& cfg,
@@ -188,7 +277,9 @@ std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportC
   b.set_scope(v + "patch_embed");
   Value* embed = m.view(m.weight(v + "patch_embed.proj.weight", {cfg.width, cfg.channels, cfg.temporal, cfg.patch, cfg.patch}),
                         {cfg.width, cfg.patch_dim()});
-  Value* x = b.unsqueeze(b.linear(pixels, embed), {0});  // [1, patches, width]: one sequence
+  const bool qwen3 = cfg.family.learned_positions;
+  Value* x = b.unsqueeze(b.linear(pixels, embed, m.weight_if(qwen3, v + "patch_embed.proj.bias", {cfg.width})), {0});  // [1, patches, width]: one sequence
+  if (qwen3) x = b.add(x, learned_positions(m, cfg, v, places));
 
   AttentionSpec attn{cfg.width, cfg.heads, cfg.heads, cfg.head_dim()};
   attn.qkv = "qkv";
@@ -197,22 +288,36 @@ std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportC
   MlpSpec mlp{cfg.width, cfg.ffn, true, cfg.activation};
   if (!cfg.family.gated_mlp) {
     mlp.gated = false;
-    mlp.up = "fc1";
-    mlp.down = "fc2";
+    mlp.up = qwen3 ? "linear_fc1" : "fc1";
+    mlp.down = qwen3 ? "linear_fc2" : "fc2";
   }
+  const Dim merged = m.graph().dim(dim_floordiv(patches, cfg.merge * cfg.merge));
+  std::vector<Value*> deepstack;
   for (int64_t i = 0; i < cfg.depth; ++i) {
     const std::string p = v + "blocks." + std::to_string(i) + ".";
     Value* mask = cfg.full_attention[static_cast<size_t>(i)] ? frame_mask : window_mask;
     const AttentionContext ctx{cos, sin, mask, [](Value* k, Value* val) { return std::pair{k, val}; }, false};
     x = b.add(x, attention_block(m, p + "attn.", attn, vision_norm(m, cfg, p + "norm1", x), ctx));
     x = b.add(x, gated_mlp(m, p + "mlp.", mlp, vision_norm(m, cfg, p + "norm2", x)));
+    for (size_t k = 0; k < cfg.deepstack.size(); ++k)
+      if (cfg.deepstack[k] == i) {
+        const std::string merger = v + "deepstack_merger_list." + std::to_string(k) + ".";
+        deepstack.push_back(b.unsqueeze(qwen3_merger(m, cfg, merger, x, true, text_hidden, merged), {0}));
+      }
+  }
+  if (qwen3) {
+    b.output(qwen3_merger(m, cfg, v + "merger.", x, false, text_hidden, merged), "image_features");
+    // [deepstack mergers, features, text hidden], in deepstack_visual_indexes' order
+    if (!deepstack.empty()) b.output(deepstack.size() == 1 ? deepstack.front() : b.concat(deepstack, 0), "deepstack_features");
+    m.tolerate_outside({v});
+    return finish_component(m, "BaseModelOutputWithPooling", cfg.depth, dims);
   }
 
   const std::string merger = v + "merger.";
   x = vision_norm(m, cfg, merger + "ln_q", x);
   b.set_scope(merger + "mlp");
   const int64_t merged_width = cfg.width * cfg.merge * cfg.merge;
-  x = b.reshape(x, {m.graph().dim(dim_floordiv(patches, cfg.merge * cfg.merge)), Dim(merged_width)});
+  x = b.reshape(x, {merged, Dim(merged_width)});
   x = b.linear(x, m.weight(merger + "mlp.0.weight", {merged_width, merged_width}), m.weight(merger + "mlp.0.bias", {merged_width}));
   x = b.gelu(x, GeluApproximation::None);
   x = b.linear(x, m.weight(merger + "mlp.2.weight", {text_hidden, merged_width}), m.weight(merger + "mlp.2.bias", {text_hidden}));
@@ -221,20 +326,27 @@ std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportC
   return finish_component(m, "BaseModelOutputWithPooling", cfg.depth, dims);
 }
 
-// The language model: Qwen2 whose RoPE takes [3, batch, sequence] positions (mrope_section
-// defaults to transformers' [16, 24, 24]).
+// The language model: Qwen2 (Qwen3 for 3) whose RoPE takes [3, batch, sequence] positions, with
+// transformers' default mrope_section ([16, 24, 24]; 3: [24, 20, 20], interleaved).
 class QwenVLTextDecoder : public Decoder {
  public:
-  using Decoder::Decoder;
+  QwenVLTextDecoder(DecoderDefaults defaults, std::array<int64_t, 3> section, bool interleaved)
+      : Decoder(defaults), section_(section), interleaved_(interleaved) {}
   DecoderConfig parse(const JsonConfig& c) const override {
     DecoderConfig cfg = Decoder::parse(c);
     RopeConfig& rope = cfg.ropes.front();
-    if (rope.mrope_section.empty()) rope.mrope_section = {16, 24, 24};
+    if (rope.mrope_section.empty()) rope.mrope_section.assign(section_.begin(), section_.end());
+    rope.mrope_interleaved = interleaved_;  // 3 interleaves whatever mrope_interleaved says
     const auto half = static_cast<int64_t>(rope.inv_freq.size());
     if (rope.mrope_section[0] + rope.mrope_section[1] + rope.mrope_section[2] != half)
-      c.invalid("rope_parameters", str("mrope_section (default [16, 24, 24]) must sum to ", half, " (head size / 2)"));
+      c.invalid("rope_parameters", str("mrope_section (default [", section_[0], ", ", section_[1], ", ", section_[2],
+                                       "]) must sum to ", half, " (head size / 2)"));
     return cfg;
   }
+
+ private:
+  std::array<int64_t, 3> section_;
+  bool interleaved_;
 };
 
 constexpr DecoderDefaults kQwenVLText{
@@ -244,9 +356,20 @@ constexpr DecoderDefaults kQwenVLText{
     .rope_theta = 1000000.0,
 };
 
-std::unique_ptr<Decoder> make_qwen_vl_text() { return std::make_unique<QwenVLTextDecoder>(kQwenVLText); }
+// Qwen3VLTextConfig: a Qwen3 decoder without sliding windows.
+constexpr DecoderDefaults kQwen3VLText{
+    .max_position_embeddings = 128000,
+    .head_dim = 128,
+    .attention_bias = AttentionBias::FromConfig,
+    .qk_norm = true,
+    .rope_theta = 500000.0,
+};
+
+std::unique_ptr<Decoder> make_qwen_vl_text() { return std::make_unique<QwenVLTextDecoder>(kQwenVLText, std::array<int64_t, 3>{16, 24, 24}, false); }
+std::unique_ptr<Decoder> make_qwen3_vl_text() { return std::make_unique<QwenVLTextDecoder>(kQwen3VLText, std::array<int64_t, 3>{24, 20, 20}, true); }
 const bool registered_qwen2_vl_text = register_decoder("qwen2_vl_text", make_qwen_vl_text);
 const bool registered_qwen2_5_vl_text = register_decoder("qwen2_5_vl_text", make_qwen_vl_text);
+const bool registered_qwen3_vl_text = register_decoder("qwen3_vl_text", make_qwen3_vl_text);
 
 ExportModel build_qwen_vl(const Checkpoint& ckpt, const ExportConfig& config, const char* model_type,
                           const QwenVisionFamily& family, const char* output_type) {
@@ -270,6 +393,7 @@ ExportModel build_qwen_vl(const Checkpoint& ckpt, const ExportConfig& config, co
                              {"spatial_merge_size", vision.merge},
                              {"vision_start_token_id", c.integer("vision_start_token_id", 151652)}};
   spec.output_type = output_type;
+  spec.deepstack_layers = static_cast<int64_t>(vision.deepstack.size());
   return build_vision_language(ckpt, config, spec);
 }
 
@@ -283,9 +407,16 @@ ExportModel build_qwen2_5_vl(const Checkpoint& ckpt, const ExportConfig& config)
                        "transformers.modeling_outputs.MultimodalCausalLMOutputWithPast");
 }
 
+ExportModel build_qwen3_vl(const Checkpoint& ckpt, const ExportConfig& config) {
+  QwenVisionFamily family{false, false, false};
+  family.learned_positions = true;
+  return build_qwen_vl(ckpt, config, "qwen3_vl", family, "transformers.modeling_outputs.MultimodalCausalLMOutputWithPast");
+}
+
 }  // namespace
 
 HFX_REGISTER_ARCH("qwen2_vl", build_qwen2_vl)
 HFX_REGISTER_ARCH("qwen2_5_vl", build_qwen2_5_vl)
+HFX_REGISTER_ARCH("qwen3_vl", build_qwen3_vl)
 
 }  // namespace hfx

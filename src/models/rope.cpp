@@ -189,17 +189,24 @@ std::pair<Value*, Value*> cos_sin(Builder& b, Value* freqs, double scaling) {
   return {cos, sin};
 }
 
-// Qwen2-VL: each frequency's position from its section's row of [3, batch, sequence], picked by a
+// Qwen2-VL: each frequency's position from its section's row (Qwen3-VL: interleaved rows) of [3, batch, sequence], picked by a
 // one-hot [3, half] matmul (exact for integer positions), then the default table over those.
 std::pair<Value*, Value*> mrope_cos_sin(Builder& b, const RopeConfig& rope, Value* position_ids) {
   const auto half = static_cast<int64_t>(rope.inv_freq.size());
-  std::vector<float> pick(static_cast<size_t>(3 * half), 0.0f);
-  int64_t first = 0;
-  for (int64_t row = 0; row < 3; ++row) {
-    for (int64_t i = first; i < first + rope.mrope_section[static_cast<size_t>(row)]; ++i)
-      pick[static_cast<size_t>(row * half + i)] = 1.0f;
-    first += rope.mrope_section[static_cast<size_t>(row)];
+  std::vector<int64_t> row_of(static_cast<size_t>(half), 0);
+  if (rope.mrope_interleaved) {
+    for (int64_t row = 1; row < 3; ++row)
+      for (int64_t i = row; i < std::min(3 * rope.mrope_section[static_cast<size_t>(row)], half); i += 3)
+        row_of[static_cast<size_t>(i)] = row;
+  } else {
+    int64_t first = 0;
+    for (int64_t row = 0; row < 3; ++row) {
+      for (int64_t i = first; i < first + rope.mrope_section[static_cast<size_t>(row)]; ++i) row_of[static_cast<size_t>(i)] = row;
+      first += rope.mrope_section[static_cast<size_t>(row)];
+    }
   }
+  std::vector<float> pick(static_cast<size_t>(3 * half), 0.0f);
+  for (int64_t i = 0; i < half; ++i) pick[static_cast<size_t>(row_of[static_cast<size_t>(i)] * half + i)] = 1.0f;
   Value* rows_last = b.transpose(b.cast(position_ids, DType::F32), {1, 2, 0});        // [B, S, 3]
   Value* per_freq = b.matmul(rows_last, b.const_f32(pick, {3, half}));                 // [B, S, half]
   Value* freqs = b.mul(per_freq, b.const_f32(rope.inv_freq, {half}));

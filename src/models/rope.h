@@ -26,6 +26,9 @@ struct RopeConfig {
   // Multimodal RoPE (Qwen2-VL): positions come as [3, batch, sequence] (temporal, height, width)
   // and frequency i of the rotary half takes its position from the row whose section holds i.
   std::vector<int64_t> mrope_section;
+  // Qwen3-VL's layout: the height and width rows take every third frequency from 1 and from 2
+  // (mrope_section[d] of them each), the temporal row the rest.
+  bool mrope_interleaved = false;
 };
 
 // What a family's configuration class fixes about its RoPE.

@@ -51,6 +51,9 @@ ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& co
   const std::unique_ptr<Decoder> decoder = make_decoder(text_type, text_config->where());
   DecoderConfig text = decoder->parse_part(*text_config, spec.language_model, spec.head);
   text.tied = text.tied || c.boolean("tie_word_embeddings", false);
+  if (spec.deepstack_layers > text.layers)
+    c.invalid("vision_config", str(spec.deepstack_layers, " deepstack mergers feed more layers than the language model's ", text.layers));
+  text.deepstack_layers = spec.deepstack_layers;
 
   ExportModel out{spec.model_type, architectures(c), {}, {}};
   const Task task = config.task.empty() ? Task::ImageTextToText : *task_named(config.task);

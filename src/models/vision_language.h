@@ -39,6 +39,8 @@ struct VisionLanguageSpec {
   // onnxruntime-genai's embedding model does).
   bool features_in_embedding = false;
   const char* output_type = "";
+  // The vision encoder's deepstack_features feed this many of the text decoder's first layers (Qwen3-VL).
+  int64_t deepstack_layers = 0;
   nlohmann::json image_tokens_extra = nlohmann::json::object();  // more of export.json's image_tokens
 };
 
