@@ -137,6 +137,26 @@ def test_generation_matches_transformers(tmp_path, export_model, support_matrix,
     support_matrix.record("qwen3_vl", f"generate ({case})", True, 0.0, backend=fmt)
 
 
+def hub_4x_config(folder):
+    """The config as the Hub's Qwen3-VL checkpoints carry it (transformers 4.57): the text model's RoPE
+    in rope_scaling with rope_theta beside it, the tower's model_type "qwen3_vl"."""
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    text = config["text_config"]
+    rope = text.pop("rope_parameters")
+    text["rope_theta"] = rope.pop("rope_theta")
+    text["rope_scaling"] = rope
+    config["vision_config"]["model_type"] = "qwen3_vl"
+    path.write_text(json.dumps(config))
+
+
+def test_hub_4x_config(tmp_path, export_model):
+    model = build(tmp_path / "model")
+    hub_4x_config(tmp_path / "model")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx", "--for-generation")
+    assert_generates_like(model, out, inputs_for(*GENERATIONS["two-images"]))
+
+
 REFUSALS = {
     "position-grid": (lambda c: c["vision_config"].update(num_position_embeddings=15),
                       ["num_position_embeddings", "15 is not a square grid"]),
