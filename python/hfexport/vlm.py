@@ -233,7 +233,7 @@ def _smolvlm_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePr
 
 # model_type -> (directory, codec, export.json's image_tokens, the images' inputs) -> its processor's ImagePrompt.
 IMAGE_PROMPTS = {"llava": _llava_prompt, "gemma3": _gemma3_prompt, "qwen2_vl": _qwen2_vl_prompt,
-                 "qwen2_5_vl": _qwen2_vl_prompt, "qwen3_vl": _qwen2_vl_prompt, "smolvlm": _smolvlm_prompt}
+                 "qwen2_5_vl": _qwen2_vl_prompt, "qwen3_vl": _qwen2_vl_prompt, "qwen3_vl_moe": _qwen2_vl_prompt, "smolvlm": _smolvlm_prompt}
 
 
 def features_per_image(manifest: ExportManifest, image_inputs: dict) -> list[int]:

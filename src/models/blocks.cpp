@@ -184,6 +184,16 @@ std::pair<Value*, Value*> expert_weights(ModelBuilder& m, const std::string& p, 
       }
       break;
     }
+    case MoeSpec::Layout::FusedConcatIn: {  // [E, in, out] per expert, gate columns then up
+      Value* fused = m.view(m.weight(p + s.fused_gate_up, {e, hidden, 2 * inter}), {e * hidden, 2 * inter});
+      Value* fused_down = m.view(m.weight(p + s.fused_down, {e, inter, hidden}), {e * inter, hidden});
+      for (int64_t i = 0; i < e; ++i) {
+        Value* rows = m.transposed(m.rows(fused, i * hidden, (i + 1) * hidden));  // [2I, H]
+        gate_up.push_back(m.interleave_rows(m.rows(rows, 0, inter), m.rows(rows, inter, 2 * inter)));
+        down.push_back(m.transposed(m.rows(fused_down, i * inter, (i + 1) * inter)));
+      }
+      break;
+    }
     case MoeSpec::Layout::Mxfp4: {  // already [out, in] rows
       Value* gu = m.mxfp4(p + "experts.gate_up_proj_blocks", p + "experts.gate_up_proj_scales", {e, 2 * inter, hidden / 32});
       Value* d = m.mxfp4(p + "experts.down_proj_blocks", p + "experts.down_proj_scales", {e, hidden, inter / 32});

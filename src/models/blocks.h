@@ -131,6 +131,8 @@ struct MoeSpec {
     FusedInterleavedIn,  // gpt-oss: experts.gate_up_proj [E, H, 2I] (gate / up columns interleaved), down_proj
                          // [E, I, H], with _bias tensors
     Mxfp4,        // gpt-oss on the Hub: the same as *_blocks / *_scales ([out, in] rows), biases as above
+    FusedConcatIn,  // Qwen3-VL-MoE on the Hub: experts.gate_up_proj [E, H, 2I] (gate columns, then up),
+                    // experts.down_proj [E, I, H]
   };
   Layout layout = Layout::PerExpert;
   std::string router = "gate", gate = "gate_proj", up = "up_proj", down = "down_proj";

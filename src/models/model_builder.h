@@ -44,6 +44,11 @@ class ModelBuilder {
   Value* mxfp4(const std::string& blocks, const std::string& scales, std::vector<int64_t> scales_shape);
   // Whether the checkpoint holds `name` (for layouts that vary between checkpoints of one family).
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+  // The shape the checkpoint stores `name` in (empty when it has no such tensor).
+  std::vector<int64_t> stored_shape(const std::string& name) const {
+    const TensorView* t = ckpt_.find(name);
+    return t ? t->shape : std::vector<int64_t>{};
+  }
   // A tensor whose HF name holds `fragment` is read under the name with `legacy` in its place
   // when only that one is stored (as a family's load hook renames them in transformers).
   void accept_legacy_name(std::string fragment, std::string legacy) { legacy_names_.emplace_back(std::move(fragment), std::move(legacy)); }

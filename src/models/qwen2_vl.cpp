@@ -1,5 +1,5 @@
 // qwen2_vl (Qwen2VLForConditionalGeneration), qwen2_5_vl (Qwen2_5_VLForConditionalGeneration) and
-// qwen3_vl (Qwen3VLForConditionalGeneration).
+// qwen3_vl (Qwen3VLForConditionalGeneration) and qwen3_vl_moe (its mixture-of-experts language model).
 // vision_encoder: pixel_values [patches, channels * temporal_patch * patch * patch] (the image
 // processor's flattened patches, each spatial_merge_size^2 block of an image consecutive) and
 // image_grid_thw [images, 3] -> image_features [patches / merge^2, text hidden]: the 3-D patch
@@ -21,6 +21,7 @@
 #include "models/blocks.h"
 #include "models/decoder.h"
 #include "models/model_builder.h"
+#include "models/moe.h"
 #include "models/registry.h"
 #include "models/seq2seq.h"
 #include "models/vision_language.h"
@@ -330,10 +331,16 @@ std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportC
 // transformers' default mrope_section ([16, 24, 24]; 3: [24, 20, 20], interleaved).
 class QwenVLTextDecoder : public Decoder {
  public:
-  QwenVLTextDecoder(DecoderDefaults defaults, std::array<int64_t, 3> section, bool interleaved)
-      : Decoder(defaults), section_(section), interleaved_(interleaved) {}
+  QwenVLTextDecoder(DecoderDefaults defaults, std::array<int64_t, 3> section, bool interleaved, bool moe = false)
+      : Decoder(defaults), section_(section), interleaved_(interleaved), moe_(moe) {}
   DecoderConfig parse(const JsonConfig& c) const override {
     DecoderConfig cfg = Decoder::parse(c);
+    if (moe_) {  // Qwen3-VL-MoE: softmax top-k, always renormalised, on decoder_sparse_step's layers
+      MoeSpec moe = parse_moe(c, cfg, c.positive("moe_intermediate_size", 1408), 4);
+      moe.layout = MoeSpec::Layout::FusedConcatIn;
+      cfg.moe = moe;
+      cfg.layer_moe = sparse_layers(c, cfg.layers);
+    }
     RopeConfig& rope = cfg.ropes.front();
     if (rope.mrope_section.empty()) rope.mrope_section.assign(section_.begin(), section_.end());
     rope.mrope_interleaved = interleaved_;  // 3 interleaves whatever mrope_interleaved says
@@ -343,10 +350,20 @@ class QwenVLTextDecoder : public Decoder {
                                        "]) must sum to ", half, " (head size / 2)"));
     return cfg;
   }
+  // The experts as the Hub stores them ([E, H, 2I]), or as transformers' modules hold them
+  // ([E, 2I, H]: save_pretrained(save_original_format=False)); a square one reads as the Hub's.
+  Value* mlp(DecoderGraph& g, int64_t i, const std::string& prefix, Value* x) const override {
+    if (!g.cfg.moe || !g.cfg.layer_moe[static_cast<size_t>(i)]) return Decoder::mlp(g, i, prefix, x);
+    MoeSpec spec = *g.cfg.moe;
+    const std::vector<int64_t> shape = g.m.stored_shape(prefix + spec.fused_gate_up);
+    if (shape.size() == 3 && shape[1] == 2 * spec.intermediate && shape[2] == spec.hidden && spec.hidden != 2 * spec.intermediate)
+      spec.layout = MoeSpec::Layout::FusedConcat;
+    return moe_block(g.m, prefix, spec, x);
+  }
 
  private:
   std::array<int64_t, 3> section_;
-  bool interleaved_;
+  bool interleaved_, moe_;
 };
 
 constexpr DecoderDefaults kQwenVLText{
@@ -365,11 +382,24 @@ constexpr DecoderDefaults kQwen3VLText{
     .rope_theta = 500000.0,
 };
 
+// Qwen3VLMoeTextConfig: the same with mixture-of-experts layers (head_dim hidden / heads).
+constexpr DecoderDefaults kQwen3VLMoeText{
+    .max_position_embeddings = 128000,
+    .attention_bias = AttentionBias::FromConfig,
+    .qk_norm = true,
+    .rope_theta = 500000.0,
+    .output_type = "MoeCausalLMOutputWithPast",
+};
+
 std::unique_ptr<Decoder> make_qwen_vl_text() { return std::make_unique<QwenVLTextDecoder>(kQwenVLText, std::array<int64_t, 3>{16, 24, 24}, false); }
 std::unique_ptr<Decoder> make_qwen3_vl_text() { return std::make_unique<QwenVLTextDecoder>(kQwen3VLText, std::array<int64_t, 3>{24, 20, 20}, true); }
 const bool registered_qwen2_vl_text = register_decoder("qwen2_vl_text", make_qwen_vl_text);
 const bool registered_qwen2_5_vl_text = register_decoder("qwen2_5_vl_text", make_qwen_vl_text);
+std::unique_ptr<Decoder> make_qwen3_vl_moe_text() {
+  return std::make_unique<QwenVLTextDecoder>(kQwen3VLMoeText, std::array<int64_t, 3>{24, 20, 20}, true, true);
+}
 const bool registered_qwen3_vl_text = register_decoder("qwen3_vl_text", make_qwen3_vl_text);
+const bool registered_qwen3_vl_moe_text = register_decoder("qwen3_vl_moe_text", make_qwen3_vl_moe_text);
 
 ExportModel build_qwen_vl(const Checkpoint& ckpt, const ExportConfig& config, const char* model_type,
                           const QwenVisionFamily& family, const char* output_type) {
@@ -407,10 +437,15 @@ ExportModel build_qwen2_5_vl(const Checkpoint& ckpt, const ExportConfig& config)
                        "transformers.modeling_outputs.MultimodalCausalLMOutputWithPast");
 }
 
+constexpr QwenVisionFamily kQwen3Vision{false, false, false, true};
+
 ExportModel build_qwen3_vl(const Checkpoint& ckpt, const ExportConfig& config) {
-  QwenVisionFamily family{false, false, false};
-  family.learned_positions = true;
-  return build_qwen_vl(ckpt, config, "qwen3_vl", family, "transformers.modeling_outputs.MultimodalCausalLMOutputWithPast");
+  return build_qwen_vl(ckpt, config, "qwen3_vl", kQwen3Vision, "transformers.modeling_outputs.MultimodalCausalLMOutputWithPast");
+}
+
+ExportModel build_qwen3_vl_moe(const Checkpoint& ckpt, const ExportConfig& config) {
+  return build_qwen_vl(ckpt, config, "qwen3_vl_moe", kQwen3Vision,
+                       "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe.Qwen3VLMoeCausalLMOutputWithPast");
 }
 
 }  // namespace
@@ -418,5 +453,6 @@ ExportModel build_qwen3_vl(const Checkpoint& ckpt, const ExportConfig& config) {
 HFX_REGISTER_ARCH("qwen2_vl", build_qwen2_vl)
 HFX_REGISTER_ARCH("qwen2_5_vl", build_qwen2_5_vl)
 HFX_REGISTER_ARCH("qwen3_vl", build_qwen3_vl)
+HFX_REGISTER_ARCH("qwen3_vl_moe", build_qwen3_vl_moe)
 
 }  // namespace hfx

@@ -50,7 +50,9 @@ ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& co
   if (!text_config) text_config = c;  // the text keys at the top level
   const std::unique_ptr<Decoder> decoder = make_decoder(text_type, text_config->where());
   DecoderConfig text = decoder->parse_part(*text_config, spec.language_model, spec.head);
-  text.tied = text.tied || c.boolean("tie_word_embeddings", false);
+  // The head is the composite model's module: transformers ties it by the top-level key, whatever
+  // text_config's says (Qwen3-VL-MoE's text config defaults to true, the model to false).
+  text.tied = c.boolean("tie_word_embeddings", text.tied);
   if (spec.deepstack_layers > text.layers)
     c.invalid("vision_config", str(spec.deepstack_layers, " deepstack mergers feed more layers than the language model's ", text.layers));
   text.deepstack_layers = spec.deepstack_layers;

@@ -5,7 +5,10 @@ token_embedding; text_decoder over inputs_embeds with get_rope_index's interleav
 the deepstack features at the image tokens (visual_pos_masks, deepstack_visual_embeds), against
 the model's forward. Generation through ExportedModel.generate(**processor-shaped inputs): greedy
 tokens identical to generate with one image, two images, no image and a left-padded batch. Two
-deepstack layouts: two mergers (blocks 0 and 2) and one (block 1)."""
+deepstack layouts: two mergers (blocks 0 and 2) and one (block 1). Qwen3-VL-MoE (`qwen3_vl_moe`): the
+same tower with a mixture-of-experts language model (a dense layer among sparse ones), its experts as
+the Hub stores them and as transformers' modules hold them, its head untied by the top-level config
+though text_config says tied."""
 
 from __future__ import annotations
 
@@ -30,20 +33,29 @@ TEXT = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_lay
 VISION = dict(depth=3, hidden_size=32, intermediate_size=48, out_hidden_size=64, num_heads=2, patch_size=PATCH,
               temporal_patch_size=TEMPORAL, spatial_merge_size=MERGE, num_position_embeddings=16)
 DEEPSTACK = {"deepstack-0-2": [0, 2], "deepstack-1": [1]}
+# Qwen3-VL-MoE's language model: experts on layers 0 and 2, a dense MLP on layer 1.
+MOE_TEXT = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, decoder_sparse_step=1,
+                mlp_only_layers=[1])
+VARIANTS = {"deepstack-0-2": ("qwen3_vl", "deepstack-0-2"), "deepstack-1": ("qwen3_vl", "deepstack-1"),
+            "moe": ("qwen3_vl_moe", "deepstack-0-2")}
 GRIDS = np.array([[1, 6, 4], [1, 2, 6]], np.int64)
 
 
-def build(folder, deepstack: str = "deepstack-0-2", vocab: int = 300, image: int = IMAGE, video: int = VIDEO,
+def build(folder, variant: str = "deepstack-0-2", vocab: int = 300, image: int = IMAGE, video: int = VIDEO,
           start: int = START, end: int = END, eos: int = 2):
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.Qwen3VLConfig(
-        text_config={**TEXT, "vocab_size": vocab, "eos_token_id": eos},
+    model_type, deepstack = VARIANTS[variant]
+    moe = model_type == "qwen3_vl_moe"
+    config_class, model_class = ((transformers.Qwen3VLMoeConfig, transformers.Qwen3VLMoeForConditionalGeneration) if moe
+                                 else (transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration))
+    config = config_class(
+        text_config={**TEXT, **(MOE_TEXT if moe else {}), "vocab_size": vocab, "eos_token_id": eos},
         vision_config={**VISION, "deepstack_visual_indexes": DEEPSTACK[deepstack]},
         image_token_id=image, video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
     config._attn_implementation = "eager"
-    model = transformers.Qwen3VLForConditionalGeneration(config).eval()
+    model = model_class(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -83,10 +95,10 @@ def image_features(model, inputs: dict, grids: np.ndarray) -> tuple[torch.Tensor
     return torch.cat(list(out.pooler_output)), deepstack
 
 
-@pytest.mark.parametrize("deepstack", list(DEEPSTACK))
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_components_match_transformers(tmp_path, export_model, support_matrix, fmt, deepstack):
-    model = build(tmp_path / "model", deepstack)
+def test_components_match_transformers(tmp_path, export_model, support_matrix, fmt, variant):
+    model = build(tmp_path / "model", variant)
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["task"] == "image-text-to-text"
@@ -98,7 +110,7 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     expected, deepstack_expected = image_features(model, inputs, grids)
     got = component(out, "vision_encoder")({"pixel_values": inputs["pixel_values"], "image_grid_thw": grids})
     np.testing.assert_allclose(got["image_features"], expected.numpy(), rtol=1e-4, atol=1e-4)
-    assert got["deepstack_features"].shape == (len(DEEPSTACK[deepstack]), len(expected), 64)
+    assert got["deepstack_features"].shape == (len(DEEPSTACK[VARIANTS[variant][1]]), len(expected), 64)
     np.testing.assert_allclose(got["deepstack_features"], deepstack_expected, rtol=1e-4, atol=1e-4)
     err = max(float(np.abs(got["image_features"] - expected.numpy()).max()),
               float(np.abs(got["deepstack_features"] - deepstack_expected).max()))
@@ -113,8 +125,8 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
                                              visual_pos_masks=ids == IMAGE, deepstack_visual_embeds=deepstack_expected)
     embed = component(out, "token_embedding")
     np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"], embeds)
-    support_matrix.record("qwen3_vl", f"image-text-to-text components ({deepstack})", True, max(err, decoder_err),
-                          backend=fmt)
+    support_matrix.record(VARIANTS[variant][0], f"image-text-to-text components ({VARIANTS[variant][1]})", True,
+                          max(err, decoder_err), backend=fmt)
 
 
 GENERATIONS = {
@@ -135,6 +147,37 @@ def test_generation_matches_transformers(tmp_path, export_model, support_matrix,
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt, "--for-generation")
     assert_generates_like(model, out, inputs_for(rows, grids))
     support_matrix.record("qwen3_vl", f"generate ({case})", True, 0.0, backend=fmt)
+
+
+def hub_experts(folder):
+    """The experts as the Hub's Qwen3-VL-MoE checkpoints store them, [experts, in, out]
+    (save_pretrained writes transformers' modules, [experts, out, in]); transformers transposes them
+    back when it loads."""
+    import safetensors.torch as st
+
+    tensors = st.load_file(folder / "model.safetensors")
+    st.save_file({k: v.transpose(1, 2).contiguous() if k.endswith(("experts.gate_up_proj", "experts.down_proj")) else v
+                  for k, v in tensors.items()}, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("experts", ["hub", "modules"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_moe_generation_matches_transformers(tmp_path, export_model, support_matrix, fmt, experts):
+    """Qwen3-VL-MoE with two images, its experts as the Hub stores them ([experts, hidden,
+    2 x intermediate], which transformers loads into the same model) and as save_pretrained writes them."""
+    import transformers
+
+    if experts == "modules" and fmt != "onnx":
+        pytest.skip("the weight layout is read by the frontend: one format shows it")
+    model = build(tmp_path / "model", "moe")
+    if experts == "hub":
+        hub_experts(tmp_path / "model")
+        loaded = transformers.Qwen3VLMoeForConditionalGeneration.from_pretrained(tmp_path / "model")
+        assert torch.equal(loaded.model.language_model.layers[0].mlp.experts.gate_up_proj,
+                           model.model.language_model.layers[0].mlp.experts.gate_up_proj)
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt, "--for-generation")
+    assert_generates_like(model, out, inputs_for(*GENERATIONS["two-images"]))
+    support_matrix.record("qwen3_vl_moe", f"generate (two-images, {experts} experts)", True, 0.0, backend=fmt)
 
 
 def hub_4x_config(folder):
