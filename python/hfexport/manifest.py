@@ -20,6 +20,10 @@ DECODER = "decoder"  # an encoder-decoder's decoder step
 TEXT_DECODER = "text_decoder"  # a decoder over inputs_embeds
 TOKEN_EMBEDDING = "token_embedding"  # token ids -> inputs_embeds
 VISION_ENCODER = "vision_encoder"  # pixel values -> image embeddings
+# OpenVINO GenAI's split of a Qwen-VL vision encoder (hfexport.vlm.OpenVinoGenaiTower runs it)
+VISION_EMBEDDINGS = "vision_embeddings"
+VISION_EMBEDDINGS_POS = "vision_embeddings_pos"
+VISION_EMBEDDINGS_MERGER = "vision_embeddings_merger"
 AUDIO_ENCODER = "audio_encoder"  # audio features -> audio embeddings
 
 # generation.cache

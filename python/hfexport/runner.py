@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .manifest import (CACHE_STATIC, ENCODER, MULTI_TOKEN_DECODE, PREFILL_CHUNK, REBUILD_CACHE_AT, VISION_ENCODER,
+from .manifest import (CACHE_STATIC, ENCODER, MULTI_TOKEN_DECODE, PREFILL_CHUNK, REBUILD_CACHE_AT, VISION_EMBEDDINGS_MERGER,
+                       VISION_ENCODER,
                        ExportManifest, load_manifest)
 from .sampling import Sampler
 
@@ -181,7 +182,7 @@ def open_runner(directory: str | Path, **options) -> DecodeRunner:
     manifest = load_manifest(directory)
     if not manifest.generation:
         raise GenerationError(f"{directory}: not exported with --for-generation")
-    if manifest.has_component(VISION_ENCODER):
+    if manifest.has_component(VISION_ENCODER) or manifest.has_component(VISION_EMBEDDINGS_MERGER):
         from .vlm import open_vision_language_runner
 
         return open_vision_language_runner(manifest, **options)

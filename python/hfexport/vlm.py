@@ -14,7 +14,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .forward import open_graph
-from .manifest import CACHE_DYNAMIC, TEXT_DECODER, TOKEN_EMBEDDING, VISION_ENCODER, ExportManifest
+from .manifest import (CACHE_DYNAMIC, TEXT_DECODER, TOKEN_EMBEDDING, VISION_EMBEDDINGS, VISION_EMBEDDINGS_MERGER,
+                       VISION_EMBEDDINGS_POS, VISION_ENCODER, ExportManifest)
 from .runner import DecodeRunner, GenerationError
 
 IMAGE_TOKENS = "image_tokens"  # export.json: image_token_id, features_per_image
@@ -29,7 +30,7 @@ class VisionLanguage:
     def __init__(self, manifest: ExportManifest, **options):
         super().__init__(manifest, **options)
         self.embedder = _component_graph(manifest, TOKEN_EMBEDDING, options)
-        self.vision = _component_graph(manifest, VISION_ENCODER, options)
+        self.vision = open_vision_encoder(manifest, **options)
         spec = manifest.data.get(IMAGE_TOKENS) or {}
         self.image_token_id = int(spec.get("image_token_id", -1))
         self.image_features: np.ndarray | None = None
@@ -119,6 +120,115 @@ class VisionLanguage:
         if count and not self.merges_features:
             embeds[slots] = self.image_features.astype(embeds.dtype)
         return embeds
+
+
+def open_vision_encoder(manifest: ExportManifest, **options) -> Callable[[dict], dict]:
+    """The export's vision encoder as one call (inputs as its processor gives them -> image_features and,
+    for Qwen3-VL, deepstack_features), whether it is one graph or OpenVINO GenAI's split."""
+    if manifest.has_component(VISION_EMBEDDINGS_MERGER):
+        return OpenVinoGenaiTower(manifest, **options)
+    return _component_graph(manifest, VISION_ENCODER, options)
+
+
+class OpenVinoGenaiTower:
+    """A Qwen-VL tower exported as OpenVINO GenAI's VLMPipeline splits it, run with what the pipeline
+    computes on the host: vision_embeddings (the patch embedding), Qwen3-VL's vision_embeddings_pos
+    (the learned grid's rows at four cells per patch, weighted and summed here, then added in the
+    patches' merge-block order), and vision_embeddings_merger over the block-diagonal attention
+    mask (0 or -inf), the 2-D RoPE angles and, for Qwen2.5-VL, the window order and window mask."""
+
+    def __init__(self, manifest: ExportManifest, **options):
+        self.embeddings = _component_graph(manifest, VISION_EMBEDDINGS, options)
+        self.merger = _component_graph(manifest, VISION_EMBEDDINGS_MERGER, options)
+        has_pos = manifest.has_component(VISION_EMBEDDINGS_POS)
+        self.positions = _component_graph(manifest, VISION_EMBEDDINGS_POS, options) if has_pos else None
+        inputs = {i["name"]: i for i in manifest.component(VISION_EMBEDDINGS_MERGER)["inputs"]}
+        self.rotary_dim = int(inputs["rotary_pos_emb"]["shape"][-1])
+        self.windows = "window_index" in inputs
+        config = json.loads((manifest.directory / "config.json").read_text())
+        vision = config.get("vision_config") or {}
+        self.merge = int(manifest.data[IMAGE_TOKENS].get("spatial_merge_size", 2))
+        self.theta = float((vision.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+        self.side = int(round(float(vision.get("num_position_embeddings", 2304)) ** 0.5))
+        self.window = int(vision.get("window_size", 112)) // self.merge // int(vision.get("patch_size", 14))
+
+    def __call__(self, feeds: dict) -> dict:
+        grids = [tuple(int(v) for v in g) for g in np.asarray(feeds["image_grid_thw"]).reshape(-1, 3)]
+        hidden = np.array(self.embeddings({"hidden_states": feeds["pixel_values"]})["last_hidden_state"], np.float32)
+        if self.positions is not None:
+            hidden += self._learned_positions(grids)
+        frames = [h * w for t, h, w in grids for _ in range(t)]  # attention stays within a frame
+        inputs = {"hidden_states": hidden, "attention_mask": _block_mask(frames), "rotary_pos_emb": self._rotary(grids)}
+        if self.windows:
+            inputs["window_index"], inputs["window_attention_mask"] = self._window_order(grids)
+        out = self.merger(inputs)
+        result = {"image_features": out["last_hidden_state"]}
+        if "deepstack_feature_lists" in out:
+            result["deepstack_features"] = out["deepstack_feature_lists"]
+        return result
+
+    def _block_order(self, t: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each patch's row and column, in the processor's merge-block order, for t frames."""
+        m = self.merge
+        rows = np.arange(h).reshape(h // m, m, 1, 1) + np.zeros((1, 1, w // m, m), np.int64)
+        cols = np.arange(w).reshape(1, 1, w // m, m) + np.zeros((h // m, m, 1, 1), np.int64)
+        order = (0, 2, 1, 3)
+        return (np.tile(rows.transpose(order).ravel(), t), np.tile(cols.transpose(order).ravel(), t))
+
+    def _rotary(self, grids) -> np.ndarray:
+        inv_freq = 1.0 / self.theta ** (np.arange(0, self.rotary_dim, 2, dtype=np.float32) / self.rotary_dim)
+        parts = []
+        for t, h, w in grids:
+            rows, cols = self._block_order(t, h, w)
+            parts.append(np.concatenate([np.outer(rows, inv_freq), np.outer(cols, inv_freq)], axis=1))
+        return np.ascontiguousarray(np.concatenate(parts).astype(np.float32))
+
+    def _learned_positions(self, grids) -> np.ndarray:
+        """transformers' bilinear (align_corners) resampling of the square grid to each image's grid,
+        in the patches' merge-block order."""
+        g, parts = self.side, []
+        for t, h, w in grids:
+            def taps(n):
+                src = np.arange(n, dtype=np.float32) * np.float32(g - 1) / np.float32(max(n - 1, 1))
+                low = np.floor(src).astype(np.int64)
+                return low, np.minimum(low + 1, g - 1), src - low.astype(np.float32)
+            hl, hh, dh = (a[:, None] for a in taps(h))
+            wl, wh, dw = (a[None, :] for a in taps(w))
+            cells = np.stack([hl * g + wl, hl * g + wh, hh * g + wl, hh * g + wh]).reshape(4, -1)
+            weights = np.stack([(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw]).reshape(4, -1)
+            rows = np.asarray(self.positions({"input": np.ascontiguousarray(cells)})["last_hidden_state"], np.float32)
+            raster = (rows * weights[..., None].astype(np.float32)).sum(0).reshape(h, w, -1)
+            m = self.merge
+            blocks = raster.reshape(h // m, m, w // m, m, -1).transpose(0, 2, 1, 3, 4).reshape(h * w, -1)
+            parts.append(np.tile(blocks, (t, 1)))
+        return np.concatenate(parts)
+
+    def _window_order(self, grids) -> tuple[np.ndarray, np.ndarray]:
+        """Qwen2.5-VL's window order of the merged patches (windows of `window` merged patches a
+        side, row-major per frame) and the window mask over the patches in that order."""
+        index, sizes, offset, m2 = [], [], 0, self.merge * self.merge
+        for t, h, w in grids:
+            gh, gw, win = h // self.merge, w // self.merge, self.window
+            cells = np.arange(t * gh * gw).reshape(t, gh, gw)
+            for frame in cells:
+                for r in range(0, gh, win):
+                    for c in range(0, gw, win):
+                        chunk = frame[r:r + win, c:c + win].ravel()
+                        index.append(chunk + offset)
+                        sizes.append(len(chunk) * m2)
+            offset += t * gh * gw
+        return np.concatenate(index).astype(np.int64), _block_mask(sizes)
+
+
+def _block_mask(blocks: list[int]) -> np.ndarray:
+    """[1, n, n] float32: 0 within each consecutive block of rows, -inf elsewhere."""
+    total = sum(blocks)
+    mask = np.full((1, total, total), -np.inf, np.float32)
+    start = 0
+    for size in blocks:
+        mask[0, start:start + size, start:start + size] = 0.0
+        start += size
+    return mask
 
 
 def real_images(pixel_values: np.ndarray, pixel_attention_mask=None) -> np.ndarray:

@@ -27,6 +27,9 @@ struct BackendCapabilities {
   std::string cache_note;
   // Generation is one graph whose cache lives inside the runtime (serves prefill and decode).
   bool stateful_generation = false;
+  // The runtime pipelines whose own component layouts this format writes where a model offers one
+  // (ExportModel::pipeline_layouts): "openvino_genai".
+  std::vector<std::string_view> pipeline_layouts;
 };
 
 // A fused kernel a backend prefers that a graph fails a runtime precondition of, why, and the

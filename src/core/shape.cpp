@@ -34,6 +34,12 @@ DimExpr dim_times(const Dim& a, int64_t k) {
   return {std::nullopt, Symbol::Op::Mul, a.symbol(), nullptr, k};
 }
 
+DimExpr dim_times(const Dim& a, const Dim& b) {
+  if (b.is_static()) return dim_times(a, b.value());
+  if (a.is_static()) return dim_times(b, a.value());
+  return {std::nullopt, Symbol::Op::Mul, a.symbol(), b.symbol(), 0};
+}
+
 DimExpr dim_floordiv(const Dim& a, int64_t k) {
   HFX_CHECK(k > 0, "dim divided by ", k);
   if (k == 1) return {a};

@@ -17,7 +17,7 @@ struct Symbol {
   enum class Op : uint8_t { Free, Add, Mul, FloorDiv };
   Op op = Op::Free;
   const Symbol* a = nullptr;
-  const Symbol* b = nullptr;  // Add of two symbols; else the constant k
+  const Symbol* b = nullptr;  // Add or Mul of two symbols; else the constant k
   int64_t k = 0;
 };
 
@@ -55,6 +55,7 @@ struct DimExpr {
 DimExpr dim_plus(const Dim& a, int64_t k);
 DimExpr dim_plus(const Dim& a, const Dim& b);
 DimExpr dim_times(const Dim& a, int64_t k);
+DimExpr dim_times(const Dim& a, const Dim& b);
 DimExpr dim_floordiv(const Dim& a, int64_t k);
 
 inline std::string shape_string(const Shape& s) {

@@ -179,6 +179,26 @@ void check_dim_names(const ExportConfig& config, const ExportModel& model, const
   }
 }
 
+// The model's components with those of each pipeline layout the format writes in place of the
+// ones it replaces (at the first one's position).
+void use_pipeline_layouts(ExportModel& model, const BackendCapabilities& caps) {
+  for (PipelineLayout& layout : model.pipeline_layouts) {
+    if (std::ranges::find(caps.pipeline_layouts, layout.pipeline) == caps.pipeline_layouts.end()) continue;
+    std::vector<Component> components;
+    bool placed = false;
+    for (Component& c : model.components) {
+      if (std::ranges::find(layout.replaces, c.role) == layout.replaces.end()) {
+        components.push_back(std::move(c));
+      } else if (!placed) {
+        for (Component& part : layout.components) components.push_back(std::move(part));
+        placed = true;
+      }
+    }
+    model.components = std::move(components);
+  }
+  model.pipeline_layouts.clear();
+}
+
 }  // namespace
 
 void run_passes(const Backend& backend, const ExportConfig& config, const std::string& component, Graph& graph,
@@ -242,6 +262,7 @@ void export_checkpoint(const Checkpoint& ckpt, const fs::path& out_dir, const Ex
   progress::stage("building graph");
   const ExportConfig graph_config = backend->graph_config(config);
   ExportModel model = build(ckpt, graph_config);
+  use_pipeline_layouts(model, backend->capabilities());
   check_dim_names(config, model, run.spell);
   AtomicOutputDir out(out_dir, run.overwrite);
   // Errors name the output as the user gave it, not its staging directory.

@@ -25,6 +25,10 @@ inline constexpr std::string_view kTextDecoder = "text_decoder";  // a decoder o
 inline constexpr std::string_view kTokenEmbedding = "token_embedding";  // token ids -> inputs_embeds
 inline constexpr std::string_view kVisionEncoder = "vision_encoder";    // pixel values -> image embeddings
 inline constexpr std::string_view kAudioEncoder = "audio_encoder";      // audio features -> audio embeddings
+// OpenVINO GenAI's split of a Qwen-VL tower (its VLMPipeline computes the rest on the host):
+inline constexpr std::string_view kVisionEmbeddings = "vision_embeddings";  // flattened patches -> patch embeddings
+inline constexpr std::string_view kVisionEmbeddingsPos = "vision_embeddings_pos";  // grid cells -> position rows
+inline constexpr std::string_view kVisionEmbeddingsMerger = "vision_embeddings_merger";  // blocks + merger
 }  // namespace component
 
 namespace cache {

@@ -9,7 +9,7 @@ namespace hfx {
 namespace {
 
 namespace component = manifest::component;
-constexpr std::array<std::pair<Role, std::string_view>, 9> kRoleNames = {{
+constexpr std::array<std::pair<Role, std::string_view>, 12> kRoleNames = {{
     {Role::Forward, component::kModel},
     {Role::Prefill, component::kPrefill},
     {Role::Decode, component::kDecode},
@@ -19,6 +19,9 @@ constexpr std::array<std::pair<Role, std::string_view>, 9> kRoleNames = {{
     {Role::TokenEmbedding, component::kTokenEmbedding},
     {Role::VisionEncoder, component::kVisionEncoder},
     {Role::AudioEncoder, component::kAudioEncoder},
+    {Role::VisionEmbeddings, component::kVisionEmbeddings},
+    {Role::VisionEmbeddingsPos, component::kVisionEmbeddingsPos},
+    {Role::VisionEmbeddingsMerger, component::kVisionEmbeddingsMerger},
 }};
 
 }  // namespace

@@ -20,6 +20,11 @@ enum class Role : uint8_t {
   TokenEmbedding,  // token ids -> inputs_embeds
   VisionEncoder,   // pixel values -> image embeddings
   AudioEncoder,    // audio features -> audio embeddings
+  // A runtime pipeline's parts of a vision encoder (OpenVINO GenAI's Qwen-VL split): the patch
+  // embedding, the learned position rows, the blocks and mergers over host-computed masks and RoPE.
+  VisionEmbeddings,
+  VisionEmbeddingsPos,
+  VisionEmbeddingsMerger,
 };
 
 // export.json's name for the role (io/manifest.h spells them: manifest::component).

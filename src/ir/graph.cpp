@@ -253,7 +253,7 @@ Dim Graph::dim(const DimExpr& e) {
   const std::string k = std::to_string(e.k);
   switch (e.op) {
     case Symbol::Op::Add: s.name = a.name + (e.b ? "+" + e.b->name : e.k < 0 ? k : "+" + k); break;
-    case Symbol::Op::Mul: s.name = "(" + a.name + ")*" + k; break;
+    case Symbol::Op::Mul: s.name = "(" + a.name + ")*" + (e.b ? "(" + e.b->name + ")" : k); break;
     case Symbol::Op::FloorDiv: s.name = "(" + a.name + ")//" + k; break;
     case Symbol::Op::Free: fail("internal error: a free symbol as an expression");
   }

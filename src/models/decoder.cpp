@@ -103,8 +103,10 @@ Value* merge_image_features(ModelBuilder& m, Value* ids, Value* embeds, int64_t 
 }
 
 // Qwen3-VL's deepstack inputs (DecoderConfig::deepstack_layers): visual_pos_masks and
-// deepstack_visual_embeds, and each marked token's index into the features (its order among the
-// batch's marked tokens; the zero row past the features for the others).
+// deepstack_visual_embeds, and each token's index into the features: a marked token's order among
+// the call's marked tokens, the zero row past the features for the others. The mask is read
+// flattened, token t of the call at row t / query, column t % query of the states, whatever its own
+// [rows, columns] (OpenVINO GenAI's paged pipeline feeds it [1, tokens] for states [tokens, 1]).
 struct DeepstackInputs {
   Value* padded;  // [layers, features + 1, hidden]: the features and a zero row
   Value* index;   // [batch, query] int64
@@ -117,15 +119,20 @@ DeepstackInputs deepstack_inputs(ModelBuilder& m, const DecoderConfig& cfg, Valu
   const Dim count = m.dim("deepstack_features", 0, cfg.max_positions);
   Value* embeds = b.input("deepstack_visual_embeds", dtype, {Dim(cfg.deepstack_layers), count, Dim(cfg.hidden)});
   b.set_scope("deepstack");
-  Value* ones = b.cast(marked, DType::I64);
-  Value* per_row = b.reduce(OpKind::ReduceSum, ones, {1}, false);
-  Value* before_row = b.sub(b.cumsum(per_row, 0), per_row);
-  Value* order = b.add(b.unsqueeze(before_row, {1}), b.sub(b.cumsum(ones, 1), b.const_i64({1})));
+  const Dim flat = m.graph().dim(dim_times(tokens[0], tokens[1]));
+  Value* flat_marked = b.reshape(marked, {flat});
+  Value* order = b.sub(b.cumsum(b.cast(flat_marked, DType::I64), 0), b.const_i64({1}));
   Value* rows = b.gather(b.shape_of(embeds), b.const_i64({1}), 0);
-  Value* index = b.where(marked, b.min(order, rows), rows);  // past the features: the zero row
+  Value* flat_index = b.where(flat_marked, b.min(order, rows), rows);  // past the features: the zero row
+  // Token t = row * query + column of the states.
+  auto extent = [&](int64_t axis) { return b.gather(b.shape_of(inputs_embeds), b.const_i64({axis}), 0); };
+  Value* query = extent(1);
+  Value* row_starts = b.mul(b.range(b.const_i64({0}), extent(0), b.const_i64({1}), tokens[0]), query);
+  Value* columns = b.range(b.const_i64({0}), query, b.const_i64({1}), tokens[1]);
+  Value* token = b.add(b.unsqueeze(row_starts, {1}), b.unsqueeze(columns, {0}));
   Value* zero = b.cast(b.const_f32(std::vector<float>(static_cast<size_t>(cfg.deepstack_layers * cfg.hidden), 0.0f),
                                    {cfg.deepstack_layers, 1, cfg.hidden}), dtype);
-  return {b.concat({embeds, zero}, 1, m.graph().dim(dim_plus(count, 1))), index};
+  return {b.concat({embeds, zero}, 1, m.graph().dim(dim_plus(count, 1))), b.gather(flat_index, token, 0)};
 }
 
 // The states after layer `layer` plus that layer's deepstack features at the marked tokens.

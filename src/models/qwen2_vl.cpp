@@ -247,11 +247,76 @@ Value* qwen3_merger(ModelBuilder& m, const QwenVisionConfig& cfg, const std::str
   return b.linear(x, m.weight(p + "linear_fc2.weight", {text_hidden, merged_width}), m.weight(p + "linear_fc2.bias", {text_hidden}));
 }
 
-std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportConfig& config, const QwenVisionConfig& cfg,
-                                           const QwenLayout& at, int64_t text_hidden, std::set<std::string>& dims) {
+void check_merger_width(const Checkpoint& ckpt, const QwenVisionConfig& cfg, int64_t text_hidden) {
   if (cfg.out_hidden != text_hidden)
     ckpt.config().invalid("vision_config", str("the merger's output size (", cfg.out_hidden,
                                                ") must be the language model's hidden_size (", text_hidden, ")"));
+}
+
+// The 3-D patch convolution as a linear (3: with its bias): [patches, patch size] -> [patches, width].
+Value* patch_embedding(ModelBuilder& m, const QwenVisionConfig& cfg, const std::string& v, Value* pixels) {
+  Builder& b = m.b();
+  b.set_scope(v + "patch_embed");
+  Value* embed = m.view(m.weight(v + "patch_embed.proj.weight", {cfg.width, cfg.channels, cfg.temporal, cfg.patch, cfg.patch}),
+                        {cfg.width, cfg.patch_dim()});
+  return b.linear(pixels, embed, m.weight_if(cfg.family.learned_positions, v + "patch_embed.proj.bias", {cfg.width}));
+}
+
+struct TowerOutput {
+  Value* features;   // [patches / merge^2, text hidden]
+  Value* deepstack;  // 3: [deepstack mergers, patches / merge^2, text hidden]; null without them
+};
+
+// The blocks over x [1, patches, width] (attending where full_mask, or on 2.5's window blocks
+// window_mask, allows: [1, 1, patches, patches] bool), the deepstack mergers on their blocks, and
+// the merger.
+TowerOutput blocks_and_merger(ModelBuilder& m, const QwenVisionConfig& cfg, const std::string& v, Value* x, Value* cos,
+                              Value* sin, Value* full_mask, Value* window_mask, int64_t text_hidden, const Dim& merged) {
+  Builder& b = m.b();
+  const bool qwen3 = cfg.family.learned_positions;
+  AttentionSpec attn{cfg.width, cfg.heads, cfg.heads, cfg.head_dim()};
+  attn.qkv = "qkv";
+  attn.o = "proj";
+  attn.qkv_bias = attn.o_bias = true;
+  MlpSpec mlp{cfg.width, cfg.ffn, true, cfg.activation};
+  if (!cfg.family.gated_mlp) {
+    mlp.gated = false;
+    mlp.up = qwen3 ? "linear_fc1" : "fc1";
+    mlp.down = qwen3 ? "linear_fc2" : "fc2";
+  }
+  std::vector<Value*> deepstack;
+  for (int64_t i = 0; i < cfg.depth; ++i) {
+    const std::string p = v + "blocks." + std::to_string(i) + ".";
+    Value* mask = cfg.full_attention[static_cast<size_t>(i)] ? full_mask : window_mask;
+    const AttentionContext ctx{cos, sin, mask, [](Value* k, Value* val) { return std::pair{k, val}; }, false};
+    x = b.add(x, attention_block(m, p + "attn.", attn, vision_norm(m, cfg, p + "norm1", x), ctx));
+    x = b.add(x, gated_mlp(m, p + "mlp.", mlp, vision_norm(m, cfg, p + "norm2", x)));
+    for (size_t k = 0; k < cfg.deepstack.size(); ++k)
+      if (cfg.deepstack[k] == i) {
+        const std::string merger = v + "deepstack_merger_list." + std::to_string(k) + ".";
+        deepstack.push_back(b.unsqueeze(qwen3_merger(m, cfg, merger, x, true, text_hidden, merged), {0}));
+      }
+  }
+  if (qwen3) {
+    Value* features = qwen3_merger(m, cfg, v + "merger.", x, false, text_hidden, merged);
+    // in deepstack_visual_indexes' order
+    if (deepstack.empty()) return {features, nullptr};
+    return {features, deepstack.size() == 1 ? deepstack.front() : b.concat(deepstack, 0)};
+  }
+  const std::string merger = v + "merger.";
+  x = vision_norm(m, cfg, merger + "ln_q", x);
+  b.set_scope(merger + "mlp");
+  const int64_t merged_width = cfg.width * cfg.merge * cfg.merge;
+  x = b.reshape(x, {merged, Dim(merged_width)});
+  x = b.linear(x, m.weight(merger + "mlp.0.weight", {merged_width, merged_width}), m.weight(merger + "mlp.0.bias", {merged_width}));
+  x = b.gelu(x, GeluApproximation::None);
+  x = b.linear(x, m.weight(merger + "mlp.2.weight", {text_hidden, merged_width}), m.weight(merger + "mlp.2.bias", {text_hidden}));
+  return {x, nullptr};
+}
+
+std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportConfig& config, const QwenVisionConfig& cfg,
+                                           const QwenLayout& at, int64_t text_hidden, std::set<std::string>& dims) {
+  check_merger_width(ckpt, cfg, text_hidden);
   ModelBuilder m(ckpt, config);
   Builder& b = m.b();
   b.set_scope("inputs");
@@ -275,56 +340,95 @@ std::unique_ptr<Graph> qwen_vision_encoder(const Checkpoint& ckpt, const ExportC
     window_mask = same_key_mask(b, b.add(places.frame, window));
   }
 
-  b.set_scope(v + "patch_embed");
-  Value* embed = m.view(m.weight(v + "patch_embed.proj.weight", {cfg.width, cfg.channels, cfg.temporal, cfg.patch, cfg.patch}),
-                        {cfg.width, cfg.patch_dim()});
-  const bool qwen3 = cfg.family.learned_positions;
-  Value* x = b.unsqueeze(b.linear(pixels, embed, m.weight_if(qwen3, v + "patch_embed.proj.bias", {cfg.width})), {0});  // [1, patches, width]: one sequence
-  if (qwen3) x = b.add(x, learned_positions(m, cfg, v, places));
-
-  AttentionSpec attn{cfg.width, cfg.heads, cfg.heads, cfg.head_dim()};
-  attn.qkv = "qkv";
-  attn.o = "proj";
-  attn.qkv_bias = attn.o_bias = true;
-  MlpSpec mlp{cfg.width, cfg.ffn, true, cfg.activation};
-  if (!cfg.family.gated_mlp) {
-    mlp.gated = false;
-    mlp.up = qwen3 ? "linear_fc1" : "fc1";
-    mlp.down = qwen3 ? "linear_fc2" : "fc2";
-  }
+  Value* x = b.unsqueeze(patch_embedding(m, cfg, v, pixels), {0});  // [1, patches, width]: one sequence
+  if (cfg.family.learned_positions) x = b.add(x, learned_positions(m, cfg, v, places));
   const Dim merged = m.graph().dim(dim_floordiv(patches, cfg.merge * cfg.merge));
-  std::vector<Value*> deepstack;
-  for (int64_t i = 0; i < cfg.depth; ++i) {
-    const std::string p = v + "blocks." + std::to_string(i) + ".";
-    Value* mask = cfg.full_attention[static_cast<size_t>(i)] ? frame_mask : window_mask;
-    const AttentionContext ctx{cos, sin, mask, [](Value* k, Value* val) { return std::pair{k, val}; }, false};
-    x = b.add(x, attention_block(m, p + "attn.", attn, vision_norm(m, cfg, p + "norm1", x), ctx));
-    x = b.add(x, gated_mlp(m, p + "mlp.", mlp, vision_norm(m, cfg, p + "norm2", x)));
-    for (size_t k = 0; k < cfg.deepstack.size(); ++k)
-      if (cfg.deepstack[k] == i) {
-        const std::string merger = v + "deepstack_merger_list." + std::to_string(k) + ".";
-        deepstack.push_back(b.unsqueeze(qwen3_merger(m, cfg, merger, x, true, text_hidden, merged), {0}));
-      }
-  }
-  if (qwen3) {
-    b.output(qwen3_merger(m, cfg, v + "merger.", x, false, text_hidden, merged), "image_features");
-    // [deepstack mergers, features, text hidden], in deepstack_visual_indexes' order
-    if (!deepstack.empty()) b.output(deepstack.size() == 1 ? deepstack.front() : b.concat(deepstack, 0), "deepstack_features");
-    m.tolerate_outside({v});
-    return finish_component(m, "BaseModelOutputWithPooling", cfg.depth, dims);
-  }
-
-  const std::string merger = v + "merger.";
-  x = vision_norm(m, cfg, merger + "ln_q", x);
-  b.set_scope(merger + "mlp");
-  const int64_t merged_width = cfg.width * cfg.merge * cfg.merge;
-  x = b.reshape(x, {merged, Dim(merged_width)});
-  x = b.linear(x, m.weight(merger + "mlp.0.weight", {merged_width, merged_width}), m.weight(merger + "mlp.0.bias", {merged_width}));
-  x = b.gelu(x, GeluApproximation::None);
-  x = b.linear(x, m.weight(merger + "mlp.2.weight", {text_hidden, merged_width}), m.weight(merger + "mlp.2.bias", {text_hidden}));
-  b.output(x, "image_features");
+  const TowerOutput out = blocks_and_merger(m, cfg, v, x, cos, sin, frame_mask, window_mask, text_hidden, merged);
+  b.output(out.features, "image_features");
+  if (out.deepstack) b.output(out.deepstack, "deepstack_features");
   m.tolerate_outside({v});  // the language model's
   return finish_component(m, "BaseModelOutputWithPooling", cfg.depth, dims);
+}
+
+// Tolerates the tower's tensors under the modules `unused` (another part of the split reads them).
+void tolerate_tower_parts(ModelBuilder& m, const Checkpoint& ckpt, const std::string& v, const std::vector<std::string>& unused) {
+  m.tolerate_outside({v});
+  for (const TensorView* t : ckpt.tensors())
+    for (const std::string& module : unused)
+      if (t->name.starts_with(v + module)) m.tolerate(t->name);
+}
+
+// OpenVINO GenAI's split of the tower, which its VLMPipeline runs with what it computes on the
+// host (the RoPE table, attention masks, 2.5's window order, 3's position taps and their sum):
+// vision_embeddings (hidden_states [patches, patch size] -> the patch embedding), 3's
+// vision_embeddings_pos (input [4, patches] grid cells -> their rows [4, patches, width]) and
+// vision_embeddings_merger (the blocks and mergers over hidden_states, attention_mask and
+// rotary_pos_emb; 2.5: window_attention_mask and window_index, the merged patches in window order).
+std::vector<Component> openvino_genai_tower(const Checkpoint& ckpt, const ExportConfig& config, const QwenVisionConfig& cfg,
+                                            const QwenLayout& at, int64_t text_hidden, std::set<std::string>& dims) {
+  check_merger_width(ckpt, cfg, text_hidden);
+  const std::string v = at.visual;
+  std::vector<Component> parts;
+  {
+    ModelBuilder m(ckpt, config);
+    Builder& b = m.b();
+    b.set_scope("inputs");
+    Value* pixels = b.input("hidden_states", config.dtype, {m.dim("patches", cfg.merge * cfg.merge, kMaxPatches), Dim(cfg.patch_dim())});
+    b.output(patch_embedding(m, cfg, v, pixels), "last_hidden_state");
+    tolerate_tower_parts(m, ckpt, v, {"blocks.", "merger.", "deepstack_merger_list.", "pos_embed."});
+    parts.push_back({Role::VisionEmbeddings, finish_component(m, "BaseModelOutput", 0, dims)});
+  }
+  if (cfg.family.learned_positions) {
+    ModelBuilder m(ckpt, config);
+    Builder& b = m.b();
+    b.set_scope("inputs");
+    Value* cells = b.input("input", DType::I64, {Dim(int64_t{4}), m.dim("patches", cfg.merge * cfg.merge, kMaxPatches)});
+    b.set_scope(v + "pos_embed");
+    const int64_t side = cfg.position_side;
+    Value* table = b.cast(m.weight(v + "pos_embed.weight", {side * side, cfg.width}), DType::F32);
+    b.output(b.gather(table, cells, 0), "last_hidden_state");
+    tolerate_tower_parts(m, ckpt, v, {"blocks.", "merger.", "deepstack_merger_list.", "patch_embed."});
+    parts.push_back({Role::VisionEmbeddingsPos, finish_component(m, "BaseModelOutput", 0, dims)});
+  }
+  ModelBuilder m(ckpt, config);
+  Builder& b = m.b();
+  b.set_scope("inputs");
+  const Dim patches = m.dim("patches", cfg.merge * cfg.merge, kMaxPatches);
+  const Dim merged = m.graph().dim(dim_floordiv(patches, cfg.merge * cfg.merge));
+  Value* hidden = b.input("hidden_states", config.dtype, {patches, Dim(cfg.width)});
+  Value* full = b.input("attention_mask", DType::F32, {Dim(int64_t{1}), patches, patches});
+  Value* window = cfg.family.windows ? b.input("window_attention_mask", DType::F32, {Dim(int64_t{1}), patches, patches}) : nullptr;
+  Value* order = cfg.family.windows ? b.input("window_index", DType::I64, {merged}) : nullptr;
+  Value* rotary = b.input("rotary_pos_emb", DType::F32, {patches, Dim(cfg.head_dim() / 2)});
+  b.set_scope(v + "rotary_pos_emb");
+  // The host's masks are additive (0 or -inf): attend where 0.
+  auto attended = [&](Value* additive) { return b.unsqueeze(b.compare(OpKind::Equal, additive, b.scalar(0.0, DType::F32)), {1}); };
+  // Rows by merged patch in window order (each merge^2 rows move together).
+  auto in_window_order = [&](Value* rows) {
+    const Dim width = rows->shape[1];
+    Value* grouped = b.reshape(rows, {merged, Dim(width.value() * cfg.merge * cfg.merge)});
+    return b.reshape(b.gather(grouped, order, 0), {patches, width});
+  };
+  if (order) {
+    hidden = in_window_order(hidden);
+    rotary = in_window_order(rotary);
+  }
+  Value* emb = b.unsqueeze(b.concat({rotary, rotary}, -1), {0});
+  Value* cos = b.unary(OpKind::Cos, emb);
+  Value* sin = b.unary(OpKind::Sin, emb);
+  const TowerOutput out = blocks_and_merger(m, cfg, v, b.unsqueeze(hidden, {0}), cos, sin, attended(full),
+                                            window ? attended(window) : nullptr, text_hidden, merged);
+  Value* features = out.features;
+  if (order) {  // back to the patches' order: the result's row j is merged patch order[j]
+    b.set_scope(v + "merger");
+    Value* rows = b.range(b.const_i64({0}), b.gather(b.shape_of(order), b.const_i64({0}), 0), b.const_i64({1}), merged);
+    features = b.gather(features, b.scatter_elements(rows, order, rows, 0), 0);
+  }
+  b.output(features, "last_hidden_state");
+  if (out.deepstack) b.output(out.deepstack, "deepstack_feature_lists");
+  tolerate_tower_parts(m, ckpt, v, {"patch_embed.", "pos_embed."});
+  parts.push_back({Role::VisionEmbeddingsMerger, finish_component(m, "BaseModelOutputWithPooling", cfg.depth, dims)});
+  return parts;
 }
 
 // The language model: Qwen2 (Qwen3 for 3) whose RoPE takes [3, batch, sequence] positions, with
@@ -415,6 +519,9 @@ ExportModel build_qwen_vl(const Checkpoint& ckpt, const ExportConfig& config, co
   spec.head = at.head;
   spec.vision_encoder = [&](int64_t text_hidden, std::set<std::string>& dims) {
     return qwen_vision_encoder(ckpt, config, vision, at, text_hidden, dims);
+  };
+  spec.openvino_genai_tower = [&](int64_t text_hidden, std::set<std::string>& dims) {
+    return openvino_genai_tower(ckpt, config, vision, at, text_hidden, dims);
   };
   spec.image_token_id = c.integer("image_token_id", 151655);
   spec.features_in_embedding = true;

@@ -23,6 +23,14 @@ struct Component {
   std::string_view name() const { return role_name(role); }
 };
 
+// Components a runtime's own pipeline wants in place of some of the export's (OpenVINO GenAI's
+// VLMPipeline takes a Qwen-VL tower as patch embedding and merger, computing RoPE and masks itself).
+struct PipelineLayout {
+  std::string pipeline;        // as BackendCapabilities::pipeline_layouts names it
+  std::vector<Role> replaces;  // the components it stands for
+  std::vector<Component> components;
+};
+
 struct ExportModel {
   std::string model_type;
   std::vector<std::string> architectures;
@@ -38,6 +46,8 @@ struct ExportModel {
   // What a vision-language model's runner needs to merge images into the prompt (export.json's
   // `image_tokens`: image_token_id, the features per image).
   nlohmann::json image_tokens;
+  // Written instead of the components they replace by the formats that declare their pipeline.
+  std::vector<PipelineLayout> pipeline_layouts;
 };
 
 // Builds the components `config` asks for. The config is the one the graphs are built for, as the

@@ -64,11 +64,18 @@ ExportModel build_vision_language(const Checkpoint& ckpt, const ExportConfig& co
   out.image_tokens = {{"image_token_id", spec.image_token_id}, {"features_per_image", spec.features_per_image}};
   out.image_tokens.update(spec.image_tokens_extra);
   out.components.push_back({Role::VisionEncoder, spec.vision_encoder(text.hidden, out.dims)});
+  if (spec.openvino_genai_tower) {  // its text embeddings model takes the ids alone: the host merges the features
+    PipelineLayout layout{"openvino_genai", {Role::VisionEncoder, Role::TokenEmbedding}, spec.openvino_genai_tower(text.hidden, out.dims)};
+    layout.components.push_back({Role::TokenEmbedding, decoder->token_embedding_graph(ckpt, config, text, out.dims)});
+    out.pipeline_layouts.push_back(std::move(layout));
+  }
   std::optional<int64_t> merged;
   if (spec.features_in_embedding) merged = spec.image_token_id;
   out.components.push_back({Role::TokenEmbedding, decoder->token_embedding_graph(ckpt, config, text, out.dims, merged)});
   out.components.push_back({Role::TextDecoder, decoder->text_decoder_graph(ckpt, config, text, out.dims, spec.image_blocks)});
   for (Component& component : out.components) component.graph->num_layers = text.layers;
+  for (PipelineLayout& layout : out.pipeline_layouts)
+    for (Component& component : layout.components) component.graph->num_layers = text.layers;
   out.components.back().graph->output_type = spec.output_type;
   return out;
 }

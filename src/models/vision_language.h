@@ -33,6 +33,8 @@ struct VisionLanguageSpec {
   std::string text_model_type;
   // pixel_values -> image_features, given the language model's width.
   std::function<std::unique_ptr<Graph>(int64_t text_hidden, std::set<std::string>& dims)> vision_encoder;
+  // The vision encoder as OpenVINO GenAI's VLMPipeline splits it (Qwen-VL), where it differs; unset: none.
+  std::function<std::vector<Component>(int64_t text_hidden, std::set<std::string>& dims)> openvino_genai_tower;
   int64_t image_token_id = 0, features_per_image = 0;
   bool image_blocks = false;  // the text decoder takes token_type_ids (Gemma 3's image attention)
   // token_embedding takes image_features and merges them at the image tokens (Qwen2-VL: as

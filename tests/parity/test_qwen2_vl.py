@@ -62,6 +62,15 @@ def build(folder, model_type: str = "qwen2_vl", vocab: int = 300, image: int = I
     return model
 
 
+def vision_encoder(out):
+    """The export's vision encoder as one call: the graph, or (OpenVINO) GenAI's split run with the
+    host's RoPE table, masks and window order (hfexport.vlm.OpenVinoGenaiTower)."""
+    from hfexport.manifest import load_manifest
+    from hfexport.vlm import open_vision_encoder
+
+    return open_vision_encoder(load_manifest(out))
+
+
 def pixels(grids: np.ndarray, seed: int = 7) -> np.ndarray:
     patches = int(sum(t * h * w for t, h, w in grids))
     return np.random.default_rng(seed).standard_normal((patches, PATCH_DIM)).astype(np.float32)
@@ -91,7 +100,9 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["task"] == "image-text-to-text"
-    assert set(manifest["components"]) == {"vision_encoder", "token_embedding", "text_decoder"}
+    tower = ({"vision_embeddings", "vision_embeddings_merger"} if fmt == "openvino"  # OpenVINO GenAI's split
+             else {"vision_encoder"})
+    assert set(manifest["components"]) == {*tower, "token_embedding", "text_decoder"}
     assert manifest["image_tokens"] == {"image_token_id": IMAGE, "features_per_image": 0, "rope_index": "qwen2_vl",
                                         "spatial_merge_size": MERGE, "vision_start_token_id": START}
     grids = GRIDS if fmt != "executorch" else GRIDS[1:]
@@ -99,7 +110,7 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     with torch.no_grad():
         expected = torch.cat(list(model.get_image_features(pixel_values=torch.from_numpy(inputs["pixel_values"]),
                                                           image_grid_thw=torch.from_numpy(grids)).pooler_output))
-    got = component(out, "vision_encoder")({"pixel_values": inputs["pixel_values"], "image_grid_thw": grids})["image_features"]
+    got = vision_encoder(out)({"pixel_values": inputs["pixel_values"], "image_grid_thw": grids})["image_features"]
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-4)
     err = float(np.abs(got - expected.numpy()).max())
 
@@ -111,11 +122,16 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     # Against the model's whole forward (its own image features and M-RoPE positions).
     embeds, decoder_err = check_text_decoder(out, model, ids, mask, expected, IMAGE, positions.numpy(), reference=inputs)
     # token_embedding merges the features at the image tokens (onnxruntime-genai's embedding
-    # model); without features (a decode step) every token keeps its embedding.
+    # model); without features (a decode step) every token keeps its embedding. OpenVINO GenAI's
+    # text embeddings model takes the ids alone (its pipeline merges the features).
     embed = component(out, "token_embedding")
-    np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"], embeds)
-    np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": np.zeros((0, 64), np.float32)})["inputs_embeds"],
-                                  model.get_input_embeddings()(torch.from_numpy(ids)).detach().numpy())
+    plain = model.get_input_embeddings()(torch.from_numpy(ids)).detach().numpy()
+    if fmt == "openvino":
+        np.testing.assert_array_equal(embed({"input_ids": ids})["inputs_embeds"], plain)
+    else:
+        np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"], embeds)
+        np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": np.zeros((0, 64), np.float32)})["inputs_embeds"],
+                                      plain)
     err = max(err, decoder_err)
     support_matrix.record(model_type, "image-text-to-text components", True, err, backend=fmt)
 
@@ -354,3 +370,28 @@ def test_onnxruntime_genai_multimodal(tmp_path, export_model, model_type, with_i
     with torch.no_grad():
         want = model.generate(**torch_inputs(reference), max_new_tokens=6, min_new_tokens=6, do_sample=False)
     assert tokens == want[0, ids.shape[1]:].tolist()
+
+
+def genai_image():
+    """A 24 x 32 image: a size the processor keeps (multiples of 8 pixels within its bounds), so
+    VLMPipeline's own resize (OpenVINO's bicubic, not Pillow's) leaves the pixels as they are."""
+    from PIL import Image
+
+    return Image.fromarray(np.random.default_rng(3).integers(0, 256, (24, 32, 3), np.uint8))
+
+
+@pytest.mark.parametrize("model_type", list(VISION))
+def test_openvino_genai_vlm_pipeline(tmp_path, export_model, model_type):
+    """OpenVINO GenAI's VLMPipeline loads the OpenVINO export as it is: the tower as its split
+    (openvino_vision_embeddings_model, openvino_vision_embeddings_merger_model, which it feeds the
+    RoPE table, block masks and 2.5's window order it computes), the text embeddings model over the
+    ids alone, the language model with M-RoPE positions; it preprocesses the image itself and gives
+    transformers' text for it and a prompt."""
+    pytest.importorskip("openvino_genai")
+    from test_llava import vlm_pipeline_text
+
+    model, processor = with_processor(tmp_path / "model", model_type)
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "openvino", "--for-generation")
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>the cat"
+    inputs = processor(text=prompt, images=[genai_image()], return_tensors="pt")
+    assert vlm_pipeline_text(out, processor.tokenizer, genai_image(), prompt, 6) == reference_text(model, processor, inputs, 6)

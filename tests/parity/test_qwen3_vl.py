@@ -20,6 +20,7 @@ import torch
 
 from conftest import assert_clean_error
 from test_llava import assert_generates_like, assert_missing_tensor_refused, check_text_decoder, component, left_padded
+from test_qwen2_vl import vision_encoder
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
 IMAGE, VIDEO, START, END = 290, 291, 292, 293
@@ -102,13 +103,15 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt)
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["task"] == "image-text-to-text"
-    assert set(manifest["components"]) == {"vision_encoder", "token_embedding", "text_decoder"}
+    tower = ({"vision_embeddings", "vision_embeddings_pos", "vision_embeddings_merger"} if fmt == "openvino"
+             else {"vision_encoder"})  # OpenVINO GenAI's split
+    assert set(manifest["components"]) == {*tower, "token_embedding", "text_decoder"}
     assert manifest["image_tokens"] == {"image_token_id": IMAGE, "features_per_image": 0, "rope_index": "qwen2_vl",
                                         "spatial_merge_size": MERGE, "vision_start_token_id": START}
     grids = GRIDS if fmt != "executorch" else GRIDS[1:]
     inputs = inputs_for([[5, *image_tokens(grids[0]), 6, 7], [8, *image_tokens(grids[-1]), 9]][:len(grids)], grids)
     expected, deepstack_expected = image_features(model, inputs, grids)
-    got = component(out, "vision_encoder")({"pixel_values": inputs["pixel_values"], "image_grid_thw": grids})
+    got = vision_encoder(out)({"pixel_values": inputs["pixel_values"], "image_grid_thw": grids})
     np.testing.assert_allclose(got["image_features"], expected.numpy(), rtol=1e-4, atol=1e-4)
     assert got["deepstack_features"].shape == (len(DEEPSTACK[VARIANTS[variant][1]]), len(expected), 64)
     np.testing.assert_allclose(got["deepstack_features"], deepstack_expected, rtol=1e-4, atol=1e-4)
@@ -124,7 +127,11 @@ def test_components_match_transformers(tmp_path, export_model, support_matrix, f
     embeds, decoder_err = check_text_decoder(out, model, ids, mask, expected, IMAGE, positions.numpy(), reference=inputs,
                                              visual_pos_masks=ids == IMAGE, deepstack_visual_embeds=deepstack_expected)
     embed = component(out, "token_embedding")
-    np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"], embeds)
+    if fmt == "openvino":  # GenAI's text embeddings model: the ids alone
+        np.testing.assert_array_equal(embed({"input_ids": ids})["inputs_embeds"],
+                                      model.get_input_embeddings()(torch.from_numpy(ids)).detach().numpy())
+    else:
+        np.testing.assert_array_equal(embed({"input_ids": ids, "image_features": expected.numpy()})["inputs_embeds"], embeds)
     support_matrix.record(VARIANTS[variant][0], f"image-text-to-text components ({VARIANTS[variant][1]})", True,
                           max(err, decoder_err), backend=fmt)
 
@@ -257,3 +264,27 @@ def test_cli_and_api_generate_with_image_files(tmp_path, export_model, run_hfexp
     inputs = processor(text=text, images=[Image.open(files[1])], return_tensors="pt")
     got = ExportedModel(out).generate("the cat", images=[files[1]], chat=True, max_new_tokens=6, ignore_eos=True)
     assert got == reference_text(model, processor, inputs, 6)
+
+
+def test_openvino_genai_vlm_pipeline(tmp_path, export_model):
+    """OpenVINO GenAI's VLMPipeline loads the OpenVINO export as it is: the tower as its split
+    (vision_embeddings, vision_embeddings_pos, whose rows it weights and adds itself, and
+    vision_embeddings_merger with the deepstack features), the language model taking
+    visual_pos_masks and deepstack_visual_embeds (through its paged-attention conversion, which
+    feeds the mask as [1, tokens]); transformers' text for an image and a prompt. (VLMPipeline has
+    no qwen3_vl_moe type.)"""
+    pytest.importorskip("openvino_genai")
+    from test_llava import vlm_pipeline_text
+    from test_qwen2_vl import genai_image, reference_text, save_processor
+
+    processor = save_processor(tmp_path / "model")
+    ids = processor.tokenizer.convert_tokens_to_ids
+    model = build(tmp_path / "model", vocab=len(processor.tokenizer), image=ids("<|image_pad|>"),
+                  video=ids("<|video_pad|>"), start=ids("<|vision_start|>"), end=ids("<|vision_end|>"),
+                  eos=ids("<|im_end|>"))
+    processor.image_processor.save_pretrained(tmp_path / "model")
+    processor.tokenizer.save_pretrained(tmp_path / "model")
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "openvino", "--for-generation")
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>the cat"
+    inputs = processor(text=prompt, images=[genai_image()], return_tensors="pt")
+    assert vlm_pipeline_text(out, processor.tokenizer, genai_image(), prompt, 6) == reference_text(model, processor, inputs, 6)

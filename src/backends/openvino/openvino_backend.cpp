@@ -84,7 +84,8 @@ class OpenVinoBackend final : public Backend {
             "",
             {manifest::cache::kStateful},
             "its generation model is stateful: the cache lives in the runtime",
-            true};
+            true,
+            {"openvino_genai"}};
   }
 
   std::string_view runtime_package() const override { return "openvino"; }
