@@ -20,12 +20,11 @@ import torch
 
 from conftest import assert_clean_error
 from test_llava import assert_generates_like, assert_missing_tensor_refused, check_text_decoder, component, left_padded
-from test_qwen2_vl import vision_encoder
+# The tiny towers' patching (4-pixel patches, 2 x 2 merges, ids 290-293) and prompts are Qwen2-VL's tests'.
+from test_qwen2_vl import (END, IMAGE, MERGE, PATCH, START, TEMPORAL, VIDEO, genai_image, image_tokens, inputs_for,
+                           reference_text, save_processor, vision_encoder)
 
 FORMATS = ["onnx", "openvino", "pt2", "executorch"]
-IMAGE, VIDEO, START, END = 290, 291, 292, 293
-PATCH, TEMPORAL, MERGE = 4, 2, 2
-PATCH_DIM = 3 * TEMPORAL * PATCH * PATCH
 TEXT = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=256, eos_token_id=2, pad_token_id=0,
             rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
@@ -67,24 +66,6 @@ def build(folder, variant: str = "deepstack-0-2", vocab: int = 300, image: int =
     model.generation_config.pad_token_id = 0
     model.save_pretrained(folder)
     return model
-
-
-def pixels(grids: np.ndarray, seed: int = 7) -> np.ndarray:
-    patches = int(sum(t * h * w for t, h, w in grids))
-    return np.random.default_rng(seed).standard_normal((patches, PATCH_DIM)).astype(np.float32)
-
-
-def image_tokens(grid) -> list[int]:
-    t, h, w = (int(v) for v in grid)
-    return [START] + [IMAGE] * (t * h * w // MERGE**2) + [END]
-
-
-def inputs_for(rows: list[list[int]], grids: np.ndarray | None) -> dict:
-    ids, mask = left_padded(rows)
-    inputs = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": (ids == IMAGE).astype(np.int64)}
-    if grids is not None and len(grids):
-        inputs.update(pixel_values=pixels(grids), image_grid_thw=grids)
-    return inputs
 
 
 def image_features(model, inputs: dict, grids: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
@@ -234,22 +215,27 @@ def test_missing_deepstack_weight(tmp_path, run_hfexport):
     assert_missing_tensor_refused(tmp_path / "model", run_hfexport, "model.visual.deepstack_merger_list.1.linear_fc2.weight")
 
 
+def with_processor(folder):
+    """The model (its special token ids the tokenizer's) and a Qwen2VLProcessor (Qwen3-VL's image
+    processor class) at the tower's patching."""
+    processor = save_processor(folder)
+    ids = processor.tokenizer.convert_tokens_to_ids
+    model = build(folder, vocab=len(processor.tokenizer), image=ids("<|image_pad|>"), video=ids("<|video_pad|>"),
+                  start=ids("<|vision_start|>"), end=ids("<|vision_end|>"), eos=ids("<|im_end|>"))
+    processor.image_processor.save_pretrained(folder)
+    processor.tokenizer.save_pretrained(folder)
+    return model, processor
+
+
 def test_cli_and_api_generate_with_image_files(tmp_path, export_model, run_hfexport):
     """`hfexport generate OUT --image F --prompt T` and ExportedModel.generate(text, images=[...],
     chat=True): the image preprocessed as Qwen2VLImageProcessor does (Qwen3-VL's processor class),
     its placeholder expanded per merged patch, the deepstack features at those tokens; transformers' text."""
     from PIL import Image
     from hfexport import ExportedModel
-    from test_qwen2_vl import reference_text, save_processor
     from test_vit import image_files
 
-    processor = save_processor(tmp_path / "model")
-    ids = processor.tokenizer.convert_tokens_to_ids
-    model = build(tmp_path / "model", vocab=len(processor.tokenizer), image=ids("<|image_pad|>"),
-                  video=ids("<|video_pad|>"), start=ids("<|vision_start|>"), end=ids("<|vision_end|>"),
-                  eos=ids("<|im_end|>"))
-    processor.image_processor.save_pretrained(tmp_path / "model")
-    processor.tokenizer.save_pretrained(tmp_path / "model")
+    model, processor = with_processor(tmp_path / "model")
     files = image_files(tmp_path)[:2]
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx", "--for-generation")
     proc = run_hfexport("generate", out, "--image", files[0], "--prompt", "the cat", "--max-new-tokens", "6",
@@ -275,15 +261,8 @@ def test_openvino_genai_vlm_pipeline(tmp_path, export_model):
     no qwen3_vl_moe type.)"""
     pytest.importorskip("openvino_genai")
     from test_llava import vlm_pipeline_text
-    from test_qwen2_vl import genai_image, reference_text, save_processor
 
-    processor = save_processor(tmp_path / "model")
-    ids = processor.tokenizer.convert_tokens_to_ids
-    model = build(tmp_path / "model", vocab=len(processor.tokenizer), image=ids("<|image_pad|>"),
-                  video=ids("<|video_pad|>"), start=ids("<|vision_start|>"), end=ids("<|vision_end|>"),
-                  eos=ids("<|im_end|>"))
-    processor.image_processor.save_pretrained(tmp_path / "model")
-    processor.tokenizer.save_pretrained(tmp_path / "model")
+    model, processor = with_processor(tmp_path / "model")
     out = export_model(tmp_path / "model", tmp_path / "out", "--format", "openvino", "--for-generation")
     prompt = "<|vision_start|><|image_pad|><|vision_end|>the cat"
     inputs = processor(text=prompt, images=[genai_image()], return_tensors="pt")
