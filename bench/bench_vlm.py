@@ -23,6 +23,7 @@ cache and reuses it for an identical prompt, which would skip its prefill): time
 and decode tokens/s (a call with --new-tokens minus that), through each side's default path:
   hfexport     ExportedModel(OUT).generate(prompt, images=[file], chat=True)   (OpenVINO, f32)
   vlmpipeline  openvino_genai.VLMPipeline(optimum-intel's export, "CPU", f32 inference and KV cache)
+  vlmpipeline-hfexport  the same pipeline over hfexport's export (its tower in GenAI's split)
   eager        transformers' generate (float32)
 Targets: hfexport at least as fast as each. Decode is also printed as a fraction of the float32
 read-bandwidth ceiling (onnxruntime MatMul bandwidth over the language model's weight bytes).
@@ -137,14 +138,17 @@ def run_exports(args, ckpt: Path, image: Path, logs: Path) -> tuple[dict, dict]:
 
 
 def time_sides(args, ckpt: Path, outs: dict, image: Path, logs: Path, exports: dict) -> dict:
-    sides = {"hfexport": outs["hfexport"], "eager": ckpt}
+    # side -> (the worker's kind, the folder it loads)
+    sides = {"hfexport": ("hfexport", outs["hfexport"]), "eager": ("eager", ckpt)}
     if exports.get("optimum-intel", {}).get("ok"):
         prepare_pipeline(ckpt, outs["optimum-intel"])
-        sides["vlmpipeline"] = outs["optimum-intel"]
+        sides["vlmpipeline"] = ("vlmpipeline", outs["optimum-intel"])
+    prepare_pipeline(ckpt, outs["hfexport"])
+    sides["vlmpipeline-hfexport"] = ("vlmpipeline", outs["hfexport"])
     timings = {}
-    for side, folder in sides.items():
+    for side, (kind, folder) in sides.items():
         print(f"generate {side:<22}", end="", flush=True)
-        t = run_json([sys.executable, WORKER, "time", side, folder, image, args.new_tokens, args.repeats],
+        t = run_json([sys.executable, WORKER, "time", kind, folder, image, args.new_tokens, args.repeats],
                      logs / f"time-{side}.log")
         timings[side] = t
         print(f" TTFT {t['ttft_s']:7.2f} s  decode {t['decode_tok_s']:6.2f} tok/s")
