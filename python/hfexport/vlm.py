@@ -167,19 +167,17 @@ class OpenVinoGenaiTower:
             result["deepstack_features"] = out["deepstack_feature_lists"]
         return result
 
-    def _block_order(self, t: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-        """Each patch's row and column, in the processor's merge-block order, for t frames."""
+    def _block_order(self, h: int, w: int) -> np.ndarray:
+        """The raster index (row * w + column) of each patch of a frame, in the processor's
+        merge-block order (block row, block column, row in block, column in block)."""
         m = self.merge
-        rows = np.arange(h).reshape(h // m, m, 1, 1) + np.zeros((1, 1, w // m, m), np.int64)
-        cols = np.arange(w).reshape(1, 1, w // m, m) + np.zeros((h // m, m, 1, 1), np.int64)
-        order = (0, 2, 1, 3)
-        return (np.tile(rows.transpose(order).ravel(), t), np.tile(cols.transpose(order).ravel(), t))
+        return np.arange(h * w).reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).ravel()
 
     def _rotary(self, grids) -> np.ndarray:
         inv_freq = 1.0 / self.theta ** (np.arange(0, self.rotary_dim, 2, dtype=np.float32) / self.rotary_dim)
         parts = []
         for t, h, w in grids:
-            rows, cols = self._block_order(t, h, w)
+            rows, cols = np.divmod(np.tile(self._block_order(h, w), t), w)
             parts.append(np.concatenate([np.outer(rows, inv_freq), np.outer(cols, inv_freq)], axis=1))
         return np.ascontiguousarray(np.concatenate(parts).astype(np.float32))
 
@@ -197,10 +195,8 @@ class OpenVinoGenaiTower:
             cells = np.stack([hl * g + wl, hl * g + wh, hh * g + wl, hh * g + wh]).reshape(4, -1)
             weights = np.stack([(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw]).reshape(4, -1)
             rows = np.asarray(self.positions({"input": np.ascontiguousarray(cells)})["last_hidden_state"], np.float32)
-            raster = (rows * weights[..., None].astype(np.float32)).sum(0).reshape(h, w, -1)
-            m = self.merge
-            blocks = raster.reshape(h // m, m, w // m, m, -1).transpose(0, 2, 1, 3, 4).reshape(h * w, -1)
-            parts.append(np.tile(blocks, (t, 1)))
+            raster = (rows * weights[..., None].astype(np.float32)).sum(0)
+            parts.append(np.tile(raster[self._block_order(h, w)], (t, 1)))
         return np.concatenate(parts)
 
     def _window_order(self, grids) -> tuple[np.ndarray, np.ndarray]:

@@ -167,6 +167,13 @@ Value* same_key_mask(Builder& b, Value* key) {
   return b.unsqueeze(b.compare(OpKind::Equal, b.unsqueeze(key, {1}), b.unsqueeze(key, {0})), {0, 1});
 }
 
+// cos/sin [1, patches, head_dim] of each patch's angles [patches, head_dim / 2] repeated (rotate_half
+// over the full head).
+std::pair<Value*, Value*> rotary_tables(Builder& b, Value* angles) {
+  Value* emb = b.unsqueeze(b.concat({angles, angles}, -1), {0});
+  return {b.unary(OpKind::Cos, emb), b.unary(OpKind::Sin, emb)};
+}
+
 // The 2-D RoPE's cos/sin [1, patches, head_dim]: frequencies over head_dim / 2, the row's then
 // the column's angles, the whole repeated (rotate_half over the full head).
 std::pair<Value*, Value*> axial_rope(Builder& b, const QwenVisionConfig& cfg, const PatchPlaces& at) {
@@ -176,9 +183,7 @@ std::pair<Value*, Value*> axial_rope(Builder& b, const QwenVisionConfig& cfg, co
     inv_freq.push_back(1.0f / std::pow(static_cast<float>(cfg.theta), static_cast<float>(i) / static_cast<float>(spatial)));
   Value* freq = b.const_f32(inv_freq, {static_cast<int64_t>(inv_freq.size())});
   auto angles = [&](Value* pos) { return b.mul(b.unsqueeze(b.cast(pos, DType::F32), {1}), freq); };
-  Value* half = b.concat({angles(at.row), angles(at.column)}, -1);
-  Value* emb = b.unsqueeze(b.concat({half, half}, -1), {0});
-  return {b.unary(OpKind::Cos, emb), b.unary(OpKind::Sin, emb)};
+  return rotary_tables(b, b.concat({angles(at.row), angles(at.column)}, -1));
 }
 
 Value* vision_norm(ModelBuilder& m, const QwenVisionConfig& cfg, const std::string& module, Value* x) {
@@ -413,9 +418,7 @@ std::vector<Component> openvino_genai_tower(const Checkpoint& ckpt, const Export
     hidden = in_window_order(hidden);
     rotary = in_window_order(rotary);
   }
-  Value* emb = b.unsqueeze(b.concat({rotary, rotary}, -1), {0});
-  Value* cos = b.unary(OpKind::Cos, emb);
-  Value* sin = b.unary(OpKind::Sin, emb);
+  const auto [cos, sin] = rotary_tables(b, rotary);
   const TowerOutput out = blocks_and_merger(m, cfg, v, b.unsqueeze(hidden, {0}), cos, sin, attended(full),
                                             window ? attended(window) : nullptr, text_hidden, merged);
   Value* features = out.features;
