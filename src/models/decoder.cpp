@@ -369,9 +369,13 @@ std::unique_ptr<Graph> Decoder::build_graph(const Checkpoint& ckpt, const Export
   if (!cfg.ropes.empty() && !cfg.ropes.front().mrope_section.empty()) variant.position_rows = 3;
   // Dynamic NTK exists to run past max_position_embeddings; the bound says how far it stretches.
   int64_t max_sequence = cfg.max_positions;
-  for (const RopeConfig& rope : cfg.ropes)
-    if (rope.type == "dynamic")
-      max_sequence = std::max(max_sequence, static_cast<int64_t>(static_cast<double>(cfg.max_positions) * std::max(1.0, rope.factor)));
+  for (const RopeConfig& rope : cfg.ropes) {
+    if (rope.type != "dynamic") continue;
+    const double stretched = static_cast<double>(cfg.max_positions) * std::max(1.0, rope.factor);
+    HFX_CHECK(stretched <= 2147483648.0, "config.json: rope_scaling.factor ", rope.factor,
+              " stretches max_position_embeddings ", cfg.max_positions, " past 2^31 positions");
+    max_sequence = std::max(max_sequence, static_cast<int64_t>(stretched));
+  }
   b.set_scope("inputs");
   DecoderIO io(m, variant, max_sequence, {cfg.layers, cfg.attention.kv_heads, cfg.attention.head_dim, config.dtype},
                {cfg.hidden, config.dtype});

@@ -9,6 +9,7 @@ namespace hfx {
 namespace {
 
 constexpr int64_t kMaxRotaryDim = 65536;
+constexpr double kMaxDynamicPositions = 2147483648.0;  // 2^31
 
 // HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
 std::vector<float> default_inv_freq(double base, int64_t dim) {
@@ -160,8 +161,11 @@ RopeConfig parse_rope(const JsonConfig& config, const RopeDefaults& d, std::opti
     fail(params->where(), ": rope type '", r.type,
          "' is not supported (supported: default, linear, dynamic, llama3, yarn, longrope)");
   }
-  if ((r.type == "linear" || r.type == "dynamic") && r.factor <= 0)
+  if ((r.type == "linear" || r.type == "dynamic") && !(r.factor > 0))
     params->invalid("factor", "must be positive");
+  // Dynamic NTK stretches the sequence bound to max_position_embeddings x factor: keep it a length.
+  if (r.type == "dynamic" && !(r.factor * static_cast<double>(max_position_embeddings) <= kMaxDynamicPositions))
+    params->invalid("factor", "stretches max_position_embeddings past 2^31 positions");
   if (params->has("mrope_section")) read_mrope_section(r, *params);
   return r;
 }

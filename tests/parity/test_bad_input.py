@@ -129,6 +129,14 @@ def test_unsupported_rope_type(model, out, run_hfexport):
     assert_clean_error(export(run_hfexport, model, out), out, "bogus_rope")
 
 
+@pytest.mark.parametrize("factor", [1e300, 0.0, -2.0])
+def test_dynamic_rope_factor_out_of_range(factor, model, out, run_hfexport):
+    """A dynamic NTK factor that would stretch the sequence bound past any length (found by the
+    config fuzzer: a float-to-integer overflow) or is not positive."""
+    edit_config(model, lambda c: c.update(rope_parameters={"rope_type": "dynamic", "factor": factor, "rope_theta": 1e4}))
+    assert_clean_error(export(run_hfexport, model, out), out, "factor")
+
+
 def test_config_not_json(model, out, run_hfexport):
     (model / "config.json").write_text('{"model_type": "llama", ')
     assert_clean_error(export(run_hfexport, model, out), out, "config.json")
