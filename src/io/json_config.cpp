@@ -109,6 +109,12 @@ int64_t JsonConfig::positive(const std::string& key, int64_t fallback) const {
   return has(key) ? positive(key) : fallback;
 }
 
+int64_t JsonConfig::scaled(const std::string& key, double fallback, int64_t base) const {
+  const double width = number(key, fallback) * static_cast<double>(base);
+  if (!(width >= 1.0 && width <= 1099511627776.0)) invalid(key, "must scale " + std::to_string(base) + " to a positive size");
+  return static_cast<int64_t>(width);
+}
+
 double JsonConfig::number(const std::string& key) const {
   const nlohmann::json& v = at(key);
   if (!v.is_number()) invalid(key, "must be a number");

@@ -28,6 +28,9 @@ class JsonConfig {
   int64_t positive(const std::string& key, int64_t fallback) const;
   double number(const std::string& key) const;
   double number(const std::string& key, double fallback) const;
+  // `base` times the key's ratio, truncated (a width such as hidden_size x mlp_ratio): refused
+  // unless it is a positive size (at most 2^40), so a corrupt ratio never overflows an integer.
+  int64_t scaled(const std::string& key, double fallback, int64_t base) const;
   bool boolean(const std::string& key, bool fallback) const;
   std::string string(const std::string& key, const std::string& fallback) const;
   std::optional<JsonConfig> object(const std::string& key) const;

@@ -54,7 +54,7 @@ Dinov2Config parse_dinov2(const Checkpoint& ckpt) {
   cfg.layers = c.positive("num_hidden_layers", 12);
   cfg.heads = c.positive("num_attention_heads", 12);
   if (cfg.hidden % cfg.heads != 0) c.invalid("num_attention_heads", "must divide hidden_size");
-  cfg.ffn = static_cast<int64_t>(static_cast<double>(cfg.hidden) * c.number("mlp_ratio", 4.0));
+  cfg.ffn = c.scaled("mlp_ratio", 4.0, cfg.hidden);
   cfg.swiglu = c.boolean("use_swiglu_ffn", false);
   if (cfg.swiglu) cfg.ffn = (cfg.ffn * 2 / 3 + 7) / 8 * 8;  // SwiGLUFFN's hidden width
   cfg.image = c.positive("image_size", 224);

@@ -33,7 +33,7 @@ int64_t feed_forward_width(const JsonConfig& c, int64_t intermediate) {
   auto width = static_cast<int64_t>(2.0 * static_cast<double>(intermediate) / 3.0);
   const bool multiplied = !c.json().contains("block_ffn_dim_multiplier") || c.has("block_ffn_dim_multiplier");
   if (!multiplied) return width;
-  width = static_cast<int64_t>(c.number("block_ffn_dim_multiplier", 1.0) * static_cast<double>(width));
+  width = c.scaled("block_ffn_dim_multiplier", 1.0, width);
   const int64_t multiple = c.positive("block_multiple_of", 256);
   return multiple * ((width + multiple - 1) / multiple);
 }

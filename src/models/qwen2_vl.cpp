@@ -101,7 +101,7 @@ QwenVisionConfig parse_qwen_vision(const JsonConfig& v, const QwenVisionFamily& 
       if (i >= 0 && i < cfg.depth) cfg.full_attention[static_cast<size_t>(i)] = true;
   } else {  // 2: embed_dim is the tower's width, hidden_size the merger's
     cfg.width = v.positive("embed_dim", 1280);
-    cfg.ffn = static_cast<int64_t>(static_cast<double>(cfg.width) * v.number("mlp_ratio", 4.0));
+    cfg.ffn = v.scaled("mlp_ratio", 4.0, cfg.width);
     cfg.out_hidden = v.positive("hidden_size", 3584);
     cfg.activation = v.string("hidden_act", "quick_gelu");
     cfg.full_attention.assign(static_cast<size_t>(cfg.depth), true);

@@ -510,6 +510,7 @@ def lfm2_base(tmp_path_factory, make_tiny_model) -> Path:
     (dict(layer_types=["conv"]), "layer_types"),
     (dict(layer_types=None, full_attn_idxs=[5]), "full_attn_idxs"),
     (dict(conv_L_cache=0), "conv_L_cache"),
+    (dict(block_ffn_dim_multiplier=1e300), "block_ffn_dim_multiplier"),  # no integer overflow
 ])
 def test_lfm2_bad_layer_config(edit, key, lfm2_base, tmp_path, out, run_hfexport):
     export_with_config_edit(lfm2_base, edit, key, tmp_path, out, run_hfexport)

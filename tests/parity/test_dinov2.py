@@ -90,3 +90,6 @@ def test_refusals(tmp_path, run_hfexport):
     build(tmp_path / "good", "Model")
     assert_clean_error(run_hfexport("export", tmp_path / "good", "-o", out, "--task", "fill-mask"), out, "dinov2")
     assert_clean_error(run_hfexport("export", tmp_path / "good", "-o", out, "--for-generation"), out, "decode loop")
+    config = json.loads((tmp_path / "good" / "config.json").read_text())
+    (tmp_path / "good" / "config.json").write_text(json.dumps({**config, "mlp_ratio": 1e300}))  # no integer overflow
+    assert_clean_error(run_hfexport("export", tmp_path / "good", "-o", out), out, "mlp_ratio")
