@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .formats import ExportFormat, by_config_name, declarations, resolve
+
 # The decoder inputs whose axes name the graphs' dims: axis -> dim name.
 _INPUT_AXES = {"input_ids": ("batch", "sequence"), "attention_mask": ("batch", "sequence"),
                "position_ids": ("batch", "sequence"), "inputs_embeds": ("batch", "sequence")}
@@ -339,20 +341,18 @@ class ExecutorchConfig(ExportConfigMixin):
         return out
 
 
-CONFIG_CLASSES: dict[str, type[ExportConfigMixin]] = {"onnx": OnnxConfig, "openvino": OpenVINOConfig,
-                                                      "dynamo": DynamoConfig, "executorch": ExecutorchConfig}
-# Formats transformers.exporters has that hfexport does not write yet.
-_NOT_YET: set[str] = set()
+def config_format(export_format: Any) -> ExportFormat:
+    """The declaration of the format transformers.exporters calls `export_format` (a name or its enum)."""
+    name = str(getattr(export_format, "value", export_format))
+    found = by_config_name(name)
+    if found is None:
+        known = ", ".join(f.config_name for f in declarations() if f.config)
+        raise ConfigError(f"unknown export format {name!r} (formats: {known})")
+    return found
 
 
 def config_class_for(export_format: Any) -> type[ExportConfigMixin]:
-    name = str(getattr(export_format, "value", export_format))
-    if name in CONFIG_CLASSES:
-        return CONFIG_CLASSES[name]
-    if name in _NOT_YET:
-        raise ConfigError(f"export format '{name}' is not available in hfexport yet (formats: "
-                          f"{', '.join(CONFIG_CLASSES)})")
-    raise ConfigError(f"unknown export format {name!r} (formats: {', '.join(CONFIG_CLASSES)})")
+    return resolve(config_format(export_format).config)
 
 
 class AutoExportConfig:

@@ -150,11 +150,13 @@ class ExecutorchGraph:
         return result
 
 
-def ExecutorchRunner(manifest: ExportManifest, **options) -> DecodeRunner:
-    """The runner of a .pte generation export: its cache static (in the method or the caller's) or dynamic."""
-    if manifest.cache == CACHE_DYNAMIC:
-        return ExecutorchDynamicRunner(manifest, **options)
-    return ExecutorchStaticRunner(manifest, **options)
+def runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
+    """The runner class of a .pte generation export: its cache static (in the method or the caller's) or dynamic."""
+    return ExecutorchDynamicRunner if manifest.cache == CACHE_DYNAMIC else ExecutorchStaticRunner
+
+
+def ExecutorchRunner(manifest: ExportManifest, **options) -> DecodeRunner:  # noqa: N802 (a factory)
+    return runner_class(manifest)(manifest, **options)
 
 
 class ExecutorchDynamicRunner(DecodeRunner):
@@ -234,11 +236,13 @@ class _EncoderMethod:
         return {k: as_array(v) for k, v in encoder_results(self.cross, outputs).items()}
 
 
+def seq2seq_runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
+    """The runner class of a .pte encoder-decoder export: its decoder's cache dynamic or static."""
+    return ExecutorchDynamicSeq2SeqRunner if manifest.cache == CACHE_DYNAMIC else ExecutorchStaticSeq2SeqRunner
+
+
 def ExecutorchSeq2SeqRunner(manifest: ExportManifest, **options) -> DecodeRunner:  # noqa: N802 (a factory)
-    """The runner of a .pte encoder-decoder export: its decoder's cache dynamic or static."""
-    if manifest.cache == CACHE_DYNAMIC:
-        return ExecutorchDynamicSeq2SeqRunner(manifest, **options)
-    return ExecutorchStaticSeq2SeqRunner(manifest, **options)
+    return seq2seq_runner_class(manifest)(manifest, **options)
 
 
 class ExecutorchStaticRunner(DecodeRunner):

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from .configs import (AutoExportConfig, ConfigError, DynamoConfig, ExecutorchConfig, ExportConfigMixin, OnnxConfig, OpenVINOConfig,
-                      config_class_for, dims_from_dynamic_shapes, static_dims)
+                      config_format, dims_from_dynamic_shapes, static_dims)
+from .formats import declared, replace_file, resolve
 from .forward import open_graph
 from .manifest import CACHE_STATEFUL, DECODE, ENCODER, FILE_NAME, MODEL, PREFILL, load_manifest
 from .versions import check_runtime_versions
@@ -153,6 +154,14 @@ class ModelOutput(dict):
             raise AttributeError(name) from None
 
 
+def _saver(export_format: str):
+    """The load / save of one component's file in `export_format` (its declaration's)."""
+    declaration = declared(export_format)
+    if declaration is None or declaration.saver is None:
+        raise ValueError(f"no saver for export format '{export_format}'")
+    return declaration.saver
+
+
 class ExportedComponent:
     """One exported graph of an export: `save(path)` writes it as one self-contained program."""
 
@@ -176,7 +185,7 @@ class ExportedComponent:
     def program(self):
         """The backend's own model object (onnx.ModelProto without its weights; openvino.Model;
         torch.export.ExportedProgram)."""
-        return SAVERS[self.owner.export_format].load(self.path, self.entry)
+        return _saver(self.owner.export_format).load(self.path, self.entry)
 
     def module(self):
         """A .pt2 program as a callable torch module (`ExportedProgram.module()`)."""
@@ -188,109 +197,13 @@ class ExportedComponent:
     def save(self, path: str | os.PathLike) -> None:
         """Writes this graph to `path` and its weights beside it (`model.onnx` + `model.onnx.data`;
         `model.xml` + `model.bin`), replacing files of those names."""
-        SAVERS[self.owner.export_format].save(self.path, self.entry, Path(path))
+        _saver(self.owner.export_format).save(self.path, self.entry, Path(path))
 
     def __call__(self, **kwargs) -> ModelOutput:
         return self.owner._run_component(self.name, kwargs)
 
     def __repr__(self) -> str:
         return f"ExportedComponent({self.name!r}, file={self.entry['file']!r})"
-
-
-def _replace_file(src: Path, dst: Path) -> None:
-    """Copies src over dst through a temporary sibling (a reader of the old dst keeps its file)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.hfexport-tmp")
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
-
-
-class OnnxSaver:
-    @staticmethod
-    def load(path: Path, entry: dict | None = None):
-        import onnx
-
-        return onnx.load(str(path), load_external_data=False)
-
-    @staticmethod
-    def save(src: Path, entry: dict, dst: Path) -> None:
-        data_files = entry.get("data_files") or []
-        if dst.suffix != ".onnx":
-            raise ValueError(f"{dst}: an ONNX program is saved as a .onnx file")
-        if not data_files:
-            _replace_file(src, dst)
-            return
-        # The weights go beside the graph under its own name, so programs saved to one folder keep
-        # their own weights.
-        import onnx
-
-        data_name = dst.name + ".data"
-        model = onnx.load(str(src), load_external_data=False)
-        for tensor in model.graph.initializer:
-            for kv in tensor.external_data:
-                if kv.key == "location":
-                    kv.value = data_name
-        # data_files are relative to the export's folder; the data sits beside its graph
-        _replace_file(src.parent / Path(data_files[0]).name, dst.with_name(data_name))
-        tmp = dst.with_name(f".{dst.name}.hfexport-tmp")
-        onnx.save(model, str(tmp))
-        os.replace(tmp, dst)
-
-
-class OpenVinoSaver:
-    @staticmethod
-    def load(path: Path, entry: dict | None = None):
-        import openvino as ov
-
-        return ov.Core().read_model(str(path))
-
-    @staticmethod
-    def save(src: Path, entry: dict, dst: Path) -> None:
-        if dst.suffix != ".xml":
-            raise ValueError(f"{dst}: an OpenVINO program is saved as a .xml file (its weights as the .bin beside it)")
-        for data in entry.get("data_files") or []:
-            _replace_file(src.parent / data, dst.with_suffix(".bin"))
-        _replace_file(src, dst)
-
-
-class Pt2Saver:
-    """A .pt2 archive holds every component's program: `save` copies it whole (torch.export.load
-    returns the program named `model`; `program` gives a component's own)."""
-
-    @staticmethod
-    def load(path: Path, entry: dict | None = None):
-        from .torch_runner import load_programs
-
-        return load_programs(path)[(entry or {}).get("program", MODEL)]
-
-    @staticmethod
-    def save(src: Path, entry: dict, dst: Path) -> None:
-        if dst.suffix != ".pt2":
-            raise ValueError(f"{dst}: a PyTorch program is saved as a .pt2 file")
-        _replace_file(src, dst)
-
-
-class ExecutorchSaver:
-    """A .pte holds every method (and the weights they share): `save` copies it whole;
-    `program` is ExecuTorch's loaded Program (its methods by name)."""
-
-    @staticmethod
-    def load(path: Path, entry: dict | None = None):
-        from .executorch_runner import load_program
-
-        return load_program(path)
-
-    @staticmethod
-    def save(src: Path, entry: dict, dst: Path) -> None:
-        if dst.suffix != ".pte":
-            raise ValueError(f"{dst}: an ExecuTorch program is saved as a .pte file")
-        _replace_file(src, dst)
-
-
-SAVERS = {"onnx": OnnxSaver, "openvino": OpenVinoSaver, "pt2": Pt2Saver, "executorch": ExecutorchSaver}
 
 
 class ExportedModel(Mapping):
@@ -373,8 +286,8 @@ class ExportedModel(Mapping):
         files = [p for p in self.directory.rglob("*") if p.is_file() and p != self.directory / FILE_NAME]
         for path in files:
             (target / path.relative_to(self.directory)).parent.mkdir(parents=True, exist_ok=True)
-            _replace_file(path, target / path.relative_to(self.directory))
-        _replace_file(self.directory / FILE_NAME, target / FILE_NAME)  # last: the export is complete
+            replace_file(path, target / path.relative_to(self.directory))
+        replace_file(self.directory / FILE_NAME, target / FILE_NAME)  # last: the export is complete
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *, device=None,
@@ -1039,10 +952,6 @@ class ExecutorchExporter(HfExporter):
         return core_config
 
 
-EXPORTERS: dict[str, type[HfExporter]] = {"onnx": OnnxExporter, "openvino": OpenVINOExporter,
-                                          "dynamo": DynamoExporter, "executorch": ExecutorchExporter}
-
-
 class AutoHfExporter:
     """`AutoHfExporter.from_config(config)`: the exporter of the config's format."""
 
@@ -1053,8 +962,7 @@ class AutoHfExporter:
         if not isinstance(export_config, ExportConfigMixin):
             raise TypeError(f"AutoHfExporter.from_config takes an export config or a dict, got "
                             f"{type(export_config).__name__}")
-        config_class_for(export_config.export_format)
-        return EXPORTERS[export_config.export_format](**kwargs)
+        return resolve(config_format(export_config.export_format).exporter)(**kwargs)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -3,13 +3,13 @@ export format, and the generation loop on top of them (sampling, eos, max new to
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
+from .formats import declared, runner_class, set_runner
 from .manifest import (CACHE_STATIC, ENCODER, MULTI_TOKEN_DECODE, PREFILL_CHUNK, REBUILD_CACHE_AT, VISION_EMBEDDINGS_MERGER,
                        VISION_ENCODER,
                        ExportManifest, load_manifest)
@@ -152,30 +152,10 @@ def park_padding(positions: np.ndarray, attention_mask: np.ndarray, cache_len: i
     return np.where(pads, parked, positions).astype(np.int64)
 
 
-# Export format -> "module:class" of its runner, imported only when an export of that format is
-# opened (so a runtime that is not installed costs nothing, and no module imports another's).
-_RUNNERS: dict[str, str] = {
-    "onnx": "hfexport.onnxruntime_runner:OnnxRuntimeRunner",
-    "openvino": "hfexport.openvino_runner:OpenVinoRunner",
-    "pt2": "hfexport.torch_runner:TorchProgramRunner",
-    "executorch": "hfexport.executorch_runner:ExecutorchRunner",
-}
-
-
 def register_runner(export_format: str, target: str) -> None:
     """Adds (or replaces) the runner for `export_format`: `target` is "module:class", the class
-    taking (manifest, **options)."""
-    _RUNNERS[export_format] = target
-
-
-# The same for encoder-decoder exports (an `encoder` and a `decoder` component): DecodeRunners over
-# the decoder with `encode(**inputs)` (hfexport.seq2seq).
-_SEQ2SEQ_RUNNERS: dict[str, str] = {
-    "onnx": "hfexport.onnxruntime_runner:OnnxSeq2SeqRunner",
-    "openvino": "hfexport.openvino_runner:OpenVinoSeq2SeqRunner",
-    "pt2": "hfexport.torch_runner:TorchSeq2SeqRunner",
-    "executorch": "hfexport.executorch_runner:ExecutorchSeq2SeqRunner",
-}
+    taking (manifest, **options), or "module:function", a function of the manifest returning one."""
+    set_runner(export_format, target)
 
 
 def open_runner(directory: str | Path, **options) -> DecodeRunner:
@@ -186,17 +166,16 @@ def open_runner(directory: str | Path, **options) -> DecodeRunner:
         from .vlm import open_vision_language_runner
 
         return open_vision_language_runner(manifest, **options)
+    declaration = declared(manifest.format)
     if manifest.has_component(ENCODER):
-        target = _SEQ2SEQ_RUNNERS.get(manifest.format)
+        target = declaration.seq2seq_runner if declaration else None
         if target is None:
             raise GenerationError(f"{directory}: no encoder-decoder runner for format '{manifest.format}' yet")
-        module, cls = target.split(":")
-        return getattr(importlib.import_module(module), cls)(manifest, **options)
-    target = _RUNNERS.get(manifest.format)
+        return runner_class(target, manifest)(manifest, **options)
+    target = declaration.runner if declaration else None
     if target is None:
         raise GenerationError(f"{directory}: no runner for format '{manifest.format}'")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(manifest, **options)
+    return runner_class(target, manifest)(manifest, **options)
 
 
 def generate(

@@ -6,7 +6,6 @@ the text decoder; `VisionLanguage` gives it the embeddings instead of ids."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -14,7 +13,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .forward import open_graph
-from .manifest import (CACHE_DYNAMIC, TEXT_DECODER, TOKEN_EMBEDDING, VISION_EMBEDDINGS, VISION_EMBEDDINGS_MERGER,
+from .formats import declared, runner_class
+from .manifest import (TEXT_DECODER, TOKEN_EMBEDDING, VISION_EMBEDDINGS, VISION_EMBEDDINGS_MERGER,
                        VISION_EMBEDDINGS_POS, VISION_ENCODER, ExportManifest)
 from .runner import DecodeRunner, GenerationError
 
@@ -384,24 +384,10 @@ def _component_graph(manifest: ExportManifest, name: str, options: dict):
     return open_graph(manifest.format, manifest.directory / entry["file"], manifest.data, **program, **options)
 
 
-def _executorch_base(manifest: ExportManifest) -> str:
-    kind = "Dynamic" if manifest.cache == CACHE_DYNAMIC else "Static"
-    return f"hfexport.executorch_runner:Executorch{kind}Runner"
-
-
-# Export format -> the decode-loop runner class the text decoder runs on.
-_BASES = {
-    "onnx": lambda manifest: "hfexport.onnxruntime_runner:OnnxRuntimeRunner",
-    "openvino": lambda manifest: "hfexport.openvino_runner:OpenVinoRunner",
-    "pt2": lambda manifest: "hfexport.torch_runner:TorchProgramRunner",
-    "executorch": _executorch_base,
-}
-
-
 def open_vision_language_runner(manifest: ExportManifest, **options) -> DecodeRunner:
-    if manifest.format not in _BASES:
+    declaration = declared(manifest.format)
+    if declaration is None or declaration.runner is None:
         raise GenerationError(f"{manifest.directory}: no vision-language runner for format '{manifest.format}'")
-    module, cls = _BASES[manifest.format](manifest).split(":")
-    base = getattr(importlib.import_module(module), cls)
+    base = runner_class(declaration.runner, manifest)  # the text decoder's decode loop
     runner = type(f"VisionLanguage{base.__name__}", (VisionLanguage, base), {})
     return runner(manifest, **options)
