@@ -422,7 +422,7 @@ class ExportedModel(Mapping):
                  chat: bool = False, system: str | None = None, ignore_eos: bool = False, streamer=None,
                  input_features=None, language: str | None = None, task: str | None = None,
                  return_timestamps: bool = False, return_segments: bool = False, pixel_values=None, images=None,
-                 image_grid_thw=None, **kwargs):
+                 image_grid_thw=None, images_kwargs: Mapping[str, Any] | None = None, **kwargs):
         """Like model.generate: prompt ids [batch, seq] (left-padded, with attention_mask) in,
         prompt + new ids out (rows that finished padded with pad_token_id). A string (or a list of
         strings) is tokenized with the export's tokenizer (`chat=True`: through its chat template,
@@ -436,7 +436,9 @@ class ExportedModel(Mapping):
         height, width] for the prompt's image tokens (Qwen2-VL: flattened patches with
         `image_grid_thw`; what its processor returns: `generate(**processor(...))`), or
         `images` (files or Pillow images) with a prompt string, which is then formatted as the
-        model's processor does (its image placeholders expanded; with chat, image entries)."""
+        model's processor does (its image placeholders expanded; with chat, image entries), the
+        images preprocessed with `images_kwargs` over the stored settings, as the processor takes
+        them (e.g. {"do_pan_and_scan": True}: Gemma 3's crops)."""
         from .runner import generate as run_loop
         from .sampling import Sampler
         from .text import TextStream
@@ -456,6 +458,8 @@ class ExportedModel(Mapping):
         prompts = input_ids
         text_in = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and len(prompts) > 0
                                                and all(isinstance(t, str) for t in prompts))
+        if images_kwargs and images is None:
+            raise ValueError("generate(images_kwargs=...) applies to images=... (files or Pillow images)")
         if images is not None:
             if not (text_in and isinstance(prompts, str)):
                 raise ValueError("generate(images=...) takes one prompt string (or pass the processor's inputs)")
@@ -464,7 +468,7 @@ class ExportedModel(Mapping):
 
             images = list(images) if isinstance(images, (list, tuple)) else [images]
             manifest = load_manifest(self.directory)
-            processed = image_inputs(self.directory, images)
+            processed = image_inputs(self.directory, images, dict(images_kwargs or {}))
             row = encode_image_prompt(manifest, self.codec, prompts, processed, chat, system)
             input_ids, attention_mask = np.array([row], np.int64), None
             pixel_values, image_grid_thw = processed["pixel_values"], processed.get("image_grid_thw")

@@ -11,6 +11,7 @@ entries of the message); with --input-ids, each image token id stands for one im
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -37,6 +38,20 @@ def parse_ids(text: str) -> np.ndarray:
     return np.array([ids], dtype=np.int64)
 
 
+def image_options(pairs: list[str]) -> dict:
+    """--image-option KEY=VALUE pairs: each VALUE read as JSON (true, 8, [1, 2]), else as a string."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise GenerationError(f"--image-option: '{pair}' is not KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="hfexport generate", description=__doc__)
     p.add_argument("out_dir")
@@ -46,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chat", action="store_true", help="render --prompt through the tokenizer's chat template")
     p.add_argument("--system", help="a system message before the prompt (with --chat)")
     p.add_argument("--image", action="append", default=[], help="an image file for a vision-language export (repeatable)")
+    p.add_argument("--image-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an image processor setting for this call, as the processor takes it (images_kwargs; "
+                        "VALUE as JSON, else a string), e.g. do_pan_and_scan=true (Gemma 3's crops; repeatable)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at eos tokens")
     p.add_argument("--do-sample", action="store_true")
@@ -62,13 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         runner = open_runner(args.out_dir)
         if hasattr(runner, "encode"):
             return generate_text2text(runner, args, sampler)
+        if args.image_option and not args.image:
+            raise GenerationError("--image-option applies to the --image files")
         if args.image and not hasattr(runner, "set_images"):
             raise GenerationError(f"--image: {args.out_dir} has no vision encoder")
         images: dict = {}  # the vision encoder's inputs for --image (and what the prompt's expansion needs)
         if hasattr(runner, "set_images"):
             from .vision import image_inputs
 
-            images = image_inputs(args.out_dir, args.image) if args.image else {}
+            images = image_inputs(args.out_dir, args.image, image_options(args.image_option)) if args.image else {}
             runner.set_images(images.get("pixel_values"), images.get("image_grid_thw"))
         clock = StepClock()
         if args.prompt is not None:
@@ -100,9 +120,9 @@ def expand_image_tokens(runner, ids: np.ndarray, images: dict) -> np.ndarray:
         return ids
     from .vlm import features_per_image
 
-    if "rows" in images:
-        raise GenerationError("--input-ids with --image: this model's processor writes text around each image tile; "
-                              "give --prompt (or the processor's input_ids without --image)")
+    if "rows" in images or any(images.get("num_crops") or []):
+        raise GenerationError("--input-ids with --image: this model's processor writes text around each image tile "
+                              "or crop; give --prompt (or the processor's input_ids without --image)")
     features = features_per_image(runner.manifest, images) if images else []
     row = ids[0]
     slots = np.flatnonzero(row == runner.image_token_id)

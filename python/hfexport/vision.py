@@ -36,6 +36,12 @@ _QWEN2_VL_DEFAULTS = {**_DEFAULTS, "resample": 3, "image_mean": _CLIP_MEAN, "ima
 SIGLIP2 = "Siglip2ImageProcessor"
 _SIGLIP2_DEFAULTS = {**_DEFAULTS, "patch_size": 16, "max_num_patches": 256}
 
+GEMMA3 = "Gemma3ImageProcessor"
+# What Gemma3Processor passes its image processor on every call, over the stored settings (so
+# pan-and-scan runs only when the call asks for it: images_kwargs, `--image-option`).
+_GEMMA3_PROCESSOR_SETTINGS = {"do_convert_rgb": True, "do_pan_and_scan": False, "pan_and_scan_min_crop_size": 256,
+                              "pan_and_scan_max_num_crops": 4, "pan_and_scan_min_ratio_to_activate": 1.2}
+
 SMOLVLM = "SmolVLMImageProcessor"
 _SMOLVLM_DEFAULTS = {**_DEFAULTS, "resample": 1, "size": {"longest_edge": 4 * 364}, "max_image_size": {"longest_edge": 364},
                      "do_image_splitting": True}
@@ -57,19 +63,26 @@ def _stored_settings(directory: Path) -> tuple[Path, dict[str, Any]]:
     raise ImageError(f"{directory}: no preprocessor_config.json (export a checkpoint that has its image processor's)")
 
 
-def processor_config(directory: str | Path) -> dict[str, Any]:
+def processor_config(directory: str | Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The image processor's settings as the model's processor calls it: the stored ones over the
+    class's defaults, what the processor passes on every call, then the call's `options`
+    (transformers' images_kwargs: e.g. {"do_pan_and_scan": True})."""
     path, stored = _stored_settings(Path(directory))
     config = {**_DEFAULTS, **{k: v for k, v in stored.items() if v is not None}}
     known = ("ViTImageProcessor", "CLIPImageProcessor", "SiglipImageProcessor", "BitImageProcessor",
-             "Gemma3ImageProcessor", QWEN2_VL, SMOLVLM, SIGLIP2)
+             GEMMA3, QWEN2_VL, SMOLVLM, SIGLIP2)
     kind = config.get("image_processor_type", "")
     if _kind(config) not in known:
         raise ImageError(f"{path}: image_processor_type {kind!r} is not supported (supported: {', '.join(known)})")
     defaults = {QWEN2_VL: _QWEN2_VL_DEFAULTS, SMOLVLM: _SMOLVLM_DEFAULTS, SIGLIP2: _SIGLIP2_DEFAULTS}.get(_kind(config))
     if defaults:  # its class's defaults for the keys a config omits
         config = {**defaults, **{k: v for k, v in stored.items() if v is not None}}
-    if config.get("do_pan_and_scan"):
-        raise ImageError(f"{path}: do_pan_and_scan (Gemma 3's crops) is not supported yet")
+    if _kind(config) == GEMMA3:
+        config.update(_GEMMA3_PROCESSOR_SETTINGS)
+    unknown = sorted(set(options or {}) - set(config))
+    if unknown:
+        raise ImageError(f"image option {unknown[0]!r} is not a setting of {kind} (settings: {', '.join(sorted(config))})")
+    config.update(options or {})
     return config
 
 
@@ -285,11 +298,45 @@ def smolvlm_tiles(image, config: dict[str, Any]) -> tuple[list[np.ndarray], int,
     return [_rescaled_normalized(np.moveaxis(np.array(f), -1, 0), config) for f in frames], rows, cols
 
 
-def image_inputs(directory: str | Path, images: Sequence) -> dict[str, np.ndarray]:
+def pan_and_scan_crops(image, config: dict[str, Any]) -> list:
+    """Gemma3ImageProcessor's pan-and-scan: an image whose long side is at least
+    pan_and_scan_min_ratio_to_activate times its short one is cut along the long side into 2 to
+    pan_and_scan_max_num_crops crops of about its aspect ratio (each side at least
+    pan_and_scan_min_crop_size, else none), row by row; the last crop is cut short at the edge."""
+    width, height = image.width, image.height
+    smallest, most = int(config["pan_and_scan_min_crop_size"]), int(config["pan_and_scan_max_num_crops"])
+    ratio = float(config["pan_and_scan_min_ratio_to_activate"])
+    long, short = max(width, height), min(width, height)
+    if long / short < ratio:
+        return []
+    count = min(int(math.floor(long / short + 0.5)), int(math.floor(long / smallest)))  # half rounds up
+    count = min(most, max(2, count))
+    cols, rows = (count, 1) if width >= height else (1, count)
+    crop_w, crop_h = math.ceil(width / cols), math.ceil(height / rows)
+    if min(crop_w, crop_h) < smallest:
+        return []
+    return [image.crop((c * crop_w, r * crop_h, min((c + 1) * crop_w, width), min((r + 1) * crop_h, height)))
+            for r in range(rows) for c in range(cols)]
+
+
+def gemma3_inputs(images: Sequence, config: dict[str, Any]) -> dict[str, Any]:
+    """Gemma3ImageProcessor with do_pan_and_scan: each image, then its crops, each preprocessed to
+    the tower's size (pixel_values of every view in that order), with each image's num_crops."""
+    views = []
+    for image in images:
+        image = _rgb(image) if config["do_convert_rgb"] else image
+        views.append([image, *pan_and_scan_crops(image, config)])
+    return {"pixel_values": np.stack([preprocess(v, config) for image_views in views for v in image_views]),
+            "num_crops": [len(image_views) - 1 for image_views in views]}
+
+
+def image_inputs(directory: str | Path, images: Sequence, options: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
     """What the model's processor gives the vision encoder for image files (or Pillow images):
     pixel_values [batch, channels, height, width]; Qwen2-VL's flattened patches and image_grid_thw;
-    SmolVLM's tiles of every image in order, with each image's rows and cols."""
-    config = processor_config(directory)
+    SmolVLM's tiles of every image in order, with each image's rows and cols; Gemma 3's pan-and-scan
+    views (each image and its crops), with each image's num_crops. `options` are the call's
+    settings over the stored ones (processor_config)."""
+    config = processor_config(directory, options)
     opened = [open_image(i) if isinstance(i, (str, Path)) else i for i in images]
     if _kind(config) == SMOLVLM:
         split = [smolvlm_tiles(image, config) for image in opened]
@@ -297,6 +344,8 @@ def image_inputs(directory: str | Path, images: Sequence) -> dict[str, np.ndarra
                 "rows": [r for _, r, _ in split], "cols": [c for _, _, c in split]}
     if _kind(config) == SIGLIP2:
         return siglip2_inputs(opened, config)
+    if _kind(config) == GEMMA3 and config["do_pan_and_scan"]:
+        return gemma3_inputs(opened, config)
     if _kind(config) != QWEN2_VL:
         return {"pixel_values": pixel_values(directory, opened)}
     patches, grids = zip(*(qwen2_vl_patches(image, config) for image in opened))

@@ -303,11 +303,19 @@ def _llava_prompt(directory: Path, codec, spec: dict, images: dict) -> ImageProm
 
 def _gemma3_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePrompt:
     """Gemma3Processor: each <start_of_image> becomes "\n\n<start_of_image>", the image tokens,
-    "<end_of_image>\n\n"."""
+    "<end_of_image>\n\n"; an image with pan-and-scan crops, that for the image and for each crop in
+    the processor's sentence."""
     config = json.loads((directory / "config.json").read_text())
     boi, eoi = codec.token(int(config.get("boi_token_index", 255999))), codec.token(int(config.get("eoi_token_index", 256000)))
-    image = codec.token(int(spec["image_token_id"]))
-    return ImagePrompt(boi, boi, lambda i, n: f"\n\n{boi}{image * n}{eoi}\n\n")
+    full = f"\n\n{boi}{codec.token(int(spec['image_token_id'])) * int(spec['features_per_image'])}{eoi}\n\n"
+    crops = images.get("num_crops") or []
+
+    def expand(i: int, n: int) -> str:  # with pan-and-scan crops: the image, then its crops
+        if not crops or not crops[i]:
+            return full
+        return (f"Here is the original image {full} and here are some crops to help you see better "
+                + " ".join([full] * crops[i]))
+    return ImagePrompt(boi, boi, expand)
 
 
 def _qwen2_vl_prompt(directory: Path, codec, spec: dict, images: dict) -> ImagePrompt:
@@ -344,11 +352,13 @@ IMAGE_PROMPTS = {"llava": _llava_prompt, "gemma3": _gemma3_prompt, "qwen2_vl": _
 
 def features_per_image(manifest: ExportManifest, image_inputs: dict) -> list[int]:
     """How many image tokens each image of the vision encoder's inputs fills (SmolVLM: each image's
-    tiles and its global view)."""
+    tiles and its global view; Gemma 3: each image and its crops)."""
     spec = manifest.data[IMAGE_TOKENS]
     if "image_grid_thw" in image_inputs:
         merge = int(spec.get("spatial_merge_size", 1))
         return [int(np.prod(grid)) // merge**2 for grid in np.asarray(image_inputs["image_grid_thw"])]
+    if "num_crops" in image_inputs:  # Gemma 3's pan-and-scan: an image's tokens, then its crops'
+        return [(1 + int(c)) * int(spec["features_per_image"]) for c in image_inputs["num_crops"]]
     if "rows" in image_inputs:
         return [(r * c + 1) * int(spec["features_per_image"]) for r, c in zip(image_inputs["rows"], image_inputs["cols"])]
     return [int(spec["features_per_image"])] * len(image_inputs["pixel_values"])

@@ -124,10 +124,10 @@ def test_refusals(tmp_path, run_hfexport):
     assert_clean_error(run_hfexport("export", tmp_path / "model", "-o", out), out, "mm_tokens_per_image")
 
 
-def with_processor(folder):
+def with_processor(folder, **image_settings):
     """A Gemma3Processor (a byte-level BPE tokenizer whose last ids are <start_of_image>,
-    <end_of_image>, <image_soft_token>; the image processor at 32 pixels) and the model whose
-    vocabulary ends there."""
+    <end_of_image>, <image_soft_token>; the image processor at 32 pixels, with `image_settings`)
+    and the model whose vocabulary ends there."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -144,8 +144,9 @@ def with_processor(folder):
         extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
                               "image_token": "<image_soft_token>"})
     boi, eoi, image = tokenizer.convert_tokens_to_ids(["<start_of_image>", "<end_of_image>", "<image_soft_token>"])
-    processor = transformers.Gemma3Processor(image_processor=transformers.Gemma3ImageProcessor(size={"height": 32, "width": 32}),
-                                             tokenizer=tokenizer, image_seq_length=TOKENS_PER_IMAGE)
+    image_processor = transformers.Gemma3ImageProcessor(size={"height": 32, "width": 32}, **image_settings)
+    processor = transformers.Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer,
+                                             image_seq_length=TOKENS_PER_IMAGE)
     torch.manual_seed(0)
     config = transformers.Gemma3Config(text_config={**TEXT, "vocab_size": image + 1, "bos_token_id": 2, "eos_token_id": 1},
                                        vision_config=VISION, mm_tokens_per_image=TOKENS_PER_IMAGE,
@@ -185,6 +186,61 @@ def test_prompt_and_image_files(tmp_path, export_model, run_hfexport):
     assert exported.generate(text, images=files, max_new_tokens=6, ignore_eos=True) == expected
     got = exported.generate(**inputs, max_new_tokens=6, ignore_eos=True)
     np.testing.assert_array_equal(np.asarray(got), new.numpy())
+
+
+PAN_AND_SCAN = dict(do_pan_and_scan=True, pan_and_scan_min_crop_size=8, pan_and_scan_max_num_crops=3,
+                    pan_and_scan_min_ratio_to_activate=1.2)
+
+
+def test_pan_and_scan(tmp_path, export_model, run_hfexport):
+    """Gemma 3's pan-and-scan, asked for per call as Gemma3Processor takes it (its own defaults,
+    do_pan_and_scan off, override the stored settings): each image, then its crops (a wide image
+    cut in three, the last crop short at the edge; 70x45 in two; a portrait grayscale in two rows;
+    a square RGBA image in none) as the processor cuts and preprocesses them (within 1e-5), the
+    prompt's sentence for the crops as it writes it, and the new text and tokens as transformers
+    generates them from the processor's inputs; `--image-option` and `images_kwargs`."""
+    from PIL import Image
+
+    from hfexport import ExportedModel
+    from hfexport.vision import image_inputs
+    from test_vit import image_files
+
+    model, processor = with_processor(tmp_path / "model", **PAN_AND_SCAN)  # stored, and overridden
+    wide = tmp_path / "wide.png"
+    Image.fromarray((np.random.default_rng(3).random((30, 80, 3)) * 255).astype(np.uint8)).save(wide)
+    files = [wide, *image_files(tmp_path)]
+    opened = [Image.open(f) for f in files]
+    inputs = processor(text="a <start_of_image> b <start_of_image> c <start_of_image> d <start_of_image>",
+                       images=[opened], return_tensors="pt", **PAN_AND_SCAN)
+    ours = image_inputs(tmp_path / "model", files, PAN_AND_SCAN)
+    assert ours["num_crops"] == [3, 2, 2, 0]
+    np.testing.assert_allclose(ours["pixel_values"], inputs["pixel_values"].numpy(), atol=1e-5, rtol=0)
+    plain = processor(text="a <start_of_image>", images=[opened[:1]], return_tensors="pt")
+    np.testing.assert_allclose(image_inputs(tmp_path / "model", files[:1])["pixel_values"],
+                               plain["pixel_values"].numpy(), atol=1e-5, rtol=0)
+
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", "onnx", "--for-generation")
+    text = "the cat <start_of_image> sat on <start_of_image>"
+    chosen = [1, 3]  # two crops, and none: four views in 128 tokens
+    inputs = processor(text=text, images=[[opened[i] for i in chosen]], return_tensors="pt", **PAN_AND_SCAN)
+    with torch.no_grad():
+        new = model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    expected = processor.tokenizer.decode(new[0, inputs.input_ids.shape[1]:], skip_special_tokens=True)
+    options = [arg for key, value in PAN_AND_SCAN.items() for arg in ("--image-option", f"{key}={json.dumps(value)}")]
+    proc = run_hfexport("generate", out, "--image", files[1], "--image", files[3], "--prompt", text,
+                        "--max-new-tokens", "6", "--ignore-eos", *options)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip("\n") == expected
+    exported = ExportedModel(out)
+    assert exported.generate(text, images=[files[i] for i in chosen], images_kwargs=PAN_AND_SCAN, max_new_tokens=6,
+                             ignore_eos=True) == expected
+    got = exported.generate(**inputs, max_new_tokens=6, ignore_eos=True)
+    np.testing.assert_array_equal(np.asarray(got), new.numpy())
+    proc = run_hfexport("generate", out, "--image", files[0], "--prompt", text, "--image-option", "do_pan_and_scans=1")
+    assert proc.returncode != 0 and "do_pan_and_scans" in proc.stderr
+    ids = ",".join(str(i) for i in processor.tokenizer("a <start_of_image>").input_ids)
+    proc = run_hfexport("generate", out, "--image", files[1], "--input-ids", ids, *options)
+    assert proc.returncode != 0 and "crop" in proc.stderr  # the processor writes text around the crops
 
 
 def test_openvino_genai_vlm_pipeline(tmp_path, export_model):
