@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .registry import ExportFormat, register_format, replace_file
+from .registry import ExportFormat, register_format, save_whole_file
 
 
 class ExecutorchSaver:
@@ -20,9 +20,7 @@ class ExecutorchSaver:
 
     @staticmethod
     def save(src: Path, entry: dict, dst: Path) -> None:
-        if dst.suffix != ".pte":
-            raise ValueError(f"{dst}: an ExecuTorch program is saved as a .pte file")
-        replace_file(src, dst)
+        save_whole_file(src, dst, "an ExecuTorch program")
 
 
 register_format(ExportFormat(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..manifest import MODEL
-from .registry import ExportFormat, register_format, replace_file
+from .registry import ExportFormat, register_format, save_whole_file
 
 
 class Pt2Saver:
@@ -21,9 +21,7 @@ class Pt2Saver:
 
     @staticmethod
     def save(src: Path, entry: dict, dst: Path) -> None:
-        if dst.suffix != ".pt2":
-            raise ValueError(f"{dst}: a PyTorch program is saved as a .pt2 file")
-        replace_file(src, dst)
+        save_whole_file(src, dst, "a PyTorch program")
 
 
 register_format(ExportFormat(

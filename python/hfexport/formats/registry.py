@@ -76,3 +76,11 @@ def replace_file(src: Path, dst: Path) -> None:
     except OSError:
         shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
+
+
+def save_whole_file(src: Path, dst: Path, what: str) -> None:
+    """Saves a component whose file holds everything it needs (a .pt2 archive, a .pte) by copying
+    it to `dst`, which must have the same suffix."""
+    if dst.suffix != src.suffix:
+        raise ValueError(f"{dst}: {what} is saved as a {src.suffix} file")
+    replace_file(src, dst)
