@@ -14,7 +14,9 @@ For each export form, one process per (form, context): `hfexport.open_runner(OUT
 
 Forms: `onnx` (--for-generation: ort-gqa, the delta rule as onnxruntime's LinearAttention),
 `onnx-standard` (--onnx-ops standard --multi-token-decode: the one-chunk decomposition, prompt fed
-in 64-token calls), `openvino` (the decomposition in OpenVINO, 64-token calls). The issue's claims:
+in 64-token calls), `openvino` (the decomposition in OpenVINO, 64-token calls), `pt2` (the default .pt2 export: a
+prefill program without a past, the whole prompt in one call, and a one-token decode) and
+`pt2-multi-token` (--multi-token-decode: 64-token calls). The issue's claims:
 decode per step flat in the context (ratio of the two contexts ~1.0), prefill linear (ms per prompt
 token about flat). A benchmark, not a test.
 
@@ -39,7 +41,9 @@ from bench_generate import run_worker  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 FORMS = {"onnx": ["--for-generation"],
          "onnx-standard": ["--for-generation", "--onnx-ops", "standard", "--multi-token-decode"],
-         "openvino": ["--format", "openvino", "--for-generation"]}
+         "openvino": ["--format", "openvino", "--for-generation"],
+         "pt2": ["--format", "pt2", "--for-generation"],
+         "pt2-multi-token": ["--format", "pt2", "--for-generation", "--multi-token-decode"]}
 
 
 def time_generation(out: Path, context: int, new_tokens: int, vocab: int) -> dict:
@@ -62,8 +66,8 @@ def time_generation(out: Path, context: int, new_tokens: int, vocab: int) -> dic
 
 
 def step_bytes(out: Path, hidden: int, vocab: int, tied: bool) -> int:
-    """Weight bytes a batch-1 step streams: the data files, less an untied embedding table (gathered)."""
-    data = sum(p.stat().st_size for p in out.iterdir() if p.suffix in (".data", ".bin"))
+    """Weight bytes a batch-1 step streams: the data files (a .pt2 or .pte holds its weights), less an untied embedding table (gathered)."""
+    data = sum(p.stat().st_size for p in out.iterdir() if p.suffix in (".data", ".bin", ".pt2", ".pte"))
     return data - (0 if tied else vocab * hidden * 4)
 
 
