@@ -40,10 +40,14 @@ constexpr std::pair<std::string_view, std::string_view> kNativeRunners[] = {
     {"executorch", "hfexport-executorch-generate"},
 };
 
-// The native runner for the export named in the generate arguments, if one is installed.
+// The native runner for the export named in the generate arguments, if one is installed. The C++
+// loops drive a `decode` component over token ids: text in / out (the tokenizer is Python's),
+// images and the other kinds of export (vision-language, encoder-decoder) go to the Python runner.
 std::string native_runner(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i)  // text in / text out: the tokenizer is Python's
-    if (std::string_view(argv[i]) == "--prompt") return {};
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--prompt" || arg == "--image" || arg == "--image-option") return {};
+  }
   for (int i = 2; i < argc; ++i) {
     if (argv[i][0] == '-') {
       const std::string_view flag = argv[i];
@@ -52,7 +56,9 @@ std::string native_runner(int argc, char** argv) {
     }
     std::string format;
     try {
-      format = hfx::Manifest::load(argv[i]).format();
+      const hfx::Manifest manifest = hfx::Manifest::load(argv[i]);
+      if (!manifest.has_component(hfx::manifest::component::kDecode)) return {};
+      format = manifest.format();
     } catch (const hfx::Error&) {
       return {};  // the Python runner reports what is wrong with the export
     }

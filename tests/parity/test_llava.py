@@ -320,6 +320,30 @@ def test_cli_generate_with_an_image_file(tmp_path, export_model, run_hfexport):
     assert proc.stdout.rstrip("\n") == reference_text(model, processor, inputs, 6)
 
 
+@pytest.mark.parametrize("fmt", ["openvino", "executorch"])
+def test_cli_input_ids_where_a_native_runner_exists(tmp_path, export_model, run_hfexport, fmt):
+    """`hfexport generate OUT --input-ids ...` with and without `--image` on the formats whose
+    text-only exports run in a C++ loop (over a `decode` component): a vision-language export goes
+    to the Python runner, and gives transformers' new ids (it failed on `--image` and on the
+    missing `decode` before)."""
+    from PIL import Image
+    from test_vit import image_files
+
+    model, processor = with_processor(tmp_path / "model")
+    image = image_files(tmp_path)[0]
+    out = export_model(tmp_path / "model", tmp_path / "out", "--format", fmt, "--for-generation")
+    for text, images in (("<image>the cat", [image]), ("the cat", [])):
+        ids = processor.tokenizer(text).input_ids  # the one image token stands for the image
+        flags = [arg for i in images for arg in ("--image", i)]
+        proc = run_hfexport("generate", out, "--input-ids", ",".join(map(str, ids)), *flags,
+                            "--max-new-tokens", "6", "--ignore-eos")
+        assert proc.returncode == 0, proc.stderr
+        inputs = processor(text=text, images=[Image.open(i) for i in images] or None, return_tensors="pt")
+        with torch.no_grad():
+            new = model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+        assert proc.stdout.split() == [str(t) for t in new[0, inputs.input_ids.shape[1]:].tolist()]
+
+
 def test_openvino_genai_vlm_pipeline(tmp_path, export_model):
     """OpenVINO GenAI's VLMPipeline loads the OpenVINO export as it is (its language, text
     embeddings and vision embeddings models, the image processor's settings) and generates
