@@ -112,6 +112,30 @@ def _resized_size(height: int, width: int, size: dict[str, int]) -> tuple[int, i
     raise ImageError(f"preprocessor_config.json: size {size} is not supported (height and width, or shortest_edge)")
 
 
+def _native_resize_matches_pillow() -> bool:
+    """hfexport's C++ resize follows Pillow 13.0's rules (its pass order changed between versions);
+    with another Pillow, Pillow's own resize keeps the pixels the model's processor computes."""
+    import PIL
+
+    return PIL.__version__.split(".")[:2] == ["13", "0"]
+
+
+def resize(image, width: int, height: int, resample: int):
+    """image.resize((width, height), resample) for a Pillow image: computed by hfexport's C++ core
+    (hfexport._core.resize_image, byte for byte Pillow 13.0's) for 8-bit L and RGB images and the
+    filters it implements (Pillow's numbers 1 to 5), by Pillow otherwise."""
+    from PIL import Image
+
+    if (image.mode in ("L", "RGB") and 1 <= resample <= 5 and image.size != (width, height)
+            and _native_resize_matches_pillow()):
+        from hfexport import _core
+
+        pixels = np.asarray(image)
+        out = _core.resize_image(pixels[:, :, None] if pixels.ndim == 2 else pixels, height, width, resample)
+        return Image.fromarray(out[:, :, 0] if image.mode == "L" else out, image.mode)
+    return image.resize((width, height), resample=Image.Resampling(resample))
+
+
 def _square(value) -> dict[str, int]:
     return value if isinstance(value, dict) else {"height": int(value), "width": int(value)}
 
@@ -128,15 +152,13 @@ def _rgb(image):
 
 def preprocess(image, config: dict[str, Any]) -> np.ndarray:
     """One Pillow image -> [channels, height, width] float32."""
-    from PIL import Image
-
     if config["do_convert_rgb"]:
         image = _rgb(image)
     if config["do_resize"]:
         size = config.get("size") or {"height": 224, "width": 224}
         size = {"shortest_edge": int(size)} if isinstance(size, int) else size
         height, width = _resized_size(image.height, image.width, size)
-        image = image.resize((width, height), resample=Image.Resampling(int(config["resample"])))
+        image = resize(image, width, height, int(config["resample"]))
     pixels = np.array(image)
     pixels = pixels[None] if pixels.ndim == 2 else np.moveaxis(pixels, -1, 0)
     if config["do_center_crop"]:
@@ -184,13 +206,11 @@ def _pixel_bounds(config: dict[str, Any]) -> tuple[int, int]:
 def _resized_pixels(image, config: dict[str, Any], target_size) -> np.ndarray:
     """One Pillow image -> [channels, height, width] float32: RGB as configured, resized to
     target_size(height, width) when do_resize, rescaled and normalized (no crop)."""
-    from PIL import Image
-
     if config["do_convert_rgb"]:
         image = _rgb(image)
     if config["do_resize"]:
         height, width = target_size(image.height, image.width)
-        image = image.resize((width, height), resample=Image.Resampling(int(config["resample"])))
+        image = resize(image, width, height, int(config["resample"]))
     pixels = np.array(image)
     return _rescaled_normalized(pixels[None] if pixels.ndim == 2 else np.moveaxis(pixels, -1, 0), config)
 
@@ -271,17 +291,15 @@ def smolvlm_tiles(image, config: dict[str, Any]) -> tuple[list[np.ndarray], int,
     """One Pillow image -> SmolVLMImageProcessor's frames [channels, tile, tile] float32: the image
     resized (longest edge), then to whole tiles, cut into rows x cols tiles, and the whole image
     at one tile's size last (or the image alone when it is one tile); with its rows and cols."""
-    from PIL import Image
-
     if not config["do_image_splitting"]:
         raise ImageError("SmolVLM's processor without do_image_splitting is not supported yet")
     if config["do_convert_rgb"]:
         image = _rgb(image)
-    resample = Image.Resampling(int(config["resample"]))
+    resample = int(config["resample"])
     tile = int(config["max_image_size"]["longest_edge"])
     if config["do_resize"]:
         height, width = _longest_edge_size(image.height, image.width, int(config["size"]["longest_edge"]))
-        image = image.resize((width, height), resample=resample)
+        image = resize(image, width, height, resample)
     height, width, ratio = image.height, image.width, image.width / image.height
     if width >= height:  # whole tiles, as resize_for_vision_encoder
         width = math.ceil(width / tile) * tile
@@ -289,12 +307,12 @@ def smolvlm_tiles(image, config: dict[str, Any]) -> tuple[list[np.ndarray], int,
     else:
         height = math.ceil(height / tile) * tile
         width = math.ceil(int(height * ratio) / tile) * tile
-    image = image.resize((width, height), resample=resample)
+    image = resize(image, width, height, resample)
     frames, rows, cols = [image], 0, 0
     if height > tile or width > tile:
         rows, cols = (height - tile) // tile + 1, (width - tile) // tile + 1
         frames = [image.crop((c * tile, r * tile, (c + 1) * tile, (r + 1) * tile)) for r in range(rows) for c in range(cols)]
-        frames.append(image.resize((tile, tile), resample=resample))
+        frames.append(resize(image, tile, tile, resample))
     return [_rescaled_normalized(np.moveaxis(np.array(f), -1, 0), config) for f in frames], rows, cols
 
 

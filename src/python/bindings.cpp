@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "audio/log_mel.h"
+#include "image/resample.h"
 #include "core/error.h"
 #include "core/export_config.h"
 #include "export/exporter.h"
@@ -90,6 +91,20 @@ py::array_t<float> whisper_log_mel(const py::array_t<float, py::array::c_style |
   return out;
 }
 
+// An [height, width, channels] uint8 image resized as Pillow 13.0's Image.resize((width, height),
+// resample) resizes it (resample: Pillow's filter number, not NEAREST).
+py::array_t<uint8_t> resize_image(const py::array_t<uint8_t, py::array::c_style | py::array::forcecast>& pixels,
+                                  int64_t height, int64_t width, int resample) {
+  if (pixels.ndim() != 3) hfx::fail("resize: pixels must be [height, width, channels], got ", pixels.ndim(), "-D");
+  if (!hfx::resample_filter_supported(resample)) hfx::fail("resize: resample ", resample, " is not a filter (1 to 5)");
+  const int64_t h = pixels.shape(0), w = pixels.shape(1), c = pixels.shape(2);
+  const std::vector<uint8_t> out = hfx::resize_u8({pixels.data(), static_cast<size_t>(pixels.size())}, h, w, c, height,
+                                                  width, static_cast<hfx::ResampleFilter>(resample));
+  py::array_t<uint8_t> result({height, width, c});
+  std::copy(out.begin(), out.end(), result.mutable_data());
+  return result;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -111,4 +126,5 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("chunk_length", &hfx::LogMelConfig::chunk_length)
       .def_readwrite("pad_to_chunk", &hfx::LogMelConfig::pad_to_chunk);
   m.def("whisper_log_mel", &whisper_log_mel, py::arg("samples"), py::arg("config"));
+  m.def("resize_image", &resize_image, py::arg("pixels"), py::arg("height"), py::arg("width"), py::arg("resample"));
 }
