@@ -155,9 +155,6 @@ def runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
     return ExecutorchDynamicRunner if manifest.cache == CACHE_DYNAMIC else ExecutorchStaticRunner
 
 
-def ExecutorchRunner(manifest: ExportManifest, **options) -> DecodeRunner:  # noqa: N802 (a factory)
-    return runner_class(manifest)(manifest, **options)
-
 
 class ExecutorchDynamicRunner(DecodeRunner):
     """A dynamic cache: `prefill` (or, multi-token, `forward` over an empty past) returns the
@@ -240,9 +237,6 @@ def seq2seq_runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
     """The runner class of a .pte encoder-decoder export: its decoder's cache dynamic or static."""
     return ExecutorchDynamicSeq2SeqRunner if manifest.cache == CACHE_DYNAMIC else ExecutorchStaticSeq2SeqRunner
 
-
-def ExecutorchSeq2SeqRunner(manifest: ExportManifest, **options) -> DecodeRunner:  # noqa: N802 (a factory)
-    return seq2seq_runner_class(manifest)(manifest, **options)
 
 
 class ExecutorchStaticRunner(DecodeRunner):
