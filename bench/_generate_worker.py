@@ -84,7 +84,7 @@ class HfexportLoop:
         # The loop's own cost per step: the step's wall time less onnxruntime's run call in it.
         self.run_s = 0.0
         self.overheads_ms: list[float] = []
-        for session in {self.runner.decode, getattr(self.runner, "prefill_session", None)} - {None}:
+        for session in {self.runner.session.decode, self.runner.session.prefill_session} - {None}:
             session.run_with_iobinding = self._timed(session.run_with_iobinding)
 
     def _timed(self, run):

@@ -155,7 +155,7 @@ class HfexportLoop:
 
         self.runner = open_runner(path, config=ov_config)
         self.new_tokens = new_tokens
-        self.inputs = [port.get_any_name() for port in self.runner.compiled.inputs]
+        self.inputs = [port.get_any_name() for port in self.runner.session.compiled.inputs]
 
     def prefill(self, input_ids: np.ndarray) -> np.ndarray:
         return self.runner.prefill(input_ids, np.ones_like(input_ids), self.new_tokens)
@@ -217,7 +217,7 @@ def task_time(args) -> dict:
     else:
         loop = StatefulLoop(args.path, ov_config)
     load_s = time.perf_counter() - start
-    compiled = loop.runner.compiled if args.kind == "hfexport" else loop.compiled
+    compiled = loop.runner.session.compiled if args.kind == "hfexport" else loop.compiled
     result = {
         "load_s": load_s,
         "inputs": loop.inputs,

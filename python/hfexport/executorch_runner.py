@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import (CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, SHARES_BUFFER,
-                       ExportManifest)
-from .runner import (DecodeRunner, GenerationError, check_request, left_padded_positions, state_buffer_shape,
-                     static_cache_mask, step_ids, step_positions)
+from .cache_driver import DynamicCache, Session, StaticCache
+from .manifest import CACHE_DYNAMIC, CACHE_STATEFUL, CACHE_STATIC, DECODER, ENCODER, PREFILL, SHARES_BUFFER, ExportManifest
+from .runner import DecodeRunner, GenerationError, state_buffer_shape
 from .versions import check_runtime_versions
 
 
@@ -156,75 +155,24 @@ def runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
 
 
 
-class ExecutorchDynamicRunner(DecodeRunner):
-    """A dynamic cache: `prefill` (or, multi-token, `forward` over an empty past) returns the
-    present keys and values, which each step feeds back as the past (and gets one row longer)."""
-
-    # The component a decode loop repeats (an encoder-decoder's is its decoder).
-    STEP = DECODE
-
-    def __init__(self, manifest: ExportManifest, **options):
-        self.manifest = manifest
-        check_runtime_versions(manifest.data, ["executorch"])
-        self.path = manifest.file_of(self.STEP)
-        self.pairs = [(p["input"], p["output"]) for p in manifest.generation["cache_pairs"]]
-        self.components = {c: manifest.component(c) for c in (PREFILL, self.STEP) if manifest.has_component(c)}
-        self.program = None
-        self.fixed: dict = {}  # inputs every decoder call takes unchanged (an encoder's state)
-
-    def _call(self, component: str, feeds: dict) -> np.ndarray:
-        entry = self.components[component]
-        method = self.program.load_method(entry.get("program", "forward"))
-        feeds = {**feeds, **self.fixed} if component == self.STEP else feeds
-        outputs = method.execute([as_tensor(feeds[i["name"]]) for i in entry["inputs"]])
-        named = {o["name"]: v for o, v in zip(entry["outputs"], outputs)}
-        self.past = {past: named[present] for past, present in self.pairs}  # tensors, fed back as they are
-        return named["logits"][:, -1].float().numpy()
-
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
-        check_request(self.manifest, input_ids, max_new_tokens)
-        if self.program is None:
-            self.program = load_program(self.path)
-        positions = left_padded_positions(attention_mask)
-        self.attention_mask = attention_mask.astype(np.int64)
-        self.next_position = positions[:, -1] + 1
-        feeds = {**self._token_inputs(input_ids.astype(np.int64)), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(input_ids, positions.astype(np.int64))}
-        if PREFILL in self.components:
-            return self._call(PREFILL, feeds)
-        import torch
-
-        specs = {i["name"]: i for i in self.components[self.STEP]["inputs"]}
-        replaced = self.manifest.replaced_states(self.STEP)
-        for past, _ in self.pairs:  # multi-token: the prompt over an empty past
-            empty = state_buffer_shape(specs[past]["shape"], input_ids.shape[0], 0, past in replaced)
-            feeds[past] = torch.zeros(empty, dtype=getattr(torch, specs[past]["dtype"]))
-        return self._call(self.STEP, feeds)
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids, positions = self._advance(tokens)
-        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        return self._call(self.STEP, {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                                      "position_ids": self._position_ids(ids, positions), **self.past})
-
-
 class _EncoderMethod:
-    """An encoder-decoder export's `encoder` method (hfexport.seq2seq): `encode(**inputs)` runs it;
-    its state outputs stay tensors every `text_decoder` call takes (self.fixed)."""
+    """Mixed into the sessions of an encoder-decoder export (hfexport.seq2seq): `encode` runs the
+    `encoder` method; its state outputs stay tensors every `text_decoder` call takes (`fixed`)."""
 
-    def _init_encoder(self, manifest: ExportManifest) -> None:
+    def _open_encoder(self, manifest: ExportManifest) -> None:
         from .seq2seq import cross_state_names
 
         self.cross = cross_state_names(manifest)
         self.encoder_entry = manifest.component(ENCODER)
         self.decoder_inputs = {i["name"] for i in manifest.component(DECODER)["inputs"]}
+        self.encoder_path = manifest.file_of(ENCODER)
         self.encoder_program = None
 
-    def encode(self, **inputs) -> dict[str, np.ndarray]:
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from .seq2seq import decoder_feeds, encoder_results
 
         if self.encoder_program is None:
-            self.encoder_program = load_program(self.path)
+            self.encoder_program = load_program(self.encoder_path)
         method = self.encoder_program.load_method(self.encoder_entry.get("program", "encoder"))
         values = method.execute([as_tensor(np.ascontiguousarray(inputs[i["name"]])) for i in self.encoder_entry["inputs"]])
         outputs = {o["name"]: v for o, v in zip(self.encoder_entry["outputs"], values)}
@@ -233,63 +181,125 @@ class _EncoderMethod:
         return {k: as_array(v) for k, v in encoder_results(self.cross, outputs).items()}
 
 
-def seq2seq_runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
-    """The runner class of a .pte encoder-decoder export: its decoder's cache dynamic or static."""
-    return ExecutorchDynamicSeq2SeqRunner if manifest.cache == CACHE_DYNAMIC else ExecutorchStaticSeq2SeqRunner
+class ExecutorchSession(_EncoderMethod, Session):
+    """The .pte's methods, the program loaded at the first call; a call passes the states as the
+    tensors the last call returned."""
+
+    def __init__(self, manifest: ExportManifest, step: str, **options):
+        super().__init__()
+        check_runtime_versions(manifest.data, ["executorch"])
+        self.manifest, self.step = manifest, step
+        self.path = manifest.file_of(step)
+        self.pairs = [(p["input"], p["output"]) for p in manifest.generation["cache_pairs"]]
+        self.components = {c: manifest.component(c) for c in (PREFILL, step) if manifest.has_component(c)}
+        self.program = None
+        if step == DECODER:
+            self._open_encoder(manifest)
+
+    def has(self, component: str) -> bool:
+        return component in self.components
+
+    def input_names(self, component: str) -> set[str]:
+        return {i["name"] for i in self.components[component]["inputs"]}
+
+    def empty_states(self, batch: int) -> dict:
+        import torch
+
+        specs = {i["name"]: i for i in self.components[self.step]["inputs"]}
+        replaced = self.manifest.replaced_states(self.step)
+        states = {}
+        for past, _ in self.pairs:  # multi-token: the prompt over an empty past
+            empty = state_buffer_shape(specs[past]["shape"], batch, 0, past in replaced)
+            states[past] = torch.zeros(empty, dtype=getattr(torch, specs[past]["dtype"]))
+        return states
+
+    def run(self, component: str, feeds: dict, states: dict) -> tuple[np.ndarray, dict]:
+        if self.program is None:
+            self.program = load_program(self.path)
+        entry = self.components[component]
+        method = self.program.load_method(entry.get("program", "forward"))
+        feeds = {**feeds, **states, **(self.fixed if component == self.step else {})}
+        outputs = method.execute([as_tensor(feeds[i["name"]]) for i in entry["inputs"]])
+        named = {o["name"]: v for o, v in zip(entry["outputs"], outputs)}
+        states = {past: named[present] for past, present in self.pairs}  # tensors, fed back as they are
+        return named["logits"][:, -1].float().numpy(), states
 
 
+class ExecutorchDynamicRunner(DynamicCache):
+    """A dynamic cache: `prefill` (or, multi-token, `forward` over an empty past) returns the
+    present keys and values, which each step feeds back as the past (and gets one row longer)."""
 
-class ExecutorchStaticRunner(DecodeRunner):
-    # The component a decode loop repeats (an encoder-decoder's is its decoder).
-    STEP = DECODE
+    SESSION = ExecutorchSession
 
-    def __init__(self, manifest: ExportManifest, **options):
-        self.manifest = manifest
+
+class ExecutorchStaticSession(_EncoderMethod, Session):
+    """The step method with a static cache: in the method's own buffers, kept by the loaded method
+    between calls, or (--no-alloc-graph-io) in tensors the session passes on every call. Either is
+    as long as max_cache_len and lives as long as the session: a request's slots past its prompt
+    may hold an earlier request's rows, which the mask never reaches before this request writes them."""
+
+    full_length_buffers = True
+
+    def __init__(self, manifest: ExportManifest, step: str, **options):
+        super().__init__()
         check_runtime_versions(manifest.data, ["executorch"])
         gen = manifest.generation
         if (manifest.cache != CACHE_STATEFUL and not callers_cache(gen)) or not gen.get("max_cache_len"):
             raise GenerationError(f"{manifest.directory}: not an ExecuTorch export with a static cache")
-        self.max_cache_len = int(gen["max_cache_len"])
-        self.path = manifest.file_of(self.STEP)
-        component = manifest.component(self.STEP)
-        self.input_names = [i["name"] for i in component["inputs"]]
+        self.step = step
+        self.path = manifest.file_of(step)
+        component = manifest.component(step)
+        self.names = [i["name"] for i in component["inputs"]]
         self.method_name = component.get("program", "forward")
         self.method = None
-        self.fixed: dict = {}  # inputs every call takes unchanged (an encoder's state)
-        # The zero-copy interface's cache inputs (after ids, mask, positions): the same tensors
-        # every call; the logits come after the N returned caches.
-        self.caches, self.cache_names = [], []
+        # The zero-copy interface's cache inputs: the same tensors every call; the logits come
+        # after the N returned caches.
+        self.caches: dict = {}
         if callers_cache(gen):
             import torch
 
             cache_inputs = {p["input"] for p in gen["cache_pairs"]}
-            self.cache_names = [i["name"] for i in component["inputs"] if i["name"] in cache_inputs]
-            self.caches = [torch.zeros(i["shape"], dtype=getattr(torch, i["dtype"])) for i in component["inputs"]
-                           if i["name"] in cache_inputs]
+            self.caches = {i["name"]: torch.zeros(i["shape"], dtype=getattr(torch, i["dtype"]))
+                           for i in component["inputs"] if i["name"] in cache_inputs}
         self.logits_index = len(self.caches)
-        # forward(tokens, cache_position), as ExecuTorch's LLM runner calls it: the program builds
-        # the mask and positions itself.
-        self.cache_position_form = [i["name"] for i in component["inputs"]] == [self.TOKENS, "cache_position"]
+        if step == DECODER:
+            self._open_encoder(manifest)
 
-    def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    def has(self, component: str) -> bool:
+        return component == self.step
+
+    def input_names(self, component: str) -> set[str]:
+        return set(self.names)
+
+    def empty_states(self, batch: int) -> dict:
+        return {}
+
+    @property
+    def loaded(self) -> bool:
+        return self.method is not None
+
+    def static_buffers(self, batch: int, length: int) -> dict:
+        if self.method is None:
+            self.method = load_program(self.path).load_method(self.method_name)
+        return self.caches
+
+    def run(self, component: str, feeds: dict, states: dict) -> tuple[np.ndarray, dict]:
         import torch
 
-        tokens = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self._token_inputs(ids).items()}
-        if self.cache_position_form:
-            feeds = [tokens[self.TOKENS], torch.from_numpy(np.ascontiguousarray(positions[0]))]
-        else:
-            mask = static_cache_mask(positions, self.max_cache_len)
-            feeds = [tokens[self.TOKENS], torch.from_numpy(mask), torch.from_numpy(np.ascontiguousarray(positions)),
-                     *self.caches]
-            if self.fixed or len(tokens) > 1:  # by name: an encoder's state, token types among the inputs
-                named = {**dict(zip(["attention_mask", "position_ids"], feeds[1:3])), **tokens,
-                         **dict(zip(self.cache_names, self.caches)), **self.fixed}
-                feeds = [named[n] for n in self.input_names]
-        outputs = execute_without_clones(self.method, feeds)
+        feeds = {**feeds, **states, **self.fixed}
+        values = [v if isinstance(v := feeds[name], torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
+                  for name in self.names]
+        outputs = execute_without_clones(self.method, values)
         # The outputs are the method's memory, rewritten by the next call: the last row is copied.
-        return np.array(outputs[self.logits_index][:, -1].float().numpy())
+        return np.array(outputs[self.logits_index][:, -1].float().numpy()), states
 
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+
+class ExecutorchStaticRunner(StaticCache):
+    """A static cache (see ExecutorchStaticSession), batch 1 without padding."""
+
+    SESSION = ExecutorchStaticSession
+
+    def _check_request(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> None:
         batch, length = input_ids.shape
         if batch != 1:
             raise GenerationError(f"batch of {batch} but a .pte's in-place cache serves batch 1")
@@ -298,14 +308,13 @@ class ExecutorchStaticRunner(DecodeRunner):
         if length + max_new_tokens - 1 > self.max_cache_len:
             raise GenerationError(
                 f"prompt of {length} tokens + {max_new_tokens} new tokens exceeds max_cache_len {self.max_cache_len}")
-        # Slots past the prompt may hold an earlier request's rows: the mask never reaches them
-        # before this request writes them, so the loaded method is reused.
-        if self.method is None:
-            self.method = load_program(self.path).load_method(self.method_name)
-            if not self.caches:
-                self._presize_method()
-        self.next_position = length
-        return self._run(input_ids.astype(np.int64), np.arange(length, dtype=np.int64)[None])
+
+    def _allocate(self, batch: int) -> dict:
+        first = not self.session.loaded
+        self.buffers = self.session.static_buffers(batch, self.cache_len)
+        if first and not self.buffers:
+            self._presize_method()
+        return self.buffers
 
     def _presize_method(self) -> None:
         """One call at the last slot when the method is loaded. With XNNPACK, attention over the
@@ -313,28 +322,4 @@ class ExecutorchStaticRunner(DecodeRunner):
         every call whose shapes outgrow the largest it has seen (each step of a first request,
         ~4 % of its decode measured); this sizes them for the whole cache up front. It writes only
         the last slot, which any request writes before a query may read it."""
-        self._run(np.zeros((1, 1), np.int64), np.array([[self.max_cache_len - 1]], np.int64))
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids = step_ids(tokens)
-        if self.next_position + ids.shape[1] > self.max_cache_len:
-            raise GenerationError(f"generation reached the cache length {self.max_cache_len}")
-        positions = step_positions(np.array([self.next_position]), ids.shape[1])
-        self.next_position += ids.shape[1]
-        return self._run(ids, positions)
-
-
-class ExecutorchDynamicSeq2SeqRunner(_EncoderMethod, ExecutorchDynamicRunner):
-    STEP = DECODER
-
-    def __init__(self, manifest: ExportManifest, **options):
-        super().__init__(manifest, **options)
-        self._init_encoder(manifest)
-
-
-class ExecutorchStaticSeq2SeqRunner(_EncoderMethod, ExecutorchStaticRunner):
-    STEP = DECODER
-
-    def __init__(self, manifest: ExportManifest, **options):
-        super().__init__(manifest, **options)
-        self._init_encoder(manifest)
+        self._run(np.zeros((1, 1), np.int64), np.array([[self.max_cache_len - 1]], np.int64), np.ones((1, 1), np.int64))

@@ -19,8 +19,8 @@ import onnxruntime as ort
 
 from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .seq2seq import cross_state_names, decoder_feeds, encoder_results
-from .runner import (DecodeRunner, state_buffer_shape, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
-                     park_padding)
+from .cache_driver import DynamicCache, Session, SessionRunner, StaticCache
+from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, state_buffer_shape
 from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -93,25 +93,22 @@ def shared_weights(paths: list[Path], skip: frozenset[str] | set[str] = frozense
     return values
 
 
-class OnnxRuntimeRunner(DecodeRunner):
-    # The component a decode loop repeats (an encoder-decoder's is its decoder).
-    STEP = DECODE
+class OnnxSession(Session):
+    """The step component's session (and prefill's, where there is one), their common weights held
+    once. A call binds the states as the OrtValues the last call returned (never copied to numpy)."""
 
-    def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
+    def __init__(self, manifest: ExportManifest, step: str, session_options: ort.SessionOptions | None = None,
                  providers: list | None = None, share_weights: bool = True):
         """`share_weights`: with several components, hold their common weights once in memory for
         all sessions (onnxruntime's per-session prepacked copies off, or, where an op needs them,
         only the weights no prepacking op reads shared: `weight_policy` says which); False keeps
         onnxruntime's defaults (faster prefill, a weight copy per session). With sharing, the shared
         initializers are added to `session_options`: do not reuse that object for another runner."""
-        self.manifest = manifest
+        super().__init__()
         check_runtime_versions(manifest.data, ["onnxruntime"])
-        gen = manifest.generation
-        self.static = manifest.cache == CACHE_STATIC
-        self.shared = bool(gen.get(SHARES_BUFFER)) and not self.static
-        self.last_logits_only = gen.get(LOGITS) == "last"
         providers = providers or ["CPUExecutionProvider"]
-        names = [n for n in (PREFILL, self.STEP) if manifest.has_component(n)]
+        callers_options = session_options  # the encoder's: it shares no weights with the decoder
+        names = [n for n in (PREFILL, step) if manifest.has_component(n)]
         self.weight_policy = "per-session"
         if share_weights and len(names) > 1:
             session_options = session_options or ort.SessionOptions()
@@ -120,25 +117,52 @@ class OnnxRuntimeRunner(DecodeRunner):
         def session(name: str) -> ort.InferenceSession:
             return ort.InferenceSession(str(manifest.file_of(name)), session_options, providers=providers)
 
-        self.decode = session(self.STEP)
+        self.decode = session(step)
         self.prefill_session = session(PREFILL) if manifest.has_component(PREFILL) else None
-        self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
+        self.pairs = [(p["input"], p["output"]) for p in manifest.generation["cache_pairs"]]
         inputs = {i.name: i for i in self.decode.get_inputs()}
         self.cache_specs = {name: inputs[name] for name, _ in self.pairs}
-        self.replaced = manifest.replaced_states(self.STEP)
+        self.replaced = manifest.replaced_states(step)
         self.decode_input_names = set(inputs)
-        self.max_cache_len = int(gen.get("max_cache_len", 0))
-        self.buffers: dict[str, ort.OrtValue] = {}
-        self.binding: ort.IOBinding | None = None
-        # Inputs every call of the step takes unchanged (an encoder's cross-attention state), and
-        # those the prefill graph takes besides the tokens (an encoder's output).
-        self.fixed_inputs: dict[str, ort.OrtValue] = {}
+        self.session_inputs = {s: {i.name for i in s.get_inputs()} for s in (self.decode, self.prefill_session) if s}
+        # A static cache: the step graph writes its buffers in place (bound as input and output).
+        self.static = manifest.cache == CACHE_STATIC
+        self.binding: ort.IOBinding | None = None  # the last call's
+        # The inputs the prefill graph takes besides the tokens (an encoder's output), and its
+        # outputs every later step takes (output, step input): optimum's encoder-decoder layout,
+        # whose first decoder step projects the cross-attention state.
         self.prefill_fixed: dict[str, ort.OrtValue] = {}
-        self.input_names = {s: {i.name for i in s.get_inputs()} for s in (self.decode, self.prefill_session) if s}
+        self.kept_from_prefill: list[tuple[str, str]] = []
+        if step == DECODER:
+            self._open_encoder(manifest, callers_options, providers)
 
-    def _bind_fixed(self, binding: ort.IOBinding) -> None:
-        for name, value in self.fixed_inputs.items():
-            binding.bind_ortvalue_input(name, value)
+    def _open_encoder(self, manifest: ExportManifest, session_options: ort.SessionOptions | None,
+                      providers: list) -> None:
+        self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), session_options, providers=providers)
+        # optimum's layout: the decoder's first step (prefill) projects the cross-attention state
+        # from encoder_hidden_states; else the encoder computes it.
+        self.cross = cross_state_names(manifest, PREFILL if self.prefill_session is not None else ENCODER)
+        if self.prefill_session is not None:
+            self.kept_from_prefill = self.cross
+
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The encoder's state outputs stay OrtValues bound as the decoder's inputs on every call."""
+        binding = self.encoder.io_binding()
+        for name, value in inputs.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        names = [o.name for o in self.encoder.get_outputs()]
+        for name in names:
+            binding.bind_output(name, "cpu")
+        self.encoder.run_with_iobinding(binding)
+        outputs = dict(zip(names, binding.get_outputs()))
+        given = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
+        if self.prefill_session is not None:  # the first step reads the encoder's output and padding
+            self.prefill_fixed = decoder_feeds([], outputs, given, self.input_names(PREFILL))
+            self.prefill_fixed["encoder_hidden_states"] = outputs["last_hidden_state"]
+            self.fixed = decoder_feeds([], outputs, given, self.decode_input_names)
+            return {name: value.numpy() for name, value in outputs.items()}
+        self.fixed = decoder_feeds(self.cross, outputs, given, self.decode_input_names)
+        return {name: value.numpy() for name, value in encoder_results(self.cross, outputs).items()}
 
     def _share_weights(self, session_options: ort.SessionOptions, paths: list[Path]) -> str:
         """Hands the sessions one copy of their common weights, as fast as each export allows:
@@ -153,63 +177,117 @@ class OnnxRuntimeRunner(DecodeRunner):
             session_options.add_initializer(name, value)
         return "shared, prepacked per session" if needs_prepacking else "shared, not prepacked"
 
-    def _run_dynamic(self, session: ort.InferenceSession, feeds: dict[str, np.ndarray],
-                     past: list[ort.OrtValue] | None) -> np.ndarray:
-        binding = session.io_binding()
+    def has(self, component: str) -> bool:
+        return self.prefill_session is not None if component == PREFILL else True
+
+    def _session(self, component: str) -> ort.InferenceSession:
+        return self.prefill_session if component == PREFILL else self.decode
+
+    def input_names(self, component: str) -> set[str]:
+        return self.session_inputs[self._session(component)]
+
+    def state_shape(self, name: str, batch: int, length: int) -> list[int]:
+        return state_buffer_shape(self.cache_specs[name].shape, batch, length, name in self.replaced)
+
+    def state_dtype(self, name: str) -> type:
+        return _NUMPY_TYPES[self.cache_specs[name].type]
+
+    def zeros(self, name: str, batch: int, length: int) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(np.zeros(self.state_shape(name, batch, length), self.state_dtype(name)))
+
+    def empty_states(self, batch: int) -> dict[str, ort.OrtValue]:
+        return {name: self.zeros(name, batch, 0) for name, _ in self.pairs}  # a replaced state: zeros
+
+    def static_buffers(self, batch: int, length: int) -> dict[str, ort.OrtValue]:
+        return {name: self.zeros(name, batch, length) for name, _ in self.pairs}
+
+    def bind_fixed(self, binding: ort.IOBinding) -> None:
+        for name, value in self.fixed.items():
+            binding.bind_ortvalue_input(name, value)
+
+    def run(self, component: str, feeds: dict[str, np.ndarray],
+            states: dict[str, ort.OrtValue]) -> tuple[np.ndarray, dict[str, ort.OrtValue]]:
+        session = self._session(component)
+        binding = self.binding = session.io_binding()
         for name, value in feeds.items():
-            if name in self.input_names[session]:  # a graph may count its positions itself
-                binding.bind_cpu_input(name, value)
-        for (name, _), value in zip(self.pairs, past or []):
+            if name in self.session_inputs[session]:  # a graph may count its positions itself
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name, value in states.items():
             binding.bind_ortvalue_input(name, value)
         if session is self.decode:
-            self._bind_fixed(binding)
+            self.bind_fixed(binding)
         else:
             for name, value in self.prefill_fixed.items():
                 binding.bind_ortvalue_input(name, value)
+        if self.static and session is self.decode:
+            # logits first (get_outputs() lists outputs in binding order), then each cache output
+            # bound to its input's buffer, so the graph updates it in place
+            binding.bind_output("logits", "cpu")
+            for name, present in self.pairs:
+                binding.bind_ortvalue_output(present, states[name])
+            session.run_with_iobinding(binding)
+            return binding.get_outputs()[0].numpy()[:, -1], states
         for out in session.get_outputs():
             binding.bind_output(out.name, "cpu")
         session.run_with_iobinding(binding)
-        outputs = binding.get_outputs()
-        names = [o.name for o in session.get_outputs()]
-        self.past = [outputs[names.index(present)] for _, present in self.pairs]
+        named = dict(zip([o.name for o in session.get_outputs()], binding.get_outputs()))
         if session is not self.decode:
-            self._prefilled(dict(zip(names, outputs)))
-        return outputs[names.index("logits")].numpy()[:, -1]
+            self.fixed.update({step_input: named[output] for output, step_input in self.kept_from_prefill})
+        return named["logits"].numpy()[:, -1], {name: named[present] for name, present in self.pairs}
 
-    def _prefilled(self, outputs: dict[str, ort.OrtValue]) -> None:
-        """What the prefill graph's outputs other than the cache give the steps (none here)."""
 
-    def _state_shape(self, name: str, batch: int, length: int) -> list[int]:
-        return state_buffer_shape(self.cache_specs[name].shape, batch, length, name in self.replaced)
+class OnnxDynamicRunner(DynamicCache):
+    """A dynamic cache: present -> past passed as OrtValues (the graph's Concat copies the growing
+    cache each step)."""
 
-    def _empty_past(self, batch: int) -> list[ort.OrtValue]:
-        values = []
-        for name, _ in self.pairs:
-            spec = self.cache_specs[name]
-            shape = self._state_shape(name, batch, 0)  # a replaced state starts as zeros
-            values.append(ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, _NUMPY_TYPES[spec.type])))
-        return values
+    SESSION = OnnxSession
+
+
+class OnnxStaticRunner(StaticCache):
+    """A static cache: each cache pair bound to one buffer the graph scatters into."""
+
+    SESSION = OnnxSession
+
+    @property
+    def binding(self) -> ort.IOBinding | None:
+        """The last call's binding (its cache outputs are the buffers)."""
+        return self.session.binding
+
+
+class OnnxSharedBufferRunner(SessionRunner):
+    """A shared buffer: GroupQueryAttention appends each call's rows in place into one buffer per
+    cache pair, as long as the generation."""
+
+    # The component a decode loop repeats (an encoder-decoder's is its decoder).
+    STEP = DECODE
+    shared = True
+
+    def __init__(self, manifest: ExportManifest, **options):
+        self.manifest = manifest
+        self.session = OnnxSession(manifest, self.STEP, **options)
+        self.last_logits_only = manifest.generation.get(LOGITS) == "last"
+        self.buffers: dict[str, ort.OrtValue] = {}
+        self.binding: ort.IOBinding | None = None
 
     # -- shared buffer --------------------------------------------------------------------------
     def _allocate_shared(self, batch: int, capacity: int, attention_mask: np.ndarray,
-                         prompt: list[ort.OrtValue] | None) -> None:
+                         prompt: dict[str, ort.OrtValue] | None) -> None:
         """One buffer per cache pair for the whole generation, holding the prompt's rows if given,
         the decode binding that reuses them for every step, and the mask starting with the prompt's."""
         self.buffers = {}
-        self.binding = self.decode.io_binding()
-        self._bind_fixed(self.binding)
-        for i, (name, present) in enumerate(self.pairs):
-            spec = self.cache_specs[name]
-            buf = np.zeros(self._state_shape(name, batch, capacity), _NUMPY_TYPES[spec.type])
+        self.binding = self.session.decode.io_binding()
+        self.session.bind_fixed(self.binding)
+        for name, present in self.session.pairs:
+            buf = np.zeros(self.session.state_shape(name, batch, capacity), self.session.state_dtype(name))
             if prompt is not None:
-                rows = prompt[i].numpy()
+                rows = prompt[name].numpy()
                 buf[:, :, : rows.shape[2]] = rows  # a replaced state: all of it
             value = ort.OrtValue.ortvalue_from_numpy(buf)
             self.buffers[name] = value
             self.binding.bind_ortvalue_input(name, value)
             self.binding.bind_ortvalue_output(present, value)
         self.capacity = capacity
-        logits = next(o for o in self.decode.get_outputs() if o.name == "logits")
+        logits = next(o for o in self.session.decode.get_outputs() if o.name == "logits")
         self.vocab, self.logits_dtype = logits.shape[-1], _NUMPY_TYPES[logits.type]
         # The mask grows by one column per step: kept in one array, bound as a prefix view.
         self.mask_buffer = np.ones([batch, capacity], np.int64)
@@ -229,24 +307,23 @@ class OnnxRuntimeRunner(DecodeRunner):
         rows = 1 if self.last_logits_only else rows
         logits = np.empty([self.step_ids.shape[0], rows, self.vocab], self.logits_dtype)
         b.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
-        self.decode.run_with_iobinding(b)
+        self.session.decode.run_with_iobinding(b)
         return logits[:, -1]
 
     def _prefill_shared(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray,
                         max_new_tokens: int) -> np.ndarray:
         batch, length = input_ids.shape
         capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
-        if self.prefill_session is not None:
+        if self.session.prefill_session is not None:
             feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
                      "position_ids": self._position_ids(input_ids, positions)}
-            logits = self._run_dynamic(self.prefill_session, feeds, None)
-            self._allocate_shared(batch, capacity, attention_mask, self.past)
-            self.past = None
+            logits, prompt = self.session.run(PREFILL, feeds, {})
+            self._allocate_shared(batch, capacity, attention_mask, prompt)
         else:  # the prompt through the decode graph
             self._allocate_shared(batch, capacity, attention_mask, None)
             for name, value in self._token_inputs(input_ids).items():
                 self.binding.bind_cpu_input(name, value)
-            if "position_ids" in self.decode_input_names:
+            if "position_ids" in self.session.decode_input_names:
                 self.binding.bind_cpu_input("position_ids", self._position_ids(input_ids, positions))
             logits = self._run_shared(length, length)
         self._bind_step_buffers()
@@ -256,7 +333,7 @@ class OnnxRuntimeRunner(DecodeRunner):
     def _bind_step_buffers(self) -> None:
         if self.TOKENS == "input_ids":  # bound once: each step writes its tokens into step_ids
             self.binding.bind_cpu_input("input_ids", self.step_ids)
-        if "position_ids" in self.decode_input_names:  # else the graph counts them
+        if "position_ids" in self.session.decode_input_names:  # else the graph counts them
             # Bound once: step_positions, or a buffer (M-RoPE's [3, batch, 1]) each step writes the hook's rows into.
             rows = self._position_ids(self.step_ids, self.step_positions)
             if rows is not self.step_positions:
@@ -268,133 +345,44 @@ class OnnxRuntimeRunner(DecodeRunner):
         the one-token step's bound inputs are bound again after."""
         for name, value in self._token_inputs(ids).items():
             self.binding.bind_cpu_input(name, value)
-        if "position_ids" in self.decode_input_names:
+        if "position_ids" in self.session.decode_input_names:
             self.binding.bind_cpu_input("position_ids", self._position_ids(ids, positions))
         self.length += ids.shape[1]
         logits = self._run_shared(self.length, ids.shape[1])
         self._bind_step_buffers()
         return logits
 
-    # -- static cache ---------------------------------------------------------------------------
-    def _allocate_static(self, batch: int, length: int) -> None:
-        self.binding = self.decode.io_binding()
-        self._bind_fixed(self.binding)
-        self.buffers = {}
-        for name, _ in self.pairs:
-            spec = self.cache_specs[name]
-            buf = ort.OrtValue.ortvalue_from_numpy(np.zeros(self._state_shape(name, batch, length),
-                                                            _NUMPY_TYPES[spec.type]))
-            self.buffers[name] = buf
-            self.binding.bind_ortvalue_input(name, buf)
-        self.cache_len = length
-
-    def _bind_static_outputs(self) -> None:
-        # Logits change shape between prefill and steps, so outputs are bound afresh each run:
-        # logits first (get_outputs() lists outputs in binding order), then each cache output to
-        # its input's buffer, so the graph updates it in place.
-        self.binding.clear_binding_outputs()
-        self.binding.bind_output("logits", "cpu")
-        for name, out in self.pairs:
-            self.binding.bind_ortvalue_output(out, self.buffers[name])
-
-    def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
-        for name, value in self._token_inputs(input_ids).items():
-            self.binding.bind_cpu_input(name, np.ascontiguousarray(value))
-        if "cache_position" in self.decode_input_names:  # the graph builds mask and positions
-            check_cache_position_call(positions, real)
-            self.binding.bind_cpu_input("cache_position", np.ascontiguousarray(positions[0]))
-        else:
-            self.binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
-            self.binding.bind_cpu_input("attention_mask", static_cache_mask(positions, self.cache_len, real))
-        self._bind_static_outputs()
-        self.decode.run_with_iobinding(self.binding)
-        return self.binding.get_outputs()[0].numpy()[:, -1]
-
     # -- DecodeRunner -----------------------------------------------------------------------------
     def steps_take_several_tokens(self, batch: int) -> bool:
         # GroupQueryAttention (the shared buffer's attention) takes several tokens over a past at batch 1 only.
-        return super().steps_take_several_tokens(batch) and (batch == 1 or not self.shared)
+        return super().steps_take_several_tokens(batch) and batch == 1
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
         check_request(self.manifest, input_ids, max_new_tokens)
         positions = left_padded_positions(attention_mask)
-        self.attention_mask = attention_mask
         self.next_position = positions[:, -1] + 1
-        if self.static:
-            # A cache_position graph's buffers are as long as its mask: max_cache_len.
-            fixed = "cache_position" in self.decode_input_names
-            self._allocate_static(input_ids.shape[0], self.max_cache_len if fixed else
-                                  min(self.max_cache_len, input_ids.shape[1] + max_new_tokens))
-            return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
-        if self.shared:
-            return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
-        feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
-                     "position_ids": self._position_ids(input_ids, positions)}
-        if self.prefill_session is not None:
-            return self._run_dynamic(self.prefill_session, feeds, None)
-        return self._run_dynamic(self.decode, feeds, self._empty_past(input_ids.shape[0]))
+        return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         ids, positions = self._advance(tokens)
         count = ids.shape[1]
-        if self.static:
-            if positions.max() >= self.cache_len:
-                raise GenerationError(f"generation reached the cache length {self.cache_len}")
-            return self._run_static(ids, positions, np.ones_like(ids))
-        if self.shared:
-            if self.length + count > self.capacity:
-                raise GenerationError(f"generation reached the cache length {self.capacity}")
-            if count > 1:
-                return self._extend_shared(ids, positions)
-            self.length += 1
-            self.step_ids[:, 0] = ids[:, 0]
-            if self.TOKENS != "input_ids":
-                for name, value in self._token_inputs(self.step_ids).items():
-                    self.binding.bind_cpu_input(name, value)
-            self.step_positions[:] = positions
-            if self.step_position_ids is not self.step_positions:
-                self.step_position_ids[:] = self._position_ids(self.step_ids, self.step_positions)
-            return self._run_shared(self.length, 1)
-        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(ids, positions)}
-        return self._run_dynamic(self.decode, feeds, self.past)
+        if self.length + count > self.capacity:
+            raise GenerationError(f"generation reached the cache length {self.capacity}")
+        if count > 1:
+            return self._extend_shared(ids, positions)
+        self.length += 1
+        self.step_ids[:, 0] = ids[:, 0]
+        if self.TOKENS != "input_ids":
+            for name, value in self._token_inputs(self.step_ids).items():
+                self.binding.bind_cpu_input(name, value)
+        self.step_positions[:] = positions
+        if self.step_position_ids is not self.step_positions:
+            self.step_position_ids[:] = self._position_ids(self.step_ids, self.step_positions)
+        return self._run_shared(self.length, 1)
 
 
-class OnnxSeq2SeqRunner(OnnxRuntimeRunner):
-    """An encoder-decoder export (hfexport.seq2seq): the decoder is the step; `encode(**inputs)`
-    runs the encoder once, and its state outputs stay OrtValues bound as the decoder's inputs on
-    every call (never copied per step)."""
-
-    STEP = DECODER
-
-    def __init__(self, manifest: ExportManifest, session_options: ort.SessionOptions | None = None,
-                 providers: list | None = None, **options):
-        super().__init__(manifest, session_options=session_options, providers=providers, **options)
-        self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), session_options,
-                                            providers=providers or ["CPUExecutionProvider"])
-        # optimum's layout: the decoder's first step (prefill) projects the cross-attention state
-        # from encoder_hidden_states; else the encoder computes it.
-        self.cross = cross_state_names(manifest, PREFILL if self.prefill_session is not None else ENCODER)
-
-    def _prefilled(self, outputs: dict[str, ort.OrtValue]) -> None:
-        self.fixed_inputs.update({decoder_input: outputs[output] for output, decoder_input in self.cross})
-
-    def encode(self, **inputs) -> dict[str, np.ndarray]:
-        """Runs the encoder; returns its outputs other than the decoder's state (last_hidden_state)."""
-        binding = self.encoder.io_binding()
-        for name, value in inputs.items():
-            binding.bind_cpu_input(name, np.ascontiguousarray(value))
-        names = [o.name for o in self.encoder.get_outputs()]
-        for name in names:
-            binding.bind_output(name, "cpu")
-        self.encoder.run_with_iobinding(binding)
-        outputs = dict(zip(names, binding.get_outputs()))
-        given = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
-        if self.prefill_session is not None:  # the first step reads the encoder's output and padding
-            self.prefill_fixed = decoder_feeds([], outputs, given, self.input_names[self.prefill_session])
-            self.prefill_fixed["encoder_hidden_states"] = outputs["last_hidden_state"]
-            self.fixed_inputs = decoder_feeds([], outputs, given, self.decode_input_names)
-            return {name: value.numpy() for name, value in outputs.items()}
-        self.fixed_inputs = decoder_feeds(self.cross, outputs, given, self.decode_input_names)
-        return {name: value.numpy() for name, value in encoder_results(self.cross, outputs).items()}
+def runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
+    """The runner class of an ONNX generation export, by its cache: static, shared buffer or dynamic."""
+    if manifest.cache == CACHE_STATIC:
+        return OnnxStaticRunner
+    return OnnxSharedBufferRunner if manifest.generation.get(SHARES_BUFFER) else OnnxDynamicRunner

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 
-from .manifest import CACHE_STATEFUL, DECODE, DECODER, ENCODER, ExportManifest
-from .runner import DecodeRunner, GenerationError, left_padded_positions
+from .cache_driver import DynamicCache, Session
+from .manifest import CACHE_STATEFUL, DECODER, ENCODER, PREFILL, ExportManifest
+from .runner import GenerationError
 from .versions import check_runtime_versions
 
 
@@ -43,73 +44,69 @@ def slice_before_head(model: ov.Model) -> ov.Model:
     return model
 
 
-class OpenVinoRunner(DecodeRunner):
-    # The component a decode loop repeats (an encoder-decoder's is its decoder).
-    STEP = DECODE
+class OpenVinoSession(Session):
+    """The step component compiled once; its infer request holds the cache in its variables."""
 
-    def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
-        self.manifest = manifest
+    holds_state = True
+
+    def __init__(self, manifest: ExportManifest, step: str, device: str = "CPU", config: dict | None = None):
+        super().__init__()
         check_runtime_versions(manifest.data, ["openvino"])
         if manifest.cache != CACHE_STATEFUL:
             raise GenerationError(f"{manifest.directory}: OpenVINO export is not a stateful generation model")
-        path = manifest.file_of(self.STEP)
-        config = F32_INFERENCE if config is None else config
+        self.config = F32_INFERENCE if config is None else config
+        self.device = device
         core = ov.Core()
-        self.compiled = core.compile_model(slice_before_head(core.read_model(str(path))), device, config)
+        self.compiled = core.compile_model(slice_before_head(core.read_model(str(manifest.file_of(step)))),
+                                           device, self.config)
         self.request = self.compiled.create_infer_request()
-        self.fixed: dict[str, np.ndarray] = {}  # inputs every call takes unchanged (an encoder's output)
-        self.input_names = {i.get_any_name() for i in self.compiled.inputs}
+        self.step_inputs = {i.get_any_name() for i in self.compiled.inputs}
+        if step == DECODER:
+            self._open_encoder(manifest)
 
-    def _run(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        batch = ids.shape[0]
-        feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(ids, positions),
-                 "beam_idx": np.arange(batch, dtype=np.int32), **self.fixed}
-        # An encoder-decoder's stateful decoder counts its positions and masks nothing.
-        self.request.infer({name: value for name, value in feeds.items() if name in self.input_names})
-        return self.request.get_tensor("logits").data[:, -1].copy()
-
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
-        limit = self.manifest.dim_bounds("total_sequence")[1]
-        if input_ids.shape[1] + max_new_tokens - 1 > limit:
-            raise GenerationError(f"prompt of {input_ids.shape[1]} tokens + {max_new_tokens} new tokens exceeds the "
-                                  f"exported sequence bound {limit}")
-        self.request.reset_state()
-        positions = left_padded_positions(attention_mask)
-        self.attention_mask = attention_mask
-        self.next_position = positions[:, -1] + 1
-        return self._run(input_ids, positions)
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids, positions = self._advance(tokens)
-        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        return self._run(ids, positions)
-
-
-class OpenVinoSeq2SeqRunner(OpenVinoRunner):
-    """An encoder-decoder export (hfexport.seq2seq), laid out as optimum-intel writes it and
-    OpenVINO GenAI's WhisperPipeline runs it: `encode(**inputs)` runs the encoder model; every
-    decoder call takes its last_hidden_state (and padding), from which the decoder's first call
-    after a reset projects the cross-attention state into its variables, beside the self-attention
-    cache. (An older export's decoder reads the encoder's state outputs instead.)"""
-
-    STEP = DECODER
-
-    def __init__(self, manifest: ExportManifest, device: str = "CPU", config: dict | None = None):
+    def _open_encoder(self, manifest: ExportManifest) -> None:
+        """An encoder-decoder export (hfexport.seq2seq), laid out as optimum-intel writes it and
+        OpenVINO GenAI's WhisperPipeline runs it: every decoder call takes the encoder's
+        last_hidden_state (and padding), from which the decoder's first call after a reset
+        projects the cross-attention state into its variables, beside the self-attention cache.
+        (An older export's decoder reads the encoder's state outputs instead.)"""
         from .seq2seq import cross_state_names
 
-        super().__init__(manifest, device, config)
-        self.encoder = ov.Core().compile_model(str(manifest.file_of(ENCODER)), device,
-                                               F32_INFERENCE if config is None else config)
-        self.projects_cross_state = "encoder_hidden_states" in self.input_names
+        self.encoder = ov.Core().compile_model(str(manifest.file_of(ENCODER)), self.device, self.config)
+        self.projects_cross_state = "encoder_hidden_states" in self.step_inputs
         self.cross = [] if self.projects_cross_state else cross_state_names(manifest)
 
-    def encode(self, **inputs) -> dict[str, np.ndarray]:
+    def has(self, component: str) -> bool:
+        return component != PREFILL  # the step graph runs the prompt too
+
+    def input_names(self, component: str) -> set[str]:
+        return self.step_inputs
+
+    def empty_states(self, batch: int) -> dict:
+        return {}
+
+    def reset(self) -> None:
+        self.request.reset_state()
+
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from .seq2seq import decoder_feeds, encoder_results
 
         result = self.encoder(inputs)
         outputs = {out.get_any_name(): np.asarray(value) for out, value in result.items()}
-        self.fixed = decoder_feeds(self.cross, outputs, inputs, self.input_names)
+        self.fixed = decoder_feeds(self.cross, outputs, inputs, self.step_inputs)
         if self.projects_cross_state:
             self.fixed["encoder_hidden_states"] = outputs["last_hidden_state"]
         return encoder_results(self.cross, outputs)
+
+    def run(self, component: str, feeds: dict, states: dict) -> tuple[np.ndarray, dict]:
+        batch = len(feeds["attention_mask"])
+        feeds = {**feeds, "beam_idx": np.arange(batch, dtype=np.int32), **self.fixed}
+        # An encoder-decoder's stateful decoder counts its positions and masks nothing.
+        self.request.infer({name: value for name, value in feeds.items() if name in self.step_inputs})
+        return self.request.get_tensor("logits").data[:, -1].copy(), {}
+
+
+class OpenVinoRunner(DynamicCache):
+    """The decode loop: a stateful cache (the driver's) over an OpenVINO session."""
+
+    SESSION = OpenVinoSession

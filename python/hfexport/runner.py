@@ -167,15 +167,15 @@ def open_runner(directory: str | Path, **options) -> DecodeRunner:
 
         return open_vision_language_runner(manifest, **options)
     declaration = declared(manifest.format)
-    if manifest.has_component(ENCODER):
-        target = declaration.seq2seq_runner if declaration else None
-        if target is None:
-            raise GenerationError(f"{directory}: no encoder-decoder runner for format '{manifest.format}' yet")
-        return runner_class(target, manifest)(manifest, **options)
     target = declaration.runner if declaration else None
     if target is None:
         raise GenerationError(f"{directory}: no runner for format '{manifest.format}'")
-    return runner_class(target, manifest)(manifest, **options)
+    base = runner_class(target, manifest)
+    if manifest.has_component(ENCODER):  # the decoder's loop, with the encoder's call
+        from .cache_driver import encoder_decoder
+
+        return encoder_decoder(base)(manifest, **options)
+    return base(manifest, **options)
 
 
 def generate(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, PREFILL, ExportManifest
-from .runner import (DecodeRunner, state_buffer_shape, static_cache_mask, GenerationError, check_cache_position_call, check_request, left_padded_positions,
-                     park_padding)
+from .cache_driver import DynamicCache, Session, StaticCache
+from .manifest import CACHE_STATIC, DECODER, ENCODER, PREFILL, ExportManifest
+from .runner import DecodeRunner, state_buffer_shape
 from .versions import check_runtime_versions
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
@@ -161,130 +161,42 @@ class TorchProgramGraph:
                 for name, value in zip(self.output_names, output_leaves(outputs))}
 
 
-class TorchProgramRunner(DecodeRunner):
-    # The component a decode loop repeats (an encoder-decoder's is its decoder).
-    STEP = DECODE
+class TorchSession(Session):
+    """The step component's program (and prefill's, where there is one), loaded once from the
+    archive; a call takes the feeds and states as tensors, without copying the arrays."""
 
-    def __init__(self, manifest: ExportManifest, threads: int | None = None, **options):
+    def __init__(self, manifest: ExportManifest, step: str, threads: int | None = None, **options):
+        super().__init__()
         import torch
 
         self.torch = torch
         if threads:
             torch.set_num_threads(threads)
-        self.manifest = manifest
         check_runtime_versions(manifest.data, ["torch"])
-        # A decode program written for transformers' StaticCache (the Python API's Dynamo export)
-        # is called with one built over this runner's buffers.
-        self.interface = manifest.data.get("pt2_interface")
         register_cache_pytrees()
-        self.programs = programs = load_programs(manifest.file_of(self.STEP))
-        decode_program = program_of(manifest, self.STEP, programs)
-        self.in_spec = decode_program.call_spec.in_spec
-        self.decode = callable_of(manifest.directory, manifest.component(self.STEP), decode_program)
-        self.prefill_module = (callable_of(manifest.directory, manifest.component(PREFILL),
-                                           program_of(manifest, PREFILL, programs))
-                               if manifest.has_component(PREFILL) else None)
-        gen = manifest.generation
-        self.static = manifest.cache == CACHE_STATIC
-        self.pairs = [(p["input"], p["output"]) for p in gen["cache_pairs"]]
-        specs = {i["name"]: i for i in manifest.component(self.STEP)["inputs"]}
+        self.step = step
+        self.programs = load_programs(manifest.file_of(step))
+        names = [c for c in (PREFILL, step) if manifest.has_component(c)]
+        self.modules = {c: callable_of(manifest.directory, manifest.component(c), program_of(manifest, c, self.programs))
+                        for c in names}
+        self.outputs = {c: [o["name"] for o in manifest.component(c)["outputs"]] for c in names}
+        self.inputs = {c: [i["name"] for i in manifest.component(c)["inputs"]] for c in names}
+        self.pairs = [(p["input"], p["output"]) for p in manifest.generation["cache_pairs"]]
+        specs = {i["name"]: i for i in manifest.component(step)["inputs"]}
         self.cache_specs = {name: specs[name] for name, _ in self.pairs}
         # The program copies a replaced state's new value into the caller's tensor (no output for it).
-        self.replaced = manifest.replaced_states(self.STEP)
-        self.decode_input_names = set(specs)
-        self.decode_outputs = [o["name"] for o in manifest.component(self.STEP)["outputs"]]
-        self.prefill_outputs = ([o["name"] for o in manifest.component(PREFILL)["outputs"]]
-                                if self.prefill_module else [])
-        self.max_cache_len = int(gen.get("max_cache_len", 0))
-        self.fixed: dict = {}  # inputs every call takes unchanged (an encoder's state)
+        self.replaced = manifest.replaced_states(step)
+        # A static decode program written for transformers' StaticCache (the Python API's Dynamo
+        # export) is called with one built over the runner's buffers: its spec holds max_cache_len.
+        self.interface = manifest.data.get("pt2_interface")
+        self.full_length_buffers = bool(self.interface)
+        self.in_spec = program_of(manifest, step, self.programs).call_spec.in_spec
+        if step == DECODER:
+            self._open_encoder(manifest)
 
-    def _cache_tensor(self, name: str, batch: int, length: int):
-        spec = self.cache_specs[name]
-        shape = state_buffer_shape(spec["shape"], batch, length, name in self.replaced)
-        return self.torch.zeros(shape, dtype=getattr(self.torch, _DTYPES[spec["dtype"]]))
-
-    def _call(self, module, outputs: list[str], **feeds) -> dict:
-        torch = self.torch
-        with torch.no_grad():
-            values = module(**{k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
-                               for k, v in feeds.items()})
-        return dict(zip(outputs, output_leaves(values)))
-
-    @staticmethod
-    def _last_logits(out: dict) -> np.ndarray:
-        return out["logits"][:, -1].float().numpy()
-
-    # -- static cache ---------------------------------------------------------------------------
-    def _run_static(self, input_ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
-        if "cache_position" in self.decode_input_names:  # the program builds mask and positions
-            check_cache_position_call(positions, real)
-            feeds = {**self._token_inputs(input_ids), "cache_position": positions[0], **self.buffers}
-        else:
-            feeds = {**self._token_inputs(input_ids), "attention_mask": static_cache_mask(positions, self.cache_len, real),
-                     "position_ids": positions, **self.buffers, **self.fixed}
-        if self.interface:  # the program's own pytree over the same tensors (a StaticCache)
-            torch = self.torch
-            leaves = [torch.from_numpy(np.ascontiguousarray(feeds[i["name"]])) if isinstance(feeds[i["name"]], np.ndarray)
-                      else feeds[i["name"]] for i in self.manifest.component(self.STEP)["inputs"]]
-            args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.in_spec)
-            with torch.no_grad():
-                return output_leaves(self.decode(*args, **kwargs))[0][:, -1].float().numpy()
-        out = self._call(self.decode, self.decode_outputs, **feeds)
-        return self._last_logits(out)
-
-    # -- dynamic cache --------------------------------------------------------------------------
-    def _run_dynamic(self, module, outputs: list[str], feeds: dict, past: dict) -> np.ndarray:
-        out = self._call(module, outputs, **feeds, **past, **(self.fixed if module is self.decode else {}))
-        # a state the program updated in place is the tensor passed in
-        self.past = {name: out[present] if present in out else past[name] for name, present in self.pairs}
-        return self._last_logits(out)
-
-    # -- DecodeRunner -----------------------------------------------------------------------------
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
-        check_request(self.manifest, input_ids, max_new_tokens)
-        positions = left_padded_positions(attention_mask)
-        self.attention_mask = attention_mask
-        self.next_position = positions[:, -1] + 1
-        batch = input_ids.shape[0]
-        if self.static:
-            # A StaticCache is as long as its max_cache_len (the program's spec holds it).
-            needed = input_ids.shape[1] + max_new_tokens
-            fixed = self.interface or "cache_position" in self.decode_input_names  # buffers of max_cache_len
-            self.cache_len = self.max_cache_len if fixed else min(self.max_cache_len, needed)
-            self.buffers = {name: self._cache_tensor(name, batch, self.cache_len) for name, _ in self.pairs}
-            for i in self.manifest.component(self.STEP)["inputs"]:  # transformers' StaticLayer.cumulative_length
-                if i["name"].startswith("cumulative_length_"):
-                    self.buffers[i["name"]] = self.torch.zeros((), dtype=self.torch.int64)
-            return self._run_static(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
-        feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
-                 "position_ids": self._position_ids(input_ids, positions)}
-        if self.prefill_module is not None:
-            return self._run_dynamic(self.prefill_module, self.prefill_outputs, feeds, {})
-        empty = {name: self._cache_tensor(name, batch, 0) for name, _ in self.pairs}
-        return self._run_dynamic(self.decode, self.decode_outputs, feeds, empty)
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids, positions = self._advance(tokens)
-        if self.static:
-            if positions.max() >= self.cache_len:
-                raise GenerationError(f"generation reached the cache length {self.cache_len}")
-            return self._run_static(ids, positions, np.ones_like(ids))
-        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
-        feeds = {**self._token_inputs(ids), "attention_mask": self.attention_mask,
-                 "position_ids": self._position_ids(ids, positions)}
-        return self._run_dynamic(self.decode, self.decode_outputs, feeds, self.past)
-
-
-class TorchSeq2SeqRunner(TorchProgramRunner):
-    """An encoder-decoder export (hfexport.seq2seq): `encode(**inputs)` runs the `encoder` program;
-    its state outputs stay tensors every decoder call takes."""
-
-    STEP = DECODER
-
-    def __init__(self, manifest: ExportManifest, threads: int | None = None, **options):
+    def _open_encoder(self, manifest: ExportManifest) -> None:
         from .seq2seq import cross_state_names
 
-        super().__init__(manifest, threads, **options)
         self.encoder = callable_of(manifest.directory, manifest.component(ENCODER),
                                    program_of(manifest, ENCODER, self.programs))
         self.encoder_outputs = [o["name"] for o in manifest.component(ENCODER)["outputs"]]
@@ -297,10 +209,81 @@ class TorchSeq2SeqRunner(TorchProgramRunner):
             return self.torch.from_numpy(a.view(np.int16)).view(self.torch.bfloat16)
         return self.torch.from_numpy(a)
 
-    def encode(self, **inputs) -> dict[str, np.ndarray]:
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The encoder's state outputs stay tensors every decoder call takes."""
         from .seq2seq import decoder_feeds, encoder_results
 
         given = {k: self._tensor(v) for k, v in inputs.items()}
-        outputs = self._call(self.encoder, self.encoder_outputs, **given)
-        self.fixed = decoder_feeds(self.cross, outputs, given, self.decode_input_names)
+        with self.torch.no_grad():
+            outputs = dict(zip(self.encoder_outputs, output_leaves(self.encoder(**given))))
+        self.fixed = decoder_feeds(self.cross, outputs, given, set(self.inputs[self.step]))
         return {k: v.float().numpy() for k, v in encoder_results(self.cross, outputs).items()}
+
+    def has(self, component: str) -> bool:
+        return component in self.modules
+
+    def input_names(self, component: str) -> set[str]:
+        return set(self.inputs[component])
+
+    def cache_tensor(self, name: str, batch: int, length: int):
+        spec = self.cache_specs[name]
+        shape = state_buffer_shape(spec["shape"], batch, length, name in self.replaced)
+        return self.torch.zeros(shape, dtype=getattr(self.torch, _DTYPES[spec["dtype"]]))
+
+    def empty_states(self, batch: int) -> dict:
+        return {name: self.cache_tensor(name, batch, 0) for name, _ in self.pairs}
+
+    def static_buffers(self, batch: int, length: int) -> dict:
+        buffers = {name: self.cache_tensor(name, batch, length) for name, _ in self.pairs}
+        for name in self.inputs[self.step]:  # transformers' StaticLayer.cumulative_length
+            if name.startswith("cumulative_length_"):
+                buffers[name] = self.torch.zeros((), dtype=self.torch.int64)
+        return buffers
+
+    def call(self, component: str, feeds: dict) -> dict:
+        """The component's outputs by name (tensors) for feeds of arrays or tensors."""
+        torch = self.torch
+        with torch.no_grad():
+            values = self.modules[component](**{k: torch.from_numpy(np.ascontiguousarray(v))
+                                                if isinstance(v, np.ndarray) else v for k, v in feeds.items()})
+        return dict(zip(self.outputs[component], output_leaves(values)))
+
+    def run(self, component: str, feeds: dict, states: dict) -> tuple[np.ndarray, dict]:
+        feeds = {**feeds, **states, **(self.fixed if component == self.step else {})}
+        if self.interface and component == self.step:  # the program's own pytree over the same tensors
+            return self._call_interface(feeds), states
+        out = self.call(component, feeds)
+        # a state the program updated in place is the tensor passed in
+        states = {name: out[present] if present in out else states[name] for name, present in self.pairs}
+        return out["logits"][:, -1].float().numpy(), states
+
+
+    def _call_interface(self, feeds: dict) -> np.ndarray:
+        torch = self.torch
+        leaves = [torch.from_numpy(np.ascontiguousarray(feeds[name])) if isinstance(feeds[name], np.ndarray)
+                  else feeds[name] for name in self.inputs[self.step]]
+        args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.in_spec)
+        with torch.no_grad():
+            return output_leaves(self.modules[self.step](*args, **kwargs))[0][:, -1].float().numpy()
+
+
+class TorchDynamicRunner(DynamicCache):
+    """A dynamic cache: each call returns its present tensors, passed back as the next call's past."""
+
+    SESSION = TorchSession
+
+
+class TorchStaticRunner(StaticCache):
+    """A static cache: the program writes each step's rows into the caller's cache tensors in place."""
+
+    SESSION = TorchSession
+
+    @property
+    def decode(self):
+        """What runs the step program (its AOTInductor package with --aot)."""
+        return self.session.modules[self.STEP]
+
+
+def runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
+    """The runner class of a .pt2 generation export: its cache static (written in place) or dynamic."""
+    return TorchStaticRunner if manifest.cache == CACHE_STATIC else TorchDynamicRunner

@@ -175,7 +175,7 @@ def test_onnx_runner_holds_the_shared_weights_once(tmp_path, make_tiny_model, ex
         graph = onnx.load(str(out / f"{name}.onnx"), load_external_data=False).graph
         external |= {t.name for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
     shared = hfexport.open_runner(out)
-    assert set(shared.weights) == external and external
+    assert set(shared.session.weights) == external and external
     ids = np.array([[5, 9, 13, 17, 21]])
     separate = hfexport.open_runner(out, share_weights=False)
     assert not hasattr(separate, "weights")
@@ -198,15 +198,15 @@ def test_onnx_runner_keeps_prepacking_where_a_kernel_needs_it(tmp_path, make_tin
     for extra, policy in (([], "shared, not prepacked"), (["--quantize", "int4"], "shared, prepacked per session")):
         out = export_model(model_dir, tmp_path / f"gen{len(extra)}", "--for-generation", "--onnx-ops", "ort", *extra)
         runner = hfexport.open_runner(out)
-        assert runner.weight_policy == policy
+        assert runner.session.weight_policy == policy
         prepacked = set()
         for name in ("prefill", "decode"):
             graph = onnx.load(str(out / f"{name}.onnx"), load_external_data=False).graph
             prepacked |= {i for n in graph.node if n.op_type in PREPACKS for i in n.input}
         if extra:
-            assert not set(runner.weights) & prepacked, "a weight a prepacking op reads was shared"
+            assert not set(runner.session.weights) & prepacked, "a weight a prepacking op reads was shared"
         try:
-            disabled = runner.decode.get_session_options().get_session_config_entry("session.disable_prepacking")
+            disabled = runner.session.decode.get_session_options().get_session_config_entry("session.disable_prepacking")
         except Exception:  # noqa: BLE001 - onnxruntime raises for an entry never set
             disabled = None
         assert (disabled == "1") is (not extra), disabled

@@ -1131,7 +1131,7 @@ def test_openvino_greedy_matches_transformers(name, dtype, tiny, tmp_path, expor
     runner = hfexport.open_runner(out)
     ids, mask = tm.prompts(BATCH)
     runner.prefill(ids, mask, 1)
-    assert runner.request.get_tensor("logits").shape[:2] == (len(ids), 1), name
+    assert runner.session.request.get_tensor("logits").shape[:2] == (len(ids), 1), name
 
 
 def test_openvino_cpu_plugin_fuses_attention_rmsnorm_and_rope(tiny, tmp_path, export_model):
@@ -1141,7 +1141,7 @@ def test_openvino_cpu_plugin_fuses_attention_rmsnorm_and_rope(tiny, tmp_path, ex
     tm = tiny("qwen3-gqa-qk_norm-head_dim16")
     out = export_model(tm.model_dir, tmp_path / "out", "--format", "openvino", "--for-generation")
     runner = hfexport.open_runner(out)
-    types = {op.get_rt_info()["layerType"].astype(str) for op in runner.compiled.get_runtime_model().get_ops()}
+    types = {op.get_rt_info()["layerType"].astype(str) for op in runner.session.compiled.get_runtime_model().get_ops()}
     assert "ScaledDotProductAttention" in types, sorted(types)
     assert "RMS" in types, sorted(types)
     assert "RoPE" in types, sorted(types)

@@ -26,5 +26,4 @@ class ExecutorchSaver:
 register_format(ExportFormat(
     name="executorch", config_name="executorch", config="hfexport.configs:ExecutorchConfig",
     exporter="hfexport.exporters:ExecutorchExporter", saver=ExecutorchSaver,
-    graph="hfexport.executorch_runner:ExecutorchGraph", runner="hfexport.executorch_runner:runner_class",
-    seq2seq_runner="hfexport.executorch_runner:seq2seq_runner_class"))
+    graph="hfexport.executorch_runner:ExecutorchGraph", runner="hfexport.executorch_runner:runner_class"))

@@ -61,5 +61,4 @@ class OnnxRuntimeGraph:
 register_format(ExportFormat(
     name="onnx", config_name="onnx", config="hfexport.configs:OnnxConfig", exporter="hfexport.exporters:OnnxExporter",
     saver=OnnxSaver, graph="hfexport.formats.onnx:OnnxRuntimeGraph",
-    runner="hfexport.onnxruntime_runner:OnnxRuntimeRunner",
-    seq2seq_runner="hfexport.onnxruntime_runner:OnnxSeq2SeqRunner"))
+    runner="hfexport.onnxruntime_runner:runner_class"))

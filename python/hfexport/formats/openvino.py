@@ -53,5 +53,4 @@ class OpenVinoGraph:
 register_format(ExportFormat(
     name="openvino", config_name="openvino", config="hfexport.configs:OpenVINOConfig",
     exporter="hfexport.exporters:OpenVINOExporter", saver=OpenVinoSaver, graph="hfexport.formats.openvino:OpenVinoGraph",
-    runner="hfexport.openvino_runner:OpenVinoRunner",
-    seq2seq_runner="hfexport.openvino_runner:OpenVinoSeq2SeqRunner"))
+    runner="hfexport.openvino_runner:OpenVinoRunner"))

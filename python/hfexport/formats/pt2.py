@@ -27,4 +27,4 @@ class Pt2Saver:
 register_format(ExportFormat(
     name="pt2", config_name="dynamo", config="hfexport.configs:DynamoConfig", exporter="hfexport.exporters:DynamoExporter",
     saver=Pt2Saver, graph="hfexport.torch_runner:TorchProgramGraph",
-    runner="hfexport.torch_runner:TorchProgramRunner", seq2seq_runner="hfexport.torch_runner:TorchSeq2SeqRunner"))
+    runner="hfexport.torch_runner:runner_class"))

@@ -24,7 +24,6 @@ class ExportFormat:
     # The decode-loop runner: a DecodeRunner class taking (manifest, **options), or a function of
     # the manifest that picks one (a format with one class per cache mechanic).
     runner: str | None = None
-    seq2seq_runner: str | None = None  # the same for encoder-decoder exports (with `encode`)
 
 
 _FORMATS: dict[str, ExportFormat] = {}

@@ -1,0 +1,205 @@
+"""The Python runners' split between a runtime and a cache mechanic (docs/notes/runner-session-split.md).
+
+A `Session` is one runtime's side of a component call: feeds by name in, the last position's
+logits and the states out. It knows nothing of positions, masks or cache policy. A cache driver is
+the sequence bookkeeping of one mechanic, written once over any session: `DynamicCache` serves a
+cache that grows with each call, either as past/present pairs the session hands back (dynamic) or
+as variables the runtime holds between calls (stateful, a session that `holds_state`). `StaticCache`
+serves buffers of a fixed length the graph writes in place at each token's position. A format's
+runner is a driver with its session class (`SESSION`). Two mixins go over any of them: the
+vision-language one (hfexport.vlm: `_token_inputs`, `_position_ids`, `STEP`) and `EncoderDecoder`
+(the decoder as the step, `encode` through the session's encoder, whose outputs the session keeps
+as the step's `fixed` inputs)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .manifest import DECODE, DECODER, PREFILL, ExportManifest
+from .runner import (DecodeRunner, GenerationError, check_cache_position_call, check_request, left_padded_positions,
+                     park_padding, static_cache_mask)
+
+
+class Session(ABC):
+    """One runtime's calls of an export's step component (and its `prefill` where there is one)."""
+
+    # The runtime keeps the cache between calls (OpenVINO's variables): no state crosses a call,
+    # and `reset` starts a sequence.
+    holds_state: ClassVar[bool] = False
+    # A static cache's buffers are as long as max_cache_len whatever the request (a program
+    # written for transformers' StaticCache, whose spec holds the length).
+    full_length_buffers: bool = False
+
+    def __init__(self) -> None:
+        # Inputs every call of the step takes unchanged (an encoder's output or cross-attention
+        # state), in the runtime's own type.
+        self.fixed: dict[str, Any] = {}
+
+    @abstractmethod
+    def has(self, component: str) -> bool:
+        """Whether the export has this component for the session to run."""
+
+    @abstractmethod
+    def empty_states(self, batch: int) -> dict[str, Any]:
+        """Each state's value before a sequence's first call (a zero-length past, a replaced
+        state's zeros), by input name, in the runtime's own type."""
+
+    @abstractmethod
+    def input_names(self, component: str) -> set[str]:
+        """The names of the component's inputs."""
+
+    def static_buffers(self, batch: int, length: int) -> dict[str, Any]:
+        """A static cache's zeroed buffers of `length` slots for `batch` rows (and any other state
+        the graph writes in place), by input name, in the runtime's own type."""
+        raise GenerationError(f"{type(self).__name__} has no static cache buffers")
+
+    @abstractmethod
+    def run(self, component: str, feeds: dict[str, np.ndarray], states: dict[str, Any]) -> tuple[np.ndarray, dict]:
+        """Runs `component` on `feeds` (numpy, by input name; names the graph does not take are
+        dropped) and the states going in; returns the last position's logits [batch, vocab] and the
+        states for the next call, by input name (a static cache's: the buffers it was given, written
+        in place)."""
+
+    def reset(self) -> None:
+        """Starts a sequence in a session that holds its state."""
+
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """An encoder-decoder's encoder call (a session opened for its `decoder` step): sets `fixed`
+        to what every decoder call takes from it (its write-once state, its padding, in the
+        runtime's own type) and returns its other outputs (last_hidden_state) as numpy."""
+        raise GenerationError(f"{type(self).__name__} runs no encoder")
+
+
+class SessionRunner(DecodeRunner):
+    """A runner over a session (`self.session`). The encoder-decoder runners set the step's fixed
+    inputs on the runner: they are the session's."""
+
+    session: Session
+
+    @property
+    def fixed(self) -> dict[str, Any]:
+        return self.session.fixed
+
+    @fixed.setter
+    def fixed(self, value: dict[str, Any]) -> None:
+        self.session.fixed = value
+
+
+class DynamicCache(SessionRunner):
+    """prefill / step over a cache that grows by each call's tokens: left-padded positions, the 2-D
+    mask growing by each step's columns, the prompt through `prefill` (or the step graph over an
+    empty past), each step's past the last call's present. Over a session that holds its state
+    (stateful), prefill resets it and no past is passed."""
+
+    SESSION: ClassVar[type[Session]]
+    STEP = DECODE
+
+    def __init__(self, manifest: ExportManifest, **options):
+        self.manifest = manifest
+        self.session = self.SESSION(manifest, self.STEP, **options)
+        self.past: dict[str, Any] = {}
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        check_request(self.manifest, input_ids, max_new_tokens)
+        positions = left_padded_positions(attention_mask)
+        self.attention_mask = np.asarray(attention_mask, np.int64)
+        self.next_position = positions[:, -1] + 1
+        feeds = self._sequence_feeds(np.asarray(input_ids, np.int64), positions)
+        if self.session.holds_state:
+            self.session.reset()
+            return self._run(self.STEP, feeds, {})
+        if self.session.has(PREFILL):
+            return self._run(PREFILL, feeds, {})
+        return self._run(self.STEP, feeds, self.session.empty_states(input_ids.shape[0]))
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids, positions = self._advance(tokens)
+        self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
+        return self._run(self.STEP, self._sequence_feeds(ids, positions), self.past)
+
+    def _sequence_feeds(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+        return {**self._token_inputs(ids), "attention_mask": self.attention_mask,
+                "position_ids": self._position_ids(ids, positions)}
+
+    def _run(self, component: str, feeds: dict[str, np.ndarray], past: dict[str, Any]) -> np.ndarray:
+        logits, self.past = self.session.run(component, feeds, past)
+        return logits
+
+
+class StaticCache(SessionRunner):
+    """prefill / step over buffers of a fixed length that the graph writes in place at each
+    token's position: buffers sized once per request (max_cache_len, or the prompt and its new
+    tokens where shorter), the prompt's padding parked in the last slots, each call's 4-D mask
+    over the slots (or the graph's own, from cache_position), the length checked."""
+
+    SESSION: ClassVar[type[Session]]
+    STEP = DECODE
+
+    def __init__(self, manifest: ExportManifest, **options):
+        self.manifest = manifest
+        self.session = self.SESSION(manifest, self.STEP, **options)
+        self.max_cache_len = int(manifest.generation.get("max_cache_len", 0))
+        # The graph builds its mask and positions from cache_position (ExecuTorch's LLM runner's form).
+        self.takes_cache_position = "cache_position" in self.session.input_names(self.STEP)
+        self.buffers: dict[str, Any] = {}
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+        self._check_request(input_ids, attention_mask, max_new_tokens)
+        positions = left_padded_positions(attention_mask)
+        self.next_position = positions[:, -1] + 1
+        batch, length = input_ids.shape
+        full = self.takes_cache_position or self.session.full_length_buffers  # a mask as long as max_cache_len
+        self.cache_len = self.max_cache_len if full else min(self.max_cache_len, length + max_new_tokens)
+        self.buffers = self._allocate(batch)
+        return self._run(input_ids, park_padding(positions, attention_mask, self.cache_len), attention_mask)
+
+    def _check_request(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> None:
+        check_request(self.manifest, input_ids, max_new_tokens)
+
+    def _allocate(self, batch: int) -> dict[str, Any]:
+        return self.session.static_buffers(batch, self.cache_len)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids, positions = self._advance(tokens)
+        if positions.max() >= self.cache_len:
+            raise GenerationError(f"generation reached the cache length {self.cache_len}")
+        return self._run(ids, positions, np.ones_like(ids))
+
+    def _run(self, ids: np.ndarray, positions: np.ndarray, real: np.ndarray) -> np.ndarray:
+        if self.takes_cache_position:
+            check_cache_position_call(positions, real)
+            feeds = {**self._token_inputs(ids), "cache_position": np.ascontiguousarray(positions[0])}
+        else:
+            feeds = {**self._token_inputs(ids), "attention_mask": static_cache_mask(positions, self.cache_len, real),
+                     "position_ids": np.ascontiguousarray(positions)}
+        logits, _ = self.session.run(self.STEP, feeds, self.buffers)
+        return logits
+
+
+class EncoderDecoder:
+    """Mixed into a format's decode-loop runner (before it in the bases) for an encoder-decoder
+    export (hfexport.seq2seq): the decoder is the step, and `encode(**inputs)` runs the encoder
+    once; what every decoder call takes from it stays in the runtime's own type as the session's
+    fixed inputs, never copied per step."""
+
+    STEP = DECODER
+
+    def encode(self, **inputs) -> dict[str, np.ndarray]:
+        """Runs the encoder; returns its outputs other than the decoder's state (last_hidden_state)."""
+        session = getattr(self, "session", None)
+        if session is None:  # a runner registered without a session
+            raise GenerationError(f"{type(self).__name__} has no session to run the encoder with")
+        return session.encode(inputs)
+
+
+_ENCODER_DECODERS: dict[type, type] = {}
+
+
+def encoder_decoder(base: type[DecodeRunner]) -> type[DecodeRunner]:
+    """The encoder-decoder runner over a format's decode-loop runner class."""
+    if base not in _ENCODER_DECODERS:
+        _ENCODER_DECODERS[base] = type(f"EncoderDecoder{base.__name__}", (EncoderDecoder, base), {})
+    return _ENCODER_DECODERS[base]
