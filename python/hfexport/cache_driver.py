@@ -32,6 +32,10 @@ class Session(ABC):
     # A static cache's buffers are as long as max_cache_len whatever the request (a program
     # written for transformers' StaticCache, whose spec holds the length).
     full_length_buffers: bool = False
+    # A dynamic cache the graph appends to in place (onnxruntime's GroupQueryAttention over a
+    # shared past/present buffer): the driver asks for buffers of the generation's length once
+    # (`growing_buffers`) and passes the same states on every call.
+    appends_in_place: bool = False
 
     def __init__(self) -> None:
         # Inputs every call of the step takes unchanged (an encoder's output or cross-attention
@@ -50,6 +54,15 @@ class Session(ABC):
     @abstractmethod
     def input_names(self, component: str) -> set[str]:
         """The names of the component's inputs."""
+
+    def growing_buffers(self, batch: int, capacity: int, prompt: dict[str, Any] | None) -> dict[str, Any]:
+        """Buffers of `capacity` positions a graph that `appends_in_place` writes each call's rows
+        into, holding the prompt's states (a prefill graph's presents) where given."""
+        raise GenerationError(f"{type(self).__name__} has no buffers to append to")
+
+    def takes_several_tokens(self, batch: int) -> bool:
+        """Whether the step graph takes several tokens per row over a past for this batch."""
+        return True
 
     def static_buffers(self, batch: int, length: int) -> dict[str, Any]:
         """A static cache's zeroed buffers of `length` slots for `batch` rows (and any other state
@@ -92,7 +105,8 @@ class DynamicCache(SessionRunner):
     """prefill / step over a cache that grows by each call's tokens: left-padded positions, the 2-D
     mask growing by each step's columns, the prompt through `prefill` (or the step graph over an
     empty past), each step's past the last call's present. Over a session that holds its state
-    (stateful), prefill resets it and no past is passed."""
+    (stateful), prefill resets it and no past is passed; over one that appends in place, the
+    past is one set of buffers as long as the generation, passed on every call."""
 
     SESSION: ClassVar[type[Session]]
     STEP = DECODE
@@ -101,6 +115,7 @@ class DynamicCache(SessionRunner):
         self.manifest = manifest
         self.session = self.SESSION(manifest, self.STEP, **options)
         self.past: dict[str, Any] = {}
+        self.capacity: int | None = None  # the positions the in-place buffers hold
 
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
         check_request(self.manifest, input_ids, max_new_tokens)
@@ -108,15 +123,28 @@ class DynamicCache(SessionRunner):
         self.attention_mask = np.asarray(attention_mask, np.int64)
         self.next_position = positions[:, -1] + 1
         feeds = self._sequence_feeds(np.asarray(input_ids, np.int64), positions)
+        batch, length = input_ids.shape
         if self.session.holds_state:
             self.session.reset()
             return self._run(self.STEP, feeds, {})
+        if self.session.appends_in_place:
+            self.capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
+            if not self.session.has(PREFILL):  # the prompt through the step graph, into the buffers
+                return self._run(self.STEP, feeds, self.session.growing_buffers(batch, self.capacity, None))
+            logits, prompt = self.session.run(PREFILL, feeds, {})
+            self.past = self.session.growing_buffers(batch, self.capacity, prompt)
+            return logits
         if self.session.has(PREFILL):
             return self._run(PREFILL, feeds, {})
-        return self._run(self.STEP, feeds, self.session.empty_states(input_ids.shape[0]))
+        return self._run(self.STEP, feeds, self.session.empty_states(batch))
+
+    def steps_take_several_tokens(self, batch: int) -> bool:
+        return super().steps_take_several_tokens(batch) and self.session.takes_several_tokens(batch)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         ids, positions = self._advance(tokens)
+        if self.capacity is not None and self.attention_mask.shape[1] + ids.shape[1] > self.capacity:
+            raise GenerationError(f"generation reached the cache length {self.capacity}")
         self.attention_mask = np.concatenate([self.attention_mask, np.ones_like(ids)], axis=1)
         return self._run(self.STEP, self._sequence_feeds(ids, positions), self.past)
 

@@ -3,7 +3,8 @@ Debian has no libonnxruntime-dev here). Three cache mechanics, as the manifest s
 - shared buffer (`past_present_share_buffer`, the ort-gqa default): each past/present pair is
   bound once to one buffer of the whole generation's length, which GroupQueryAttention appends to
   in place; the prompt's cache is copied in once after a separate prefill graph, and every step
-  rebinds only the grown mask and the logits array it returns (no per-step cache copy);
+  rebinds only its feeds (tokens, positions, the grown mask) and the logits array it returns (no
+  per-step cache copy);
 - dynamic: present -> past passed as OrtValues without copying to numpy (the graph's Concat
   copies the growing cache each step);
 - static: each input./output. pair bound to one buffer the graph scatters into.
@@ -17,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .manifest import CACHE_STATIC, DECODE, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
+from .manifest import CACHE_STATIC, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .seq2seq import cross_state_names, decoder_feeds, encoder_results
-from .cache_driver import DynamicCache, Session, SessionRunner, StaticCache
-from .runner import DecodeRunner, GenerationError, check_request, left_padded_positions, state_buffer_shape
+from .cache_driver import DynamicCache, Session, StaticCache
+from .runner import DecodeRunner, state_buffer_shape
 from .versions import check_runtime_versions
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -128,6 +129,13 @@ class OnnxSession(Session):
         # A static cache: the step graph writes its buffers in place (bound as input and output).
         self.static = manifest.cache == CACHE_STATIC
         self.binding: ort.IOBinding | None = None  # the last call's
+        # past_present_share_buffer: GroupQueryAttention appends to its past buffer in place.
+        self.appends_in_place = bool(manifest.generation.get(SHARES_BUFFER)) and not self.static
+        self.last_logits_only = manifest.generation.get(LOGITS) == "last"
+        if self.appends_in_place:
+            logits = next(o for o in self.decode.get_outputs() if o.name == "logits")
+            self.vocab, self.logits_dtype = logits.shape[-1], _NUMPY_TYPES[logits.type]
+        self.bound_states: dict | None = None  # the in-place buffers the step binding holds
         # The inputs the prefill graph takes besides the tokens (an encoder's output), and its
         # outputs every later step takes (output, step input): optimum's encoder-decoder layout,
         # whose first decoder step projects the cross-attention state.
@@ -201,6 +209,20 @@ class OnnxSession(Session):
     def static_buffers(self, batch: int, length: int) -> dict[str, ort.OrtValue]:
         return {name: self.zeros(name, batch, length) for name, _ in self.pairs}
 
+    def growing_buffers(self, batch: int, capacity: int, prompt: dict | None) -> dict[str, ort.OrtValue]:
+        buffers = {}
+        for name, _ in self.pairs:
+            buf = np.zeros(self.state_shape(name, batch, capacity), self.state_dtype(name))
+            if prompt is not None:
+                rows = prompt[name].numpy()
+                buf[:, :, : rows.shape[2]] = rows  # a replaced state: all of it
+            buffers[name] = ort.OrtValue.ortvalue_from_numpy(buf)
+        return buffers
+
+    def takes_several_tokens(self, batch: int) -> bool:
+        # GroupQueryAttention (the shared buffer's attention) takes several tokens over a past at batch 1 only.
+        return batch == 1 or not self.appends_in_place
+
     def bind_fixed(self, binding: ort.IOBinding) -> None:
         for name, value in self.fixed.items():
             binding.bind_ortvalue_input(name, value)
@@ -208,6 +230,8 @@ class OnnxSession(Session):
     def run(self, component: str, feeds: dict[str, np.ndarray],
             states: dict[str, ort.OrtValue]) -> tuple[np.ndarray, dict[str, ort.OrtValue]]:
         session = self._session(component)
+        if self.appends_in_place and session is self.decode:
+            return self._run_appending(feeds, states), states
         binding = self.binding = session.io_binding()
         for name, value in feeds.items():
             if name in self.session_inputs[session]:  # a graph may count its positions itself
@@ -236,6 +260,30 @@ class OnnxSession(Session):
         return named["logits"].numpy()[:, -1], {name: named[present] for name, present in self.pairs}
 
 
+    def _run_appending(self, feeds: dict[str, np.ndarray], states: dict[str, ort.OrtValue]) -> np.ndarray:
+        """The step graph over buffers it appends to in place. The buffers (and the fixed inputs)
+        are bound once per generation and the binding kept: a step binds only its feeds and the
+        logits, which the graph writes straight into a fresh array the caller then owns (after the
+        first steps the allocator hands back the same pages: no copy, no page faults)."""
+        if states is not self.bound_states:
+            binding = self.binding = self.decode.io_binding()
+            self.bind_fixed(binding)
+            for name, present in self.pairs:
+                binding.bind_ortvalue_input(name, states[name])
+                binding.bind_ortvalue_output(present, states[name])
+            self.bound_states = states
+        binding = self.binding
+        for name, value in feeds.items():
+            if name in self.decode_input_names:  # a graph may count its positions itself
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        tokens = feeds["input_ids"] if "input_ids" in feeds else feeds["inputs_embeds"]
+        rows = 1 if self.last_logits_only else tokens.shape[1]
+        logits = np.empty([tokens.shape[0], rows, self.vocab], self.logits_dtype)
+        binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+        self.decode.run_with_iobinding(binding)
+        return logits[:, -1]
+
+
 class OnnxDynamicRunner(DynamicCache):
     """A dynamic cache: present -> past passed as OrtValues (the graph's Concat copies the growing
     cache each step)."""
@@ -254,131 +302,20 @@ class OnnxStaticRunner(StaticCache):
         return self.session.binding
 
 
-class OnnxSharedBufferRunner(SessionRunner):
+class OnnxSharedBufferRunner(OnnxDynamicRunner):
     """A shared buffer: GroupQueryAttention appends each call's rows in place into one buffer per
-    cache pair, as long as the generation."""
+    cache pair, as long as the generation (the dynamic driver over a session that appends in place)."""
 
-    # The component a decode loop repeats (an encoder-decoder's is its decoder).
-    STEP = DECODE
     shared = True
 
-    def __init__(self, manifest: ExportManifest, **options):
-        self.manifest = manifest
-        self.session = OnnxSession(manifest, self.STEP, **options)
-        self.last_logits_only = manifest.generation.get(LOGITS) == "last"
-        self.buffers: dict[str, ort.OrtValue] = {}
-        self.binding: ort.IOBinding | None = None
+    @property
+    def buffers(self) -> dict[str, ort.OrtValue]:
+        return self.past
 
-    # -- shared buffer --------------------------------------------------------------------------
-    def _allocate_shared(self, batch: int, capacity: int, attention_mask: np.ndarray,
-                         prompt: dict[str, ort.OrtValue] | None) -> None:
-        """One buffer per cache pair for the whole generation, holding the prompt's rows if given,
-        the decode binding that reuses them for every step, and the mask starting with the prompt's."""
-        self.buffers = {}
-        self.binding = self.session.decode.io_binding()
-        self.session.bind_fixed(self.binding)
-        for name, present in self.session.pairs:
-            buf = np.zeros(self.session.state_shape(name, batch, capacity), self.session.state_dtype(name))
-            if prompt is not None:
-                rows = prompt[name].numpy()
-                buf[:, :, : rows.shape[2]] = rows  # a replaced state: all of it
-            value = ort.OrtValue.ortvalue_from_numpy(buf)
-            self.buffers[name] = value
-            self.binding.bind_ortvalue_input(name, value)
-            self.binding.bind_ortvalue_output(present, value)
-        self.capacity = capacity
-        logits = next(o for o in self.session.decode.get_outputs() if o.name == "logits")
-        self.vocab, self.logits_dtype = logits.shape[-1], _NUMPY_TYPES[logits.type]
-        # The mask grows by one column per step: kept in one array, bound as a prefix view.
-        self.mask_buffer = np.ones([batch, capacity], np.int64)
-        self.mask_buffer[:, : attention_mask.shape[1]] = attention_mask
-        # A step's token and position: each step writes them in place (bound after the prompt).
-        self.step_ids = np.zeros([batch, 1], np.int64)
-        self.step_positions = np.zeros([batch, 1], np.int64)
-        self.step_position_ids = self.step_positions  # the graph's position_ids, if the hook maps them
-
-    def _run_shared(self, length: int, rows: int) -> np.ndarray:
-        """Runs the decode graph over the shared buffers with the mask's first `length` columns and
-        the bound ids and positions, whose query length is `rows`."""
-        b = self.binding
-        b.bind_cpu_input("attention_mask", np.ascontiguousarray(self.mask_buffer[:, :length]))
-        # The graph writes the logits straight into a fresh array the caller then owns (after the
-        # first steps the allocator hands back the same pages: no copy, no page faults).
-        rows = 1 if self.last_logits_only else rows
-        logits = np.empty([self.step_ids.shape[0], rows, self.vocab], self.logits_dtype)
-        b.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
-        self.session.decode.run_with_iobinding(b)
-        return logits[:, -1]
-
-    def _prefill_shared(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray,
-                        max_new_tokens: int) -> np.ndarray:
-        batch, length = input_ids.shape
-        capacity = min(length + max_new_tokens, self.manifest.dim_bounds("total_sequence")[1])
-        if self.session.prefill_session is not None:
-            feeds = {**self._token_inputs(input_ids), "attention_mask": attention_mask,
-                     "position_ids": self._position_ids(input_ids, positions)}
-            logits, prompt = self.session.run(PREFILL, feeds, {})
-            self._allocate_shared(batch, capacity, attention_mask, prompt)
-        else:  # the prompt through the decode graph
-            self._allocate_shared(batch, capacity, attention_mask, None)
-            for name, value in self._token_inputs(input_ids).items():
-                self.binding.bind_cpu_input(name, value)
-            if "position_ids" in self.session.decode_input_names:
-                self.binding.bind_cpu_input("position_ids", self._position_ids(input_ids, positions))
-            logits = self._run_shared(length, length)
-        self._bind_step_buffers()
-        self.length = length
-        return logits
-
-    def _bind_step_buffers(self) -> None:
-        if self.TOKENS == "input_ids":  # bound once: each step writes its tokens into step_ids
-            self.binding.bind_cpu_input("input_ids", self.step_ids)
-        if "position_ids" in self.session.decode_input_names:  # else the graph counts them
-            # Bound once: step_positions, or a buffer (M-RoPE's [3, batch, 1]) each step writes the hook's rows into.
-            rows = self._position_ids(self.step_ids, self.step_positions)
-            if rows is not self.step_positions:
-                self.step_position_ids = np.array(rows, np.int64)
-            self.binding.bind_cpu_input("position_ids", self.step_position_ids)
-
-    def _extend_shared(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Several tokens through the decode graph over the shared buffers (a prompt fed in chunks);
-        the one-token step's bound inputs are bound again after."""
-        for name, value in self._token_inputs(ids).items():
-            self.binding.bind_cpu_input(name, value)
-        if "position_ids" in self.session.decode_input_names:
-            self.binding.bind_cpu_input("position_ids", self._position_ids(ids, positions))
-        self.length += ids.shape[1]
-        logits = self._run_shared(self.length, ids.shape[1])
-        self._bind_step_buffers()
-        return logits
-
-    # -- DecodeRunner -----------------------------------------------------------------------------
-    def steps_take_several_tokens(self, batch: int) -> bool:
-        # GroupQueryAttention (the shared buffer's attention) takes several tokens over a past at batch 1 only.
-        return super().steps_take_several_tokens(batch) and batch == 1
-
-    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
-        check_request(self.manifest, input_ids, max_new_tokens)
-        positions = left_padded_positions(attention_mask)
-        self.next_position = positions[:, -1] + 1
-        return self._prefill_shared(input_ids, attention_mask, positions, max_new_tokens)
-
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        ids, positions = self._advance(tokens)
-        count = ids.shape[1]
-        if self.length + count > self.capacity:
-            raise GenerationError(f"generation reached the cache length {self.capacity}")
-        if count > 1:
-            return self._extend_shared(ids, positions)
-        self.length += 1
-        self.step_ids[:, 0] = ids[:, 0]
-        if self.TOKENS != "input_ids":
-            for name, value in self._token_inputs(self.step_ids).items():
-                self.binding.bind_cpu_input(name, value)
-        self.step_positions[:] = positions
-        if self.step_position_ids is not self.step_positions:
-            self.step_position_ids[:] = self._position_ids(self.step_ids, self.step_positions)
-        return self._run_shared(self.length, 1)
+    @property
+    def binding(self) -> ort.IOBinding | None:
+        """The binding of the step graph (its cache outputs are the buffers)."""
+        return self.session.binding
 
 
 def runner_class(manifest: ExportManifest) -> type[DecodeRunner]:
