@@ -75,7 +75,7 @@ def shared_weights(paths: list[Path], skip: frozenset[str] | set[str] = frozense
     pages, and batch-1 decode streams every weight per token, so 4 KiB file pages cost it ~18 % in
     TLB misses (measured). onnxruntime prepacks MatMul weights into a private copy per session
     unless session.disable_prepacking is set: the caller decides which weights to share and
-    whether to prepack (OnnxRuntimeRunner._share_weights; bench/bench_runner_memory.py has the
+    whether to prepack (OnnxSession._share_weights; bench/bench_runner_memory.py has the
     figures)."""
     tables = [_external_initializers(p) for p in paths]
     common = {name: spec for name, spec in tables[0].items()
