@@ -79,26 +79,27 @@ class Session(ABC):
     def reset(self) -> None:
         """Starts a sequence in a session that holds its state."""
 
+    def open_encoder(self, manifest: ExportManifest) -> None:
+        """Opens an encoder-decoder export's encoder, which `encode` runs (the session's step is
+        the export's `decoder`)."""
+        raise GenerationError(f"{type(self).__name__} runs no encoder")
+
     def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """An encoder-decoder's encoder call (a session opened for its `decoder` step): sets `fixed`
+        """An encoder-decoder's encoder call (after `open_encoder`): sets `fixed`
         to what every decoder call takes from it (its write-once state, its padding, in the
         runtime's own type) and returns its other outputs (last_hidden_state) as numpy."""
         raise GenerationError(f"{type(self).__name__} runs no encoder")
 
 
 class SessionRunner(DecodeRunner):
-    """A runner over a session (`self.session`). The encoder-decoder runners set the step's fixed
-    inputs on the runner: they are the session's."""
+    """A runner over a session of its `SESSION` class, opened for its `STEP` component."""
 
-    session: Session
+    SESSION: ClassVar[type[Session]]
+    STEP = DECODE
 
-    @property
-    def fixed(self) -> dict[str, Any]:
-        return self.session.fixed
-
-    @fixed.setter
-    def fixed(self, value: dict[str, Any]) -> None:
-        self.session.fixed = value
+    def __init__(self, manifest: ExportManifest, **options):
+        self.manifest = manifest
+        self.session = self.SESSION(manifest, self.STEP, **options)
 
 
 class DynamicCache(SessionRunner):
@@ -108,12 +109,8 @@ class DynamicCache(SessionRunner):
     (stateful), prefill resets it and no past is passed; over one that appends in place, the
     past is one set of buffers as long as the generation, passed on every call."""
 
-    SESSION: ClassVar[type[Session]]
-    STEP = DECODE
-
     def __init__(self, manifest: ExportManifest, **options):
-        self.manifest = manifest
-        self.session = self.SESSION(manifest, self.STEP, **options)
+        super().__init__(manifest, **options)
         self.past: dict[str, Any] = {}
         self.capacity: int | None = None  # the positions the in-place buffers hold
 
@@ -163,12 +160,8 @@ class StaticCache(SessionRunner):
     tokens where shorter), the prompt's padding parked in the last slots, each call's 4-D mask
     over the slots (or the graph's own, from cache_position), the length checked."""
 
-    SESSION: ClassVar[type[Session]]
-    STEP = DECODE
-
     def __init__(self, manifest: ExportManifest, **options):
-        self.manifest = manifest
-        self.session = self.SESSION(manifest, self.STEP, **options)
+        super().__init__(manifest, **options)
         self.max_cache_len = int(manifest.generation.get("max_cache_len", 0))
         # The graph builds its mask and positions from cache_position (ExecuTorch's LLM runner's form).
         self.takes_cache_position = "cache_position" in self.session.input_names(self.STEP)
@@ -215,12 +208,16 @@ class EncoderDecoder:
 
     STEP = DECODER
 
-    def encode(self, **inputs) -> dict[str, np.ndarray]:
-        """Runs the encoder; returns its outputs other than the decoder's state (last_hidden_state)."""
+    def __init__(self, manifest: ExportManifest, **options):
+        super().__init__(manifest, **options)
         session = getattr(self, "session", None)
         if session is None:  # a runner registered without a session
             raise GenerationError(f"{type(self).__name__} has no session to run the encoder with")
-        return session.encode(inputs)
+        session.open_encoder(manifest)
+
+    def encode(self, **inputs) -> dict[str, np.ndarray]:
+        """Runs the encoder; returns its outputs other than the decoder's state (last_hidden_state)."""
+        return self.session.encode(inputs)
 
 
 _ENCODER_DECODERS: dict[type, type] = {}

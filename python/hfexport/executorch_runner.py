@@ -159,7 +159,7 @@ class _EncoderMethod:
     """Mixed into the sessions of an encoder-decoder export (hfexport.seq2seq): `encode` runs the
     `encoder` method; its state outputs stay tensors every `text_decoder` call takes (`fixed`)."""
 
-    def _open_encoder(self, manifest: ExportManifest) -> None:
+    def open_encoder(self, manifest: ExportManifest) -> None:
         from .seq2seq import cross_state_names
 
         self.cross = cross_state_names(manifest)
@@ -193,8 +193,6 @@ class ExecutorchSession(_EncoderMethod, Session):
         self.pairs = [(p["input"], p["output"]) for p in manifest.generation["cache_pairs"]]
         self.components = {c: manifest.component(c) for c in (PREFILL, step) if manifest.has_component(c)}
         self.program = None
-        if step == DECODER:
-            self._open_encoder(manifest)
 
     def has(self, component: str) -> bool:
         return component in self.components
@@ -262,8 +260,6 @@ class ExecutorchStaticSession(_EncoderMethod, Session):
             self.caches = {i["name"]: torch.zeros(i["shape"], dtype=getattr(torch, i["dtype"]))
                            for i in component["inputs"] if i["name"] in cache_inputs}
         self.logits_index = len(self.caches)
-        if step == DECODER:
-            self._open_encoder(manifest)
 
     def has(self, component: str) -> bool:
         return component == self.step

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .manifest import CACHE_STATIC, DECODER, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
+from .manifest import CACHE_STATIC, ENCODER, LOGITS, PREFILL, SHARES_BUFFER, ExportManifest
 from .seq2seq import cross_state_names, decoder_feeds, encoder_results
 from .cache_driver import DynamicCache, Session, StaticCache
 from .runner import DecodeRunner, state_buffer_shape
@@ -108,7 +108,8 @@ class OnnxSession(Session):
         super().__init__()
         check_runtime_versions(manifest.data, ["onnxruntime"])
         providers = providers or ["CPUExecutionProvider"]
-        callers_options = session_options  # the encoder's: it shares no weights with the decoder
+        # The encoder's (open_encoder): it shares no weights with the decoder.
+        self.callers_options, self.providers = session_options, providers
         names = [n for n in (PREFILL, step) if manifest.has_component(n)]
         self.weight_policy = "per-session"
         if share_weights and len(names) > 1:
@@ -124,7 +125,6 @@ class OnnxSession(Session):
         inputs = {i.name: i for i in self.decode.get_inputs()}
         self.cache_specs = {name: inputs[name] for name, _ in self.pairs}
         self.replaced = manifest.replaced_states(step)
-        self.decode_input_names = set(inputs)
         self.session_inputs = {s: {i.name for i in s.get_inputs()} for s in (self.decode, self.prefill_session) if s}
         # A static cache: the step graph writes its buffers in place (bound as input and output).
         self.static = manifest.cache == CACHE_STATIC
@@ -141,12 +141,10 @@ class OnnxSession(Session):
         # whose first decoder step projects the cross-attention state.
         self.prefill_fixed: dict[str, ort.OrtValue] = {}
         self.kept_from_prefill: list[tuple[str, str]] = []
-        if step == DECODER:
-            self._open_encoder(manifest, callers_options, providers)
 
-    def _open_encoder(self, manifest: ExportManifest, session_options: ort.SessionOptions | None,
-                      providers: list) -> None:
-        self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), session_options, providers=providers)
+    def open_encoder(self, manifest: ExportManifest) -> None:
+        self.encoder = ort.InferenceSession(str(manifest.file_of(ENCODER)), self.callers_options,
+                                            providers=self.providers)
         # optimum's layout: the decoder's first step (prefill) projects the cross-attention state
         # from encoder_hidden_states; else the encoder computes it.
         self.cross = cross_state_names(manifest, PREFILL if self.prefill_session is not None else ENCODER)
@@ -167,9 +165,9 @@ class OnnxSession(Session):
         if self.prefill_session is not None:  # the first step reads the encoder's output and padding
             self.prefill_fixed = decoder_feeds([], outputs, given, self.input_names(PREFILL))
             self.prefill_fixed["encoder_hidden_states"] = outputs["last_hidden_state"]
-            self.fixed = decoder_feeds([], outputs, given, self.decode_input_names)
+            self.fixed = decoder_feeds([], outputs, given, self.session_inputs[self.decode])
             return {name: value.numpy() for name, value in outputs.items()}
-        self.fixed = decoder_feeds(self.cross, outputs, given, self.decode_input_names)
+        self.fixed = decoder_feeds(self.cross, outputs, given, self.session_inputs[self.decode])
         return {name: value.numpy() for name, value in encoder_results(self.cross, outputs).items()}
 
     def _share_weights(self, session_options: ort.SessionOptions, paths: list[Path]) -> str:
@@ -274,7 +272,7 @@ class OnnxSession(Session):
             self.bound_states = states
         binding = self.binding
         for name, value in feeds.items():
-            if name in self.decode_input_names:  # a graph may count its positions itself
+            if name in self.session_inputs[self.decode]:  # a graph may count its positions itself
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
         tokens = feeds["input_ids"] if "input_ids" in feeds else feeds["inputs_embeds"]
         rows = 1 if self.last_logits_only else tokens.shape[1]

@@ -8,7 +8,7 @@ import numpy as np
 import openvino as ov
 
 from .cache_driver import DynamicCache, Session
-from .manifest import CACHE_STATEFUL, DECODER, ENCODER, PREFILL, ExportManifest
+from .manifest import CACHE_STATEFUL, ENCODER, PREFILL, ExportManifest
 from .runner import GenerationError
 from .versions import check_runtime_versions
 
@@ -61,10 +61,8 @@ class OpenVinoSession(Session):
                                            device, self.config)
         self.request = self.compiled.create_infer_request()
         self.step_inputs = {i.get_any_name() for i in self.compiled.inputs}
-        if step == DECODER:
-            self._open_encoder(manifest)
 
-    def _open_encoder(self, manifest: ExportManifest) -> None:
+    def open_encoder(self, manifest: ExportManifest) -> None:
         """An encoder-decoder export (hfexport.seq2seq), laid out as optimum-intel writes it and
         OpenVINO GenAI's WhisperPipeline runs it: every decoder call takes the encoder's
         last_hidden_state (and padding), from which the decoder's first call after a reset

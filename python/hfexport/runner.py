@@ -155,8 +155,8 @@ def park_padding(positions: np.ndarray, attention_mask: np.ndarray, cache_len: i
 def register_runner(export_format: str, target: str) -> None:
     """Adds (or replaces) the runner for `export_format`: `target` is "module:class", the class
     taking (manifest, **options), or "module:function", a function of the manifest returning one.
-    Encoder-decoder exports get it under hfexport.cache_driver.EncoderDecoder, whose `encode`
-    calls the runner's `session` (a hfexport.cache_driver.Session)."""
+    Encoder-decoder exports get it under hfexport.cache_driver.EncoderDecoder, which opens and
+    runs the encoder through the runner's `session` (a hfexport.cache_driver.Session)."""
     set_runner(export_format, target)
 
 

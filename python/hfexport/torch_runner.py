@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .cache_driver import DynamicCache, Session, StaticCache
-from .manifest import CACHE_STATIC, DECODER, ENCODER, PREFILL, ExportManifest
+from .manifest import CACHE_STATIC, ENCODER, PREFILL, ExportManifest
 from .runner import DecodeRunner, state_buffer_shape
 from .versions import check_runtime_versions
 
@@ -190,11 +190,9 @@ class TorchSession(Session):
         # export) is called with one built over the runner's buffers: its spec holds max_cache_len.
         self.interface = manifest.data.get("pt2_interface")
         self.full_length_buffers = bool(self.interface)
-        self.in_spec = program_of(manifest, step, self.programs).call_spec.in_spec
-        if step == DECODER:
-            self._open_encoder(manifest)
+        self.in_spec = program_of(manifest, step, self.programs).call_spec.in_spec if self.interface else None
 
-    def _open_encoder(self, manifest: ExportManifest) -> None:
+    def open_encoder(self, manifest: ExportManifest) -> None:
         from .seq2seq import cross_state_names
 
         self.encoder = callable_of(manifest.directory, manifest.component(ENCODER),
@@ -256,7 +254,6 @@ class TorchSession(Session):
         # a state the program updated in place is the tensor passed in
         states = {name: out[present] if present in out else states[name] for name, present in self.pairs}
         return out["logits"][:, -1].float().numpy(), states
-
 
     def _call_interface(self, feeds: dict) -> np.ndarray:
         torch = self.torch

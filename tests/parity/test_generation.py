@@ -961,7 +961,7 @@ TARGETS = [
     *[Target(f"onnx-{profile}", "onnx", MODES, lambda mode, batch, p=profile: mode_args(mode, batch=batch, profile=p),
              label="" if profile == "standard" else f" [{profile} ops]", check_run=_onnx_run_checks(profile))
       for profile in PROFILES],
-    Target("pt2", "pt2", MODES, _pt2_args, requires="torch", check_run=_pt2_run_checks),
+    Target("pt2", "pt2", MODES, _pt2_args, check_run=_pt2_run_checks),
     *[Target(f"executorch-{backend}", "executorch", tuple(ET_ALL_MODES),
              lambda mode, batch, b=backend: ["--format", "executorch", "--executorch-backend", b, "--for-generation",
                                              *ET_ALL_MODES[mode]],
